@@ -1,0 +1,63 @@
+/**
+ * Every bound and default of lockd in one place. Units are the last part of
+ * each name. Flags that override a value name it in their help text.
+ */
+
+/** Largest frame (length prefix excluded) a peer may send; checked before the body is read. Flag `-max-frame-bytes`. */
+export const FRAME_BYTES_MAX = 64 * 1024;
+/** Lock names are 1..1024 UTF-8 bytes: long enough for paths, short enough to index cheaply. */
+export const LOCK_NAME_BYTES_MAX = 1024;
+/** Client names (HELLO) are informational; longer ones are refused as invalid. */
+export const CLIENT_NAME_BYTES_MAX = 256;
+/** Error messages on the wire are cut to this many bytes. */
+export const ERROR_MESSAGE_BYTES_MAX = 1024;
+
+/** Open sessions at once; connections beyond are refused with LIMIT_EXCEEDED. Flag `-max-sessions`. */
+export const SESSIONS_MAX = 16_384;
+/** Claims (owned or queued) one session may hold. Flag `-max-claims-per-session`. */
+export const CLAIMS_PER_SESSION_MAX = 1_024;
+/** Waiters one lock may queue. Flag `-max-waiters-per-lock`. */
+export const WAITERS_PER_LOCK_MAX = 65_536;
+
+/** A connection that has not sent HELLO by then is closed. Flag `-handshake-timeout`. */
+export const HANDSHAKE_TIMEOUT_MS = 5_000;
+/** A session that sends nothing for this long is closed (reason io_timeout). Flag `-io-timeout`. */
+export const IO_TIMEOUT_MS_DEFAULT = 30_000;
+/** Shortest accepted `-io-timeout`. */
+export const IO_TIMEOUT_MS_MIN = 100;
+
+/** Lease used when ACQUIRE asks for 0. Flag `-default-lease`. */
+export const LEASE_MS_DEFAULT = 15_000;
+/** Longest lease granted; longer requests are clamped. Flag `-max-lease`. */
+export const LEASE_MS_MAX_DEFAULT = 300_000;
+/** Shortest lease granted; shorter requests are clamped up so heartbeats can keep up. */
+export const LEASE_MS_MIN = 50;
+
+/** Largest wait bound an ACQUIRE may carry (u32 on the wire, 0xFFFFFFFF means forever). */
+export const WAIT_MS_MAX = 0xffff_fffe;
+
+/** Replies buffered for one session before it counts as a slow reader and is closed. */
+export const WRITE_BUFFER_BYTES_MAX = 1024 * 1024;
+/** Size of the reusable read buffer of a session. */
+export const READ_BUFFER_BYTES = 64 * 1024;
+
+/** Tokens are reserved in blocks this large; a restart skips at most one block. */
+export const TOKEN_BLOCK_SIZE = 65_536;
+/** Tokens stay exact in a JavaScript number and in JSON. */
+export const TOKEN_MAX = Number.MAX_SAFE_INTEGER;
+
+/** Window in which probes answer 503 and /metrics stays up during shutdown. Flag `-shutdown-grace`. */
+export const SHUTDOWN_GRACE_MS_DEFAULT = 5_000;
+
+/** First and last delay of the acceptor's back-off after a failed accept (descriptor exhaustion). */
+export const ACCEPT_BACKOFF_MS_MIN = 5;
+export const ACCEPT_BACKOFF_MS_MAX = 1_000;
+
+/** Audit records kept in memory while the sink cannot be written; past it the server stops granting. */
+export const AUDIT_PENDING_RECORDS_MAX = 100_000;
+/** How often a failed audit sink is retried. */
+export const AUDIT_RETRY_MS = 500;
+
+/** Client reconnect back-off bounds (with full jitter). */
+export const RECONNECT_BACKOFF_MS_MIN = 50;
+export const RECONNECT_BACKOFF_MS_MAX = 5_000;
