@@ -1,0 +1,736 @@
+import type { Clock } from "../clock.ts";
+import {
+  CLAIMS_PER_SESSION_MAX,
+  IO_TIMEOUT_MS_DEFAULT,
+  LEASE_MS_DEFAULT,
+  LEASE_MS_MAX_DEFAULT,
+  LEASE_MS_MIN,
+  SESSIONS_MAX,
+  WAITERS_PER_LOCK_MAX,
+} from "../limits.ts";
+import { DeadlineHeap, type DeadlineNode } from "./deadline_heap.ts";
+import { lockNameProblem } from "./lock_name.ts";
+import type { TokenIssuer } from "./tokens.ts";
+import {
+  type CloseCause,
+  END_REASON_OF_CLOSE,
+  type EndReason,
+  type EngineEvent,
+  type EngineStats,
+  type LockView,
+  type Peer,
+  type RejectReason,
+  type WaitEndCause,
+} from "./types.ts";
+
+/**
+ * The lock engine: owners, FIFO queues, leases, fencing tokens and session
+ * deadlines. It does no I/O and reads time only from the injected clock.
+ * Every operation returns the events it caused, in order; adapters carry
+ * them out (frames, audit records, connection closes).
+ *
+ * Claim states and their only transitions:
+ *   queued → owned     (head of the queue when the owner leaves, or a free lock)
+ *   queued → gone      (wait timeout, cancel, session closed, kicked)
+ *   owned  → gone      (release, lease expiry, session closed, force-release)
+ */
+export interface EngineOptions {
+  clock: Clock;
+  tokens: TokenIssuer;
+  ioTimeoutMs?: number;
+  leaseDefaultMs?: number;
+  leaseMaxMs?: number;
+  sessionsMax?: number;
+  claimsPerSessionMax?: number;
+  waitersPerLockMax?: number;
+}
+
+type ClaimState = "queued" | "owned" | "gone";
+
+interface Session extends DeadlineNode {
+  readonly kind: "io";
+  readonly peer: Peer;
+  readonly claims: Map<string, Claim>;
+  lastSeenMs: number;
+  open: boolean;
+}
+
+interface Claim {
+  readonly session: Session;
+  readonly lock: LockState;
+  readonly requestId: number;
+  readonly leaseMs: number;
+  state: ClaimState;
+  // queue links (while queued)
+  prev: Claim | null;
+  next: Claim | null;
+  queuedAtMs: number;
+  queuedAtWallMs: number;
+  // ownership (while owned)
+  token: number;
+  sinceMs: number;
+  sinceWallMs: number;
+  leaseExpiresAtMs: number;
+  readonly leaseNode: ClaimDeadline;
+  readonly waitNode: ClaimDeadline;
+}
+
+interface ClaimDeadline extends DeadlineNode {
+  readonly kind: "lease" | "wait";
+  readonly claim: Claim;
+}
+
+type Deadline = Session | ClaimDeadline;
+
+interface LockState {
+  readonly name: string;
+  owner: Claim | null;
+  head: Claim | null;
+  tail: Claim | null;
+  queueLength: number;
+}
+
+/** Most deadlines handled in one `tick`; the rest wait for the next one (bounded work per sweep). */
+const DEADLINES_PER_TICK_MAX = 10_000;
+
+export class LockEngine {
+  readonly #clock: Clock;
+  readonly #tokens: TokenIssuer;
+  readonly ioTimeoutMs: number;
+  readonly leaseDefaultMs: number;
+  readonly leaseMaxMs: number;
+  readonly #sessionsMax: number;
+  readonly #claimsPerSessionMax: number;
+  readonly #waitersPerLockMax: number;
+
+  readonly #locks = new Map<string, LockState>();
+  readonly #sessions = new Map<number, Session>();
+  readonly #sessionsByAddr = new Map<string, Session>();
+  readonly #deadlines = new DeadlineHeap<Deadline>();
+  /** Locks with waiters but no owner (grants paused or a token reservation failed). */
+  readonly #ownerless = new Set<LockState>();
+  #nextSessionId = 1;
+  #grantsPaused = false;
+
+  readonly stats: EngineStats = {
+    sessionsOpen: 0,
+    locksHeld: 0,
+    waiters: 0,
+    acquiresTotal: 0,
+    heartbeatsTotal: 0,
+    releasesTotal: { graceful: 0, expired: 0, io_timeout: 0, force: 0 },
+    waitSecondsSum: 0,
+    waitSecondsCount: 0,
+    holdSecondsSum: 0,
+    holdSecondsCount: 0,
+  };
+
+  constructor(options: EngineOptions) {
+    this.#clock = options.clock;
+    this.#tokens = options.tokens;
+    this.ioTimeoutMs = options.ioTimeoutMs ?? IO_TIMEOUT_MS_DEFAULT;
+    this.leaseMaxMs = options.leaseMaxMs ?? LEASE_MS_MAX_DEFAULT;
+    this.leaseDefaultMs = Math.min(options.leaseDefaultMs ?? LEASE_MS_DEFAULT, this.leaseMaxMs);
+    this.#sessionsMax = options.sessionsMax ?? SESSIONS_MAX;
+    this.#claimsPerSessionMax = options.claimsPerSessionMax ?? CLAIMS_PER_SESSION_MAX;
+    this.#waitersPerLockMax = options.waitersPerLockMax ?? WAITERS_PER_LOCK_MAX;
+  }
+
+  // ---- sessions -----------------------------------------------------------
+
+  /** Registers a session; null when the session limit is reached. */
+  openSession(identity: string, remoteAddr: string): Peer | null {
+    if (this.#sessions.size >= this.#sessionsMax) return null;
+    const peer: Peer = { sessionId: this.#nextSessionId++, identity, remoteAddr };
+    const session: Session = {
+      kind: "io",
+      peer,
+      claims: new Map(),
+      lastSeenMs: this.#clock.monotonicMs(),
+      open: true,
+      atMs: 0,
+      heapIndex: -1,
+    };
+    this.#sessions.set(peer.sessionId, session);
+    this.#sessionsByAddr.set(remoteAddr, session);
+    this.#deadlines.update(session, session.lastSeenMs + this.ioTimeoutMs);
+    this.stats.sessionsOpen++;
+    return peer;
+  }
+
+  /** Records that a session sent something; its I/O deadline moves (lazily, see tick). */
+  touch(sessionId: number): void {
+    const session = this.#sessions.get(sessionId);
+    if (session) session.lastSeenMs = this.#clock.monotonicMs();
+  }
+
+  /** Ends a session at the adapter's request: its ownerships end and its waits leave their queues. */
+  closeSession(sessionId: number, cause: CloseCause): EngineEvent[] {
+    const events: EngineEvent[] = [];
+    const session = this.#sessions.get(sessionId);
+    if (session) this.#closeSession(session, cause, "", events);
+    return events;
+  }
+
+  // ---- requests -----------------------------------------------------------
+
+  /**
+   * ACQUIRE: grant at once when free, else queue (or fail at once when
+   * `waitMs` is 0). `leaseMs` 0 means the default; `waitMs` null means forever.
+   */
+  acquire(
+    sessionId: number,
+    requestId: number,
+    name: string,
+    leaseMs: number,
+    waitMs: number | null,
+  ): EngineEvent[] {
+    const events: EngineEvent[] = [];
+    const session = this.#requireSession(sessionId);
+    const problem = lockNameProblem(name);
+    if (problem !== null) {
+      return this.#reject(session, requestId, name, "invalid_argument", problem);
+    }
+    if (session.claims.has(name)) {
+      const what = session.claims.get(name)!.state === "owned" ? "owns" : "waits for";
+      return this.#reject(
+        session,
+        requestId,
+        name,
+        "duplicate_claim",
+        `Cannot acquire lock "${name}": this session already ${what} it`,
+      );
+    }
+    if (this.#grantsPaused) {
+      return this.#reject(
+        session,
+        requestId,
+        name,
+        "grants_paused",
+        `Cannot acquire lock "${name}": the audit log cannot be written, grants are paused`,
+      );
+    }
+    if (session.claims.size >= this.#claimsPerSessionMax) {
+      return this.#reject(
+        session,
+        requestId,
+        name,
+        "limit_exceeded",
+        `Cannot acquire lock "${name}": the session already has ${this.#claimsPerSessionMax} claims`,
+      );
+    }
+    let lock = this.#locks.get(name);
+    const free = lock === undefined || (lock.owner === null && lock.queueLength === 0);
+    if (!free && waitMs === 0) {
+      events.push({
+        type: "wait_ended",
+        peer: session.peer,
+        requestId,
+        releaseRequestId: 0,
+        name,
+        cause: "timeout",
+        waitedMs: 0,
+      });
+      return events;
+    }
+    if (!free && lock!.queueLength >= this.#waitersPerLockMax) {
+      return this.#reject(
+        session,
+        requestId,
+        name,
+        "limit_exceeded",
+        `Cannot acquire lock "${name}": its queue already has ${this.#waitersPerLockMax} waiters`,
+      );
+    }
+    if (lock === undefined) {
+      lock = { name, owner: null, head: null, tail: null, queueLength: 0 };
+      this.#locks.set(name, lock);
+    }
+    const now = this.#clock.monotonicMs();
+    const claim = this.#newClaim(session, lock, requestId, this.#clampLease(leaseMs), now);
+    session.claims.set(name, claim);
+    this.#enqueue(claim);
+    if (free) {
+      this.#grantHead(lock, events);
+      if (claim.state === "queued") {
+        // The token reservation failed: leave nothing behind.
+        this.#leaveQueue(claim);
+        claim.state = "gone";
+        session.claims.delete(name);
+        this.#dropIfIdle(lock);
+        return this.#reject(
+          session,
+          requestId,
+          name,
+          "grants_paused",
+          `Cannot acquire lock "${name}": no fencing token could be reserved`,
+        );
+      }
+      return events;
+    }
+    if (waitMs !== null) {
+      this.#deadlines.update(claim.waitNode, now + waitMs);
+    }
+    events.push({
+      type: "queued",
+      peer: session.peer,
+      requestId,
+      name,
+      position: lock.queueLength,
+    });
+    return events;
+  }
+
+  /** RELEASE: ends an ownership with its token, or cancels a queued claim (token 0). */
+  release(sessionId: number, requestId: number, name: string, token: number): EngineEvent[] {
+    const events: EngineEvent[] = [];
+    const session = this.#requireSession(sessionId);
+    const claim = session.claims.get(name);
+    if (claim !== undefined && claim.state === "owned" && claim.token === token) {
+      this.#endOwnership(claim, "graceful", requestId, events);
+      return events;
+    }
+    if (claim !== undefined && claim.state === "queued" && token === 0) {
+      this.#endWait(claim, "cancelled", requestId, events);
+      return events;
+    }
+    const why = claim === undefined
+      ? "this session has no claim on it"
+      : claim.state === "queued"
+      ? "this session only waits for it (cancel with token 0)"
+      : `token ${token} is not the token of this ownership`;
+    return this.#reject(
+      session,
+      requestId,
+      name,
+      "not_owner",
+      `Cannot release lock "${name}": ${why}`,
+    );
+  }
+
+  /** HEARTBEAT: renews every ownership of the session; returns how many. */
+  heartbeat(sessionId: number): number {
+    const session = this.#requireSession(sessionId);
+    const now = this.#clock.monotonicMs();
+    session.lastSeenMs = now;
+    let renewed = 0;
+    for (const claim of session.claims.values()) {
+      if (claim.state !== "owned") continue;
+      // The heap node is re-keyed lazily when it comes due (see tick).
+      claim.leaseExpiresAtMs = now + claim.leaseMs;
+      renewed++;
+    }
+    this.stats.heartbeatsTotal++;
+    return renewed;
+  }
+
+  // ---- operator actions ---------------------------------------------------
+
+  /**
+   * Force-release: the owner's session is closed (ERROR 0x02 first), all its
+   * ownerships end with reason force, and the head waiter is granted at once.
+   */
+  forceRelease(name: string): { status: "ok" | "not_found" | "no_owner"; events: EngineEvent[] } {
+    const events: EngineEvent[] = [];
+    const lock = this.#locks.get(name);
+    if (lock === undefined) return { status: "not_found", events };
+    if (lock.owner === null) return { status: "no_owner", events };
+    this.#closeSession(lock.owner.session, "admin", name, events);
+    return { status: "ok", events };
+  }
+
+  /** Removes the waiter with exactly this remote address; its session is closed like a force-release. */
+  kickWaiter(
+    name: string,
+    remoteAddr: string,
+  ): { status: "ok" | "not_found"; events: EngineEvent[] } {
+    const events: EngineEvent[] = [];
+    const lock = this.#locks.get(name);
+    const claim = this.#sessionsByAddr.get(remoteAddr)?.claims.get(name);
+    if (lock === undefined || claim === undefined || claim.state !== "queued") {
+      return { status: "not_found", events };
+    }
+    this.#endWait(claim, "kicked", 0, events);
+    this.#closeSession(claim.session, "admin", name, events);
+    return { status: "ok", events };
+  }
+
+  /**
+   * Pauses or resumes new grants (the audit sink failed or recovered). While
+   * paused, ACQUIRE is refused and handoffs wait; resuming grants every
+   * queue that was left without an owner.
+   */
+  setGrantsPaused(paused: boolean): EngineEvent[] {
+    const events: EngineEvent[] = [];
+    this.#grantsPaused = paused;
+    if (!paused) this.#grantOwnerless(events);
+    return events;
+  }
+
+  get grantsPaused(): boolean {
+    return this.#grantsPaused;
+  }
+
+  /** Retries grants for queues left without an owner (after a failed token reservation). */
+  retryGrants(): EngineEvent[] {
+    const events: EngineEvent[] = [];
+    if (!this.#grantsPaused) this.#grantOwnerless(events);
+    return events;
+  }
+
+  // ---- time ---------------------------------------------------------------
+
+  /** The earliest pending deadline (monotonic ms), or undefined. The adapter arms one timer for it. */
+  nextDeadlineMs(): number | undefined {
+    return this.#deadlines.peek()?.atMs;
+  }
+
+  /** Handles every deadline due now: lease expiries, wait timeouts, I/O timeouts. */
+  tick(): EngineEvent[] {
+    const events: EngineEvent[] = [];
+    const now = this.#clock.monotonicMs();
+    for (let handled = 0; handled < DEADLINES_PER_TICK_MAX; handled++) {
+      const node = this.#deadlines.peek();
+      if (node === undefined || node.atMs > now) break;
+      if (node.kind === "io") {
+        const dueMs = node.lastSeenMs + this.ioTimeoutMs;
+        if (dueMs > now) this.#deadlines.update(node, dueMs);
+        else this.#closeSession(node, "io_timeout", "", events);
+      } else if (node.kind === "lease") {
+        const claim = node.claim;
+        if (claim.leaseExpiresAtMs > now) this.#deadlines.update(node, claim.leaseExpiresAtMs);
+        else this.#endOwnership(claim, "expired", 0, events);
+      } else {
+        this.#endWait(node.claim, "timeout", 0, events);
+      }
+    }
+    return events;
+  }
+
+  // ---- introspection ------------------------------------------------------
+
+  /** Locks with an owner or waiters, sorted by name, optionally filtered. */
+  listLocks(filter?: { prefix?: string; matches?: (name: string) => boolean }): LockView[] {
+    const prefix = filter?.prefix ?? "";
+    const names: string[] = [];
+    for (const name of this.#locks.keys()) {
+      if (prefix !== "" && !name.startsWith(prefix)) continue;
+      if (filter?.matches && !filter.matches(name)) continue;
+      names.push(name);
+    }
+    names.sort(compareNames);
+    return names.map((name) => this.#view(this.#locks.get(name)!));
+  }
+
+  /** One lock with its full queue, or undefined when idle or unknown. */
+  getLock(name: string): LockView | undefined {
+    const lock = this.#locks.get(name);
+    return lock === undefined ? undefined : this.#view(lock);
+  }
+
+  /** How many locks have an owner or waiters (idle locks are not stored). */
+  get lockCount(): number {
+    return this.#locks.size;
+  }
+
+  /** Peers of all open sessions (for shutdown). */
+  sessionIds(): number[] {
+    return [...this.#sessions.keys()];
+  }
+
+  /** The largest token issued so far. */
+  get lastToken(): number {
+    return this.#tokens.lastIssued;
+  }
+
+  /**
+   * Checks the engine's invariants; throws on a breach. Tests call it after
+   * every step; it is O(state) so production code does not.
+   */
+  assertInvariants(): void {
+    let held = 0;
+    let waiting = 0;
+    for (const [name, lock] of this.#locks) {
+      assert(lock.name === name, "lock stored under its own name");
+      assert(lock.owner !== null || lock.queueLength > 0, `idle lock "${name}" is stored`);
+      if (lock.owner !== null) {
+        held++;
+        assert(lock.owner.state === "owned", "owner claim is owned");
+        assert(lock.owner.session.claims.get(name) === lock.owner, "owner claim is in its session");
+      }
+      let count = 0;
+      let previous: Claim | null = null;
+      for (let claim = lock.head; claim !== null; claim = claim.next) {
+        assert(claim.state === "queued", "queued claim is queued");
+        assert(claim.prev === previous, "queue links are consistent");
+        assert(claim.session.claims.get(name) === claim, "waiter is in its session");
+        previous = claim;
+        count++;
+      }
+      assert(lock.tail === previous, "queue tail is the last claim");
+      assert(count === lock.queueLength, "queue length is exact");
+      waiting += count;
+    }
+    assert(held === this.stats.locksHeld, "locks_held gauge is exact");
+    assert(waiting === this.stats.waiters, "waiters gauge is exact");
+    assert(this.#sessions.size === this.stats.sessionsOpen, "sessions gauge is exact");
+    for (const session of this.#sessions.values()) {
+      for (const [name, claim] of session.claims) {
+        assert(claim.state !== "gone", "a session keeps no ended claims");
+        assert(this.#locks.get(name) === claim.lock, "a claim's lock is stored");
+      }
+    }
+  }
+
+  // ---- internals ----------------------------------------------------------
+
+  #requireSession(sessionId: number): Session {
+    const session = this.#sessions.get(sessionId);
+    if (session === undefined) throw new Error(`Unknown session ${sessionId}`);
+    return session;
+  }
+
+  #reject(
+    session: Session,
+    requestId: number,
+    name: string,
+    reason: RejectReason,
+    message: string,
+  ): EngineEvent[] {
+    return [{ type: "rejected", peer: session.peer, requestId, name, reason, message }];
+  }
+
+  #clampLease(leaseMs: number): number {
+    if (leaseMs === 0) return this.leaseDefaultMs;
+    return Math.min(this.leaseMaxMs, Math.max(LEASE_MS_MIN, leaseMs));
+  }
+
+  #newClaim(
+    session: Session,
+    lock: LockState,
+    requestId: number,
+    leaseMs: number,
+    now: number,
+  ): Claim {
+    const claim = {
+      session,
+      lock,
+      requestId,
+      leaseMs,
+      state: "queued" as ClaimState,
+      prev: null,
+      next: null,
+      queuedAtMs: now,
+      queuedAtWallMs: this.#clock.wallMs(),
+      token: 0,
+      sinceMs: 0,
+      sinceWallMs: 0,
+      leaseExpiresAtMs: 0,
+    } as Omit<Claim, "leaseNode" | "waitNode"> as Claim;
+    (claim as { leaseNode: ClaimDeadline }).leaseNode = {
+      kind: "lease",
+      claim,
+      atMs: 0,
+      heapIndex: -1,
+    };
+    (claim as { waitNode: ClaimDeadline }).waitNode = {
+      kind: "wait",
+      claim,
+      atMs: 0,
+      heapIndex: -1,
+    };
+    return claim;
+  }
+
+  #enqueue(claim: Claim): void {
+    const lock = claim.lock;
+    claim.prev = lock.tail;
+    claim.next = null;
+    if (lock.tail === null) lock.head = claim;
+    else lock.tail.next = claim;
+    lock.tail = claim;
+    lock.queueLength++;
+    this.stats.waiters++;
+  }
+
+  /** Unlinks a queued claim (O(1)); the rest of the queue keeps its order. */
+  #leaveQueue(claim: Claim): void {
+    const lock = claim.lock;
+    if (claim.prev === null) lock.head = claim.next;
+    else claim.prev.next = claim.next;
+    if (claim.next === null) lock.tail = claim.prev;
+    else claim.next.prev = claim.prev;
+    claim.prev = null;
+    claim.next = null;
+    lock.queueLength--;
+    this.stats.waiters--;
+    this.#deadlines.remove(claim.waitNode);
+  }
+
+  /** Grants the head of the queue when the lock has no owner. */
+  #grantHead(lock: LockState, events: EngineEvent[]): void {
+    const claim = lock.head;
+    if (lock.owner !== null || claim === null) return;
+    if (this.#grantsPaused) {
+      this.#ownerless.add(lock);
+      return;
+    }
+    let token: number;
+    try {
+      token = this.#tokens.next();
+    } catch {
+      this.#ownerless.add(lock);
+      return;
+    }
+    this.#ownerless.delete(lock);
+    this.#leaveQueue(claim);
+    const now = this.#clock.monotonicMs();
+    claim.state = "owned";
+    claim.token = token;
+    claim.sinceMs = now;
+    claim.sinceWallMs = this.#clock.wallMs();
+    claim.leaseExpiresAtMs = now + claim.leaseMs;
+    lock.owner = claim;
+    this.#deadlines.update(claim.leaseNode, claim.leaseExpiresAtMs);
+    const waitedMs = now - claim.queuedAtMs;
+    this.stats.locksHeld++;
+    this.stats.acquiresTotal++;
+    this.stats.waitSecondsSum += waitedMs / 1000;
+    this.stats.waitSecondsCount++;
+    events.push({
+      type: "granted",
+      peer: claim.session.peer,
+      requestId: claim.requestId,
+      name: lock.name,
+      token,
+      leaseMs: claim.leaseMs,
+      waitedMs,
+      sinceWallMs: claim.sinceWallMs,
+    });
+  }
+
+  #grantOwnerless(events: EngineEvent[]): void {
+    for (const lock of [...this.#ownerless]) {
+      this.#ownerless.delete(lock);
+      this.#grantHead(lock, events);
+    }
+  }
+
+  #endOwnership(
+    claim: Claim,
+    reason: EndReason,
+    releaseRequestId: number,
+    events: EngineEvent[],
+  ): void {
+    const lock = claim.lock;
+    assert(lock.owner === claim && claim.state === "owned", "only the owner's claim ends");
+    const heldMs = this.#clock.monotonicMs() - claim.sinceMs;
+    claim.state = "gone";
+    lock.owner = null;
+    claim.session.claims.delete(lock.name);
+    this.#deadlines.remove(claim.leaseNode);
+    this.stats.locksHeld--;
+    this.stats.releasesTotal[reason]++;
+    this.stats.holdSecondsSum += heldMs / 1000;
+    this.stats.holdSecondsCount++;
+    events.push({
+      type: "ended",
+      peer: claim.session.peer,
+      acquireRequestId: claim.requestId,
+      releaseRequestId,
+      name: lock.name,
+      token: claim.token,
+      reason,
+      heldMs,
+    });
+    this.#grantHead(lock, events);
+    this.#dropIfIdle(lock);
+  }
+
+  #endWait(
+    claim: Claim,
+    cause: WaitEndCause,
+    releaseRequestId: number,
+    events: EngineEvent[],
+  ): void {
+    assert(claim.state === "queued", "only a queued claim stops waiting");
+    const lock = claim.lock;
+    const wasHead = lock.head === claim;
+    this.#leaveQueue(claim);
+    claim.state = "gone";
+    claim.session.claims.delete(lock.name);
+    events.push({
+      type: "wait_ended",
+      peer: claim.session.peer,
+      requestId: claim.requestId,
+      releaseRequestId,
+      name: lock.name,
+      cause,
+      waitedMs: this.#clock.monotonicMs() - claim.queuedAtMs,
+    });
+    // A head leaving an ownerless queue lets the next one be tried.
+    if (wasHead && lock.owner === null) this.#grantHead(lock, events);
+    if (lock.head === null) this.#ownerless.delete(lock);
+    this.#dropIfIdle(lock);
+  }
+
+  #closeSession(session: Session, cause: CloseCause, name: string, events: EngineEvent[]): void {
+    if (!session.open) return;
+    session.open = false;
+    // Waits leave first, so a closing session never receives a grant it cannot use.
+    for (const claim of [...session.claims.values()]) {
+      if (claim.state === "queued") this.#endWait(claim, "session_closed", 0, events);
+    }
+    const reason = END_REASON_OF_CLOSE[cause];
+    for (const claim of [...session.claims.values()]) {
+      if (claim.state === "owned") this.#endOwnership(claim, reason, 0, events);
+    }
+    this.#sessions.delete(session.peer.sessionId);
+    if (this.#sessionsByAddr.get(session.peer.remoteAddr) === session) {
+      this.#sessionsByAddr.delete(session.peer.remoteAddr);
+    }
+    this.#deadlines.remove(session);
+    this.stats.sessionsOpen--;
+    events.push({ type: "session_closed", peer: session.peer, cause, name });
+  }
+
+  #dropIfIdle(lock: LockState): void {
+    if (lock.owner === null && lock.queueLength === 0 && this.#locks.get(lock.name) === lock) {
+      this.#locks.delete(lock.name);
+      this.#ownerless.delete(lock);
+    }
+  }
+
+  #view(lock: LockState): LockView {
+    const owner = lock.owner;
+    const waiters = [];
+    for (let claim = lock.head; claim !== null; claim = claim.next) {
+      waiters.push({
+        identity: claim.session.peer.identity,
+        remoteAddr: claim.session.peer.remoteAddr,
+        sessionId: claim.session.peer.sessionId,
+        queuedAtWallMs: claim.queuedAtWallMs,
+      });
+    }
+    return {
+      name: lock.name,
+      holder: owner === null ? null : {
+        identity: owner.session.peer.identity,
+        remoteAddr: owner.session.peer.remoteAddr,
+        sessionId: owner.session.peer.sessionId,
+        sinceWallMs: owner.sinceWallMs,
+        leaseMs: owner.leaseMs,
+        token: owner.token,
+      },
+      waiters,
+    };
+  }
+}
+
+function compareNames(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+function assert(condition: boolean, what: string): asserts condition {
+  if (!condition) throw new Error(`lockd invariant broken: ${what}`);
+}

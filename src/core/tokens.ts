@@ -1,0 +1,68 @@
+import { TOKEN_MAX } from "../limits.ts";
+
+/**
+ * Issues fencing tokens: each larger than every one issued before.
+ *
+ * Tokens are reserved ahead in blocks. Before the first token of a new block
+ * is issued, `reserve(highWater)` must make `highWater` durable (the data-dir
+ * adapter writes a temp file, fsyncs and renames); a restart then starts above
+ * it, so tokens keep growing across restarts. `reserve` throwing means the
+ * token is not issued.
+ */
+export class TokenIssuer {
+  #last: number;
+  #reservedThrough: number;
+  readonly #blockSize: number;
+  readonly #reserve: (highWater: number) => void;
+
+  /**
+   * @param lastIssued every token issued before is ≤ this (the durable high-water mark)
+   * @param blockSize how many tokens one reservation covers
+   * @param reserve makes a new high-water mark durable; called before issuing past the old one
+   */
+  constructor(lastIssued: number, blockSize: number, reserve: (highWater: number) => void) {
+    if (!Number.isSafeInteger(lastIssued) || lastIssued < 0) {
+      throw new RangeError(`Invalid token high-water mark ${lastIssued}`);
+    }
+    if (!Number.isSafeInteger(blockSize) || blockSize < 1) {
+      throw new RangeError(`Invalid token block size ${blockSize}`);
+    }
+    this.#last = lastIssued;
+    this.#reservedThrough = lastIssued;
+    this.#blockSize = blockSize;
+    this.#reserve = reserve;
+  }
+
+  /** The largest token issued so far (or the starting floor). */
+  get lastIssued(): number {
+    return this.#last;
+  }
+
+  /** The durable high-water mark: no restart will issue a token at or below it. */
+  get reservedThrough(): number {
+    return this.#reservedThrough;
+  }
+
+  /** Returns the next token; throws when the space is exhausted or the reservation fails. */
+  next(): number {
+    const token = this.#last + 1;
+    if (token > TOKEN_MAX) throw new RangeError("Fencing tokens are exhausted (2^53-1 reached)");
+    if (token > this.#reservedThrough) {
+      const highWater = Math.min(TOKEN_MAX, this.#reservedThrough + this.#blockSize);
+      this.#reserve(highWater);
+      this.#reservedThrough = highWater;
+    }
+    this.#last = token;
+    return token;
+  }
+}
+
+/**
+ * The starting point without a data dir: wall-clock milliseconds × 1000.
+ * A restart issues larger tokens than before as long as the previous run
+ * issued fewer than 1000 tokens per millisecond of its uptime on average
+ * and the wall clock did not step back. Stays below 2^53-1 until year 2255.
+ */
+export function clockTokenFloor(wallMs: number): number {
+  return Math.floor(wallMs) * 1000;
+}

@@ -1,0 +1,155 @@
+/**
+ * Shapes shared by the lock engine and its adapters. The engine speaks only
+ * in these domain terms; the protocol layer maps them to wire codes.
+ */
+
+/** Why an ownership ended (the label values of `lockd_releases_total{reason}`). */
+export type EndReason = "graceful" | "expired" | "io_timeout" | "force";
+export const END_REASONS: readonly EndReason[] = ["graceful", "expired", "io_timeout", "force"];
+
+/**
+ * Why a session is closed, and which end reason its ownerships get:
+ * - `client_closed`: the client closed its connection cleanly (FIN) → graceful
+ * - `io_error`: reset or read/write error → io_timeout
+ * - `io_timeout`: nothing received for io_timeout_ms, or a write stalled → io_timeout
+ * - `admin`: an operator force-released one of its locks or removed one of its waiters → force
+ * - `shutdown`: the server is stopping → graceful
+ */
+export type CloseCause = "client_closed" | "io_error" | "io_timeout" | "admin" | "shutdown";
+
+export const END_REASON_OF_CLOSE: Readonly<Record<CloseCause, EndReason>> = {
+  client_closed: "graceful",
+  io_error: "io_timeout",
+  io_timeout: "io_timeout",
+  admin: "force",
+  shutdown: "graceful",
+};
+
+/** Why a queued claim left its queue without being granted. */
+export type WaitEndCause = "timeout" | "cancelled" | "session_closed" | "kicked";
+
+/** Request failures the engine answers without changing anything. */
+export type RejectReason =
+  | "invalid_argument"
+  | "duplicate_claim"
+  | "limit_exceeded"
+  | "not_owner"
+  | "grants_paused";
+
+/** Who a session is, as shown to operators. */
+export interface Peer {
+  readonly sessionId: number;
+  /** mTLS identity, or "" without mTLS. */
+  readonly identity: string;
+  /** `host:port`, IPv6 as `[::1]:port`. */
+  readonly remoteAddr: string;
+}
+
+/** Everything the engine reports back. Adapters carry these out in order. */
+export type EngineEvent =
+  | GrantedEvent
+  | QueuedEvent
+  | EndedEvent
+  | WaitEndedEvent
+  | RejectedEvent
+  | SessionClosedEvent;
+
+export interface GrantedEvent {
+  readonly type: "granted";
+  readonly peer: Peer;
+  /** The ACQUIRE's request id. */
+  readonly requestId: number;
+  readonly name: string;
+  readonly token: number;
+  readonly leaseMs: number;
+  readonly waitedMs: number;
+  readonly sinceWallMs: number;
+}
+
+export interface QueuedEvent {
+  readonly type: "queued";
+  readonly peer: Peer;
+  readonly requestId: number;
+  readonly name: string;
+  /** 1 = next in line. */
+  readonly position: number;
+}
+
+export interface EndedEvent {
+  readonly type: "ended";
+  readonly peer: Peer;
+  /** The ACQUIRE's request id of this ownership. */
+  readonly acquireRequestId: number;
+  /** The RELEASE's request id when a RELEASE ended it, else 0. */
+  readonly releaseRequestId: number;
+  readonly name: string;
+  readonly token: number;
+  readonly reason: EndReason;
+  readonly heldMs: number;
+}
+
+export interface WaitEndedEvent {
+  readonly type: "wait_ended";
+  readonly peer: Peer;
+  readonly requestId: number;
+  /** The RELEASE's request id when the client cancelled, else 0. */
+  readonly releaseRequestId: number;
+  readonly name: string;
+  readonly cause: WaitEndCause;
+  readonly waitedMs: number;
+}
+
+export interface RejectedEvent {
+  readonly type: "rejected";
+  readonly peer: Peer;
+  readonly requestId: number;
+  readonly name: string;
+  readonly reason: RejectReason;
+  readonly message: string;
+}
+
+/** The engine closed a session (io timeout or operator action); the adapter closes the connection. */
+export interface SessionClosedEvent {
+  readonly type: "session_closed";
+  readonly peer: Peer;
+  readonly cause: CloseCause;
+  /** The lock an operator acted on, for the ERROR 0x02 frame ("" otherwise). */
+  readonly name: string;
+}
+
+/** Introspection of one lock (admin API). */
+export interface LockView {
+  readonly name: string;
+  readonly holder: HolderView | null;
+  readonly waiters: WaiterView[];
+}
+
+export interface HolderView {
+  readonly identity: string;
+  readonly remoteAddr: string;
+  readonly sessionId: number;
+  readonly sinceWallMs: number;
+  readonly leaseMs: number;
+  readonly token: number;
+}
+
+export interface WaiterView {
+  readonly identity: string;
+  readonly remoteAddr: string;
+  readonly sessionId: number;
+  readonly queuedAtWallMs: number;
+}
+
+/** Counters and gauges the engine keeps exact; `/metrics` reads them at scrape time. */
+export interface EngineStats {
+  sessionsOpen: number;
+  locksHeld: number;
+  waiters: number;
+  acquiresTotal: number;
+  heartbeatsTotal: number;
+  releasesTotal: Record<EndReason, number>;
+  waitSecondsSum: number;
+  waitSecondsCount: number;
+  holdSecondsSum: number;
+  holdSecondsCount: number;
+}
