@@ -1,0 +1,447 @@
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import {
+  compileGlob,
+  GLOB_PATTERN_BYTES_MAX,
+  GLOB_SYNTAX_HELP,
+  GlobError,
+} from "../../src/security/glob.ts";
+
+const matchCases: { name: string; pattern: string; input: string; matches: boolean }[] = [
+  {
+    name: "a literal pattern matches only the same name",
+    pattern: "jobs/a",
+    input: "jobs/a",
+    matches: true,
+  },
+  {
+    name: "a literal pattern does not match a longer name",
+    pattern: "jobs/a",
+    input: "jobs/ab",
+    matches: false,
+  },
+  {
+    name: "a literal pattern does not match a prefix of itself",
+    pattern: "jobs/ab",
+    input: "jobs/a",
+    matches: false,
+  },
+  { name: "matching is case-sensitive", pattern: "Jobs", input: "jobs", matches: false },
+  { name: "the empty pattern matches the empty name", pattern: "", input: "", matches: true },
+  {
+    name: "the empty pattern does not match a non-empty name",
+    pattern: "",
+    input: "a",
+    matches: false,
+  },
+  {
+    name: "a star matches one path segment",
+    pattern: "jobs/*",
+    input: "jobs/nightly",
+    matches: true,
+  },
+  { name: "a star matches an empty run", pattern: "jobs/*", input: "jobs/", matches: true },
+  { name: "a star does not cross a slash", pattern: "jobs/*", input: "jobs/a/b", matches: false },
+  { name: "a lone star matches the empty name", pattern: "*", input: "", matches: true },
+  { name: "a lone star does not match a slash", pattern: "*", input: "/", matches: false },
+  {
+    name: "a star in the middle of a segment matches",
+    pattern: "db-*-primary",
+    input: "db-eu-primary",
+    matches: true,
+  },
+  {
+    name: "a star in the middle needs the suffix",
+    pattern: "db-*-primary",
+    input: "db-eu-replica",
+    matches: false,
+  },
+  { name: "a double star crosses slashes", pattern: "jobs/**", input: "jobs/a/b/c", matches: true },
+  { name: "a double star matches an empty run", pattern: "jobs/**", input: "jobs/", matches: true },
+  {
+    name: "a double star does not excuse the literal before it",
+    pattern: "jobs/**",
+    input: "jobs",
+    matches: false,
+  },
+  { name: "a lone double star matches the empty name", pattern: "**", input: "", matches: true },
+  {
+    name: "a lone double star matches anything",
+    pattern: "**",
+    input: "spiffe://example.org/x",
+    matches: true,
+  },
+  {
+    name: "a double star in the middle spans segments",
+    pattern: "a/**/z",
+    input: "a/b/c/z",
+    matches: true,
+  },
+  {
+    name: "a double star in the middle needs both slashes",
+    pattern: "a/**/z",
+    input: "a/z",
+    matches: false,
+  },
+  {
+    name: "three stars behave like a double star",
+    pattern: "a***z",
+    input: "a/b/z",
+    matches: true,
+  },
+  {
+    name: "a question mark matches one character",
+    pattern: "db/shard-?",
+    input: "db/shard-7",
+    matches: true,
+  },
+  {
+    name: "a question mark does not match zero characters",
+    pattern: "db/shard-?",
+    input: "db/shard-",
+    matches: false,
+  },
+  {
+    name: "a question mark does not match two characters",
+    pattern: "db/shard-?",
+    input: "db/shard-10",
+    matches: false,
+  },
+  { name: "a question mark does not match a slash", pattern: "a?b", input: "a/b", matches: false },
+  { name: "a question mark matches one emoji", pattern: "?", input: "😀", matches: true },
+  {
+    name: "a question mark matches one astral CJK character",
+    pattern: "x?y",
+    input: "x𠀀y",
+    matches: true,
+  },
+  { name: "two question marks do not match one emoji", pattern: "??", input: "😀", matches: false },
+  {
+    name: "a literal emoji matches itself",
+    pattern: "lock-😀-*",
+    input: "lock-😀-1",
+    matches: true,
+  },
+  { name: "a class matches a listed character", pattern: "[abc]", input: "b", matches: true },
+  {
+    name: "a class does not match an unlisted character",
+    pattern: "[abc]",
+    input: "d",
+    matches: false,
+  },
+  { name: "a range matches its low end", pattern: "[a-z]", input: "a", matches: true },
+  { name: "a range matches its high end", pattern: "[a-z]", input: "z", matches: true },
+  { name: "a range does not match outside it", pattern: "[a-z]", input: "A", matches: false },
+  {
+    name: "a class can hold ranges and single characters",
+    pattern: "[a-c0-9_]",
+    input: "7",
+    matches: true,
+  },
+  {
+    name: "a negated class with ! excludes its characters",
+    pattern: "[!a]",
+    input: "a",
+    matches: false,
+  },
+  {
+    name: "a negated class with ! matches other characters",
+    pattern: "[!a]",
+    input: "b",
+    matches: true,
+  },
+  {
+    name: "a negated class with ^ excludes its characters",
+    pattern: "[^a]",
+    input: "a",
+    matches: false,
+  },
+  {
+    name: "a negated class followed by a star matches names not starting with it",
+    pattern: "[!a]*",
+    input: "bcd",
+    matches: true,
+  },
+  {
+    name: "a negated class followed by a star rejects names starting with it",
+    pattern: "[!a]*",
+    input: "abc",
+    matches: false,
+  },
+  { name: "a negated class never matches a slash", pattern: "[!a]", input: "/", matches: false },
+  {
+    name: "a class listing a slash still never matches a slash",
+    pattern: "[/]",
+    input: "/",
+    matches: false,
+  },
+  { name: "a class matches one emoji", pattern: "[😀😁]", input: "😁", matches: true },
+  {
+    name: "a class range works over astral code points",
+    pattern: "[😀-😏]",
+    input: "😅",
+    matches: true,
+  },
+  { name: "a dash first in a class is literal", pattern: "[-a]", input: "-", matches: true },
+  { name: "a dash last in a class is literal", pattern: "[a-]", input: "-", matches: true },
+  {
+    name: "an escaped closing bracket is a class member",
+    pattern: "[\\]]",
+    input: "]",
+    matches: true,
+  },
+  {
+    name: "an opening bracket inside a class is literal",
+    pattern: "[[]",
+    input: "[",
+    matches: true,
+  },
+  { name: "an escaped star is a literal star", pattern: "a\\*", input: "a*", matches: true },
+  {
+    name: "an escaped star does not act as a wildcard",
+    pattern: "a\\*",
+    input: "ab",
+    matches: false,
+  },
+  { name: "an escaped question mark is literal", pattern: "a\\?", input: "ab", matches: false },
+  { name: "an escaped bracket is literal", pattern: "\\[x]", input: "[x]", matches: true },
+  {
+    name: "an escaped backslash is a literal backslash",
+    pattern: "a\\\\b",
+    input: "a\\b",
+    matches: true,
+  },
+  { name: "an escaped ordinary letter is that letter", pattern: "\\a", input: "a", matches: true },
+  {
+    name: "regex metacharacters are literal",
+    pattern: "a.b+c(d)|e$^",
+    input: "a.b+c(d)|e$^",
+    matches: true,
+  },
+  { name: "a regex dot is not a wildcard", pattern: "a.b", input: "axb", matches: false },
+  {
+    name: "a closing bracket outside a class is literal",
+    pattern: "a]",
+    input: "a]",
+    matches: true,
+  },
+  {
+    name: "a star then a literal backtracks to find the last occurrence",
+    pattern: "*.log",
+    input: "a.log.log",
+    matches: true,
+  },
+  {
+    name: "a SPIFFE identity matches a double-star glob",
+    pattern: "spiffe://example.org/team-a/**",
+    input: "spiffe://example.org/team-a/svc/x",
+    matches: true,
+  },
+  {
+    name: "a SPIFFE identity does not match a star glob across slashes",
+    pattern: "spiffe://example.org/*",
+    input: "spiffe://example.org/team-a/svc",
+    matches: false,
+  },
+  {
+    name: "a lone surrogate in the name is one character",
+    pattern: "?",
+    input: "\ud800",
+    matches: true,
+  },
+];
+
+for (const c of matchCases) {
+  Deno.test(`glob: ${c.name}`, () => {
+    assert.equal(compileGlob(c.pattern).matches(c.input), c.matches);
+  });
+}
+
+const prefixCases: { name: string; pattern: string; prefix: string }[] = [
+  { name: "the prefix stops at a star", pattern: "jobs/*", prefix: "jobs/" },
+  { name: "the prefix stops at a double star", pattern: "jobs/**", prefix: "jobs/" },
+  { name: "the prefix stops at a question mark", pattern: "db/shard-?", prefix: "db/shard-" },
+  { name: "the prefix stops at a class", pattern: "db/[ab]x", prefix: "db/" },
+  { name: "a pattern starting with a wildcard has an empty prefix", pattern: "[!a]*", prefix: "" },
+  { name: "a literal pattern is its own prefix", pattern: "jobs/nightly", prefix: "jobs/nightly" },
+  { name: "escapes are resolved in the prefix", pattern: "a\\*b\\\\c*", prefix: "a*b\\c" },
+  { name: "an astral character is kept whole in the prefix", pattern: "😀/*", prefix: "😀/" },
+];
+
+for (const c of prefixCases) {
+  Deno.test(`glob literalPrefix: ${c.name}`, () => {
+    const glob = compileGlob(c.pattern);
+    assert.equal(glob.literalPrefix, c.prefix);
+    assert.equal(glob.pattern, c.pattern);
+  });
+}
+
+const errorCases: { name: string; pattern: string; message: string; position: number }[] = [
+  {
+    name: "an unterminated class names the position of its bracket",
+    pattern: "jobs/[a",
+    message: 'Invalid glob "jobs/[a": unterminated character class at position 6',
+    position: 6,
+  },
+  {
+    name: "a class with only a negation is unterminated without a bracket",
+    pattern: "[!",
+    message: 'Invalid glob "[!": unterminated character class at position 1',
+    position: 1,
+  },
+  {
+    name: "a class ending in an escape is unterminated",
+    pattern: "x[a\\",
+    message: 'Invalid glob "x[a\\": unterminated character class at position 2',
+    position: 2,
+  },
+  {
+    name: "an escaped closing bracket does not terminate a class",
+    pattern: "[\\]",
+    message: 'Invalid glob "[\\]": unterminated character class at position 1',
+    position: 1,
+  },
+  {
+    name: "an empty class is rejected",
+    pattern: "a[]",
+    message: 'Invalid glob "a[]": empty character class at position 2',
+    position: 2,
+  },
+  {
+    name: "an empty negated class is rejected",
+    pattern: "[!]",
+    message: 'Invalid glob "[!]": empty character class at position 1',
+    position: 1,
+  },
+  {
+    name: "a reversed range names the position of its start",
+    pattern: "[z-a]",
+    message: 'Invalid glob "[z-a]": reversed range "z-a" in character class at position 2',
+    position: 2,
+  },
+  {
+    name: "a trailing lone backslash is rejected",
+    pattern: "jobs\\",
+    message: "Invalid glob \"jobs\\\": trailing lone '\\' at position 5",
+    position: 5,
+  },
+  {
+    name: "positions count code points, not UTF-16 units",
+    pattern: "😀😀[",
+    message: 'Invalid glob "😀😀[": unterminated character class at position 3',
+    position: 3,
+  },
+];
+
+for (const c of errorCases) {
+  Deno.test(`glob error: ${c.name}`, () => {
+    assert.throws(() => compileGlob(c.pattern), (err: unknown) => {
+      assert.ok(err instanceof GlobError);
+      assert.equal(err.message, c.message);
+      assert.equal(err.name, "GlobError");
+      assert.equal(err.pattern, c.pattern);
+      assert.equal(err.position, c.position);
+      return true;
+    });
+  });
+}
+
+Deno.test("glob: a pattern of exactly the byte limit compiles", () => {
+  // 4093 ASCII bytes + one 3-byte character = 4096 bytes.
+  const pattern = "a".repeat(GLOB_PATTERN_BYTES_MAX - 3) + "€";
+  assert.equal(new TextEncoder().encode(pattern).length, GLOB_PATTERN_BYTES_MAX);
+  assert.ok(compileGlob(pattern).matches(pattern));
+});
+
+Deno.test("glob: a pattern one byte over the limit is rejected, counting UTF-8 bytes", () => {
+  const pattern = "a".repeat(GLOB_PATTERN_BYTES_MAX - 2) + "€";
+  assert.throws(() => compileGlob(pattern), (err: unknown) => {
+    assert.ok(err instanceof GlobError);
+    assert.match(
+      err.message,
+      /^Invalid glob "a{77}\.\.\.": pattern is 4097 bytes long, more than the limit of 4096$/,
+    );
+    return true;
+  });
+});
+
+Deno.test("glob: nested double stars against a long non-matching name finish quickly", () => {
+  const glob = compileGlob("**a**a**a**b");
+  const name = "a".repeat(1024);
+  const started = performance.now();
+  assert.equal(glob.matches(name), false);
+  assert.equal(glob.matches(name + "b"), true);
+  const elapsedMs = performance.now() - started;
+  assert.ok(elapsedMs < 100, `took ${elapsedMs} ms`);
+});
+
+Deno.test("glob: a maximal pattern of stars against a long name finishes quickly", () => {
+  const glob = compileGlob("*a".repeat(GLOB_PATTERN_BYTES_MAX / 2 - 1) + "*b");
+  const name = "a".repeat(1024);
+  const started = performance.now();
+  assert.equal(glob.matches(name), false);
+  const elapsedMs = performance.now() - started;
+  assert.ok(elapsedMs < 100, `took ${elapsedMs} ms`);
+});
+
+Deno.test("glob: a compiled glob gives the same answers when reused", () => {
+  const glob = compileGlob("a*/**/?c");
+  const inputs = ["ab/x/yc", "a/x", "ab/x/y/zc", "b/x/yc", "a//xc"];
+  const first = inputs.map((n) => glob.matches(n));
+  const second = inputs.map((n) => glob.matches(n));
+  assert.deepEqual(first, [true, false, true, false, true]);
+  assert.deepEqual(second, first);
+});
+
+Deno.test("glob: the syntax help is one line naming every construct", () => {
+  assert.ok(!GLOB_SYNTAX_HELP.includes("\n"));
+  for (const part of ["*", "**", "?", "[abc]", "[a-z]", "[!a]", "\\"]) {
+    assert.ok(GLOB_SYNTAX_HELP.includes(part), `missing ${part}`);
+  }
+});
+
+/** A backtracking reference built on RegExp; fine for the tiny inputs of the property test. */
+function referenceMatches(pattern: string, name: string): boolean {
+  let source = "";
+  const chars = Array.from(pattern);
+  for (let i = 0; i < chars.length; i++) {
+    const ch = chars[i];
+    if (ch === "*") {
+      if (chars[i + 1] === "*") {
+        while (chars[i + 1] === "*") i++;
+        source += "[^]*";
+      } else {
+        source += "[^/]*";
+      }
+    } else if (ch === "?") {
+      source += "[^/]";
+    } else if (ch === "[") {
+      const end = chars.indexOf("]", i + 1);
+      let body = chars.slice(i + 1, end).join("");
+      const negated = body.startsWith("!");
+      if (negated) body = body.slice(1);
+      source += negated ? `(?![${body}])[^/]` : `(?!/)[${body}]`;
+      i = end;
+    } else {
+      source += ch.replace(/[\\^$.*+?()[\]{}|\/-]/g, "\\$&");
+    }
+  }
+  return new RegExp(`^(?:${source})$`, "u").test(name);
+}
+
+Deno.test("glob: random patterns agree with a regular-expression reference", () => {
+  const patternPart = fc.constantFrom("a", "b", "/", "*", "**", "?", "[ab]", "[!a]", "[a-b]", "😀");
+  const namePart = fc.constantFrom("a", "b", "c", "/", "😀");
+  fc.assert(
+    fc.property(
+      fc.array(patternPart, { maxLength: 8 }),
+      fc.array(namePart, { maxLength: 10 }),
+      (patternParts, nameParts) => {
+        const pattern = patternParts.join("");
+        const name = nameParts.join("");
+        return compileGlob(pattern).matches(name) === referenceMatches(pattern, name);
+      },
+    ),
+    { numRuns: 2000 },
+  );
+});
