@@ -1,0 +1,654 @@
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import { ProtocolError, WIRE_CODES } from "../../src/protocol/codes.ts";
+import { encodeFrame, FrameWriter } from "../../src/protocol/frame.ts";
+import { decodeFrameBody, FrameReader } from "../../src/protocol/frame_reader.ts";
+import {
+  type Message,
+  MessageType,
+  PROTOCOL_VERSION,
+  WAIT_FOREVER,
+} from "../../src/protocol/messages.ts";
+import { FRAME_BYTES_MAX } from "../../src/limits.ts";
+
+const MALFORMED = WIRE_CODES.MALFORMED_FRAME.code;
+const U32_MAX = 0xffff_ffff;
+
+/** Pushes `chunks` one after the other and drains the reader after each push. */
+function decodeChunks(chunks: Uint8Array[], reader = new FrameReader()): Message[] {
+  const out: Message[] = [];
+  for (const chunk of chunks) {
+    reader.push(chunk);
+    for (let msg = reader.next(); msg !== null; msg = reader.next()) out.push(msg);
+  }
+  return out;
+}
+
+function concat(parts: Uint8Array[]): Uint8Array {
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.byteLength, 0));
+  let at = 0;
+  for (const part of parts) {
+    out.set(part, at);
+    at += part.byteLength;
+  }
+  return out;
+}
+
+function bytes(...values: number[]): Uint8Array {
+  return Uint8Array.from(values);
+}
+
+function expectMalformed(fn: () => unknown, reason: RegExp): void {
+  assert.throws(fn, (error: unknown) => {
+    assert.ok(error instanceof ProtocolError, `expected ProtocolError, got ${error}`);
+    assert.equal(error.code, MALFORMED);
+    assert.match(error.message, reason);
+    return true;
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Round trips
+
+const examples: [string, Message][] = [
+  ["a HELLO with the current version", {
+    type: "hello",
+    version: PROTOCOL_VERSION,
+    clientName: "worker-7",
+  }],
+  ["a HELLO with an empty client name and the largest version", {
+    type: "hello",
+    version: 0xffff,
+    clientName: "",
+  }],
+  ["a WELCOME with every number set", {
+    type: "welcome",
+    version: 1,
+    serverVersion: "lockd 0.1.0",
+    sessionId: 42,
+    ioTimeoutMs: 30_000,
+    leaseDefaultMs: 15_000,
+    leaseMaxMs: 300_000,
+  }],
+  ["a WELCOME whose session id needs the high word", {
+    type: "welcome",
+    version: 1,
+    serverVersion: "",
+    sessionId: Number.MAX_SAFE_INTEGER,
+    ioTimeoutMs: U32_MAX,
+    leaseDefaultMs: 0,
+    leaseMaxMs: U32_MAX,
+  }],
+  ["an ACQUIRE with a bounded wait", {
+    type: "acquire",
+    requestId: 7,
+    name: "jobs/nightly",
+    leaseMs: 10_000,
+    waitMs: 5_000,
+  }],
+  ["an ACQUIRE that waits forever with the default lease", {
+    type: "acquire",
+    requestId: U32_MAX,
+    name: "a",
+    leaseMs: 0,
+    waitMs: WAIT_FOREVER,
+  }],
+  ["an ACQUIRE with a multi-byte UTF-8 name", {
+    type: "acquire",
+    requestId: 1,
+    name: "verrou/é/锁/🔒",
+    leaseMs: 50,
+    waitMs: 0,
+  }],
+  ["an ACQUIRE whose name starts with a byte-order mark", {
+    type: "acquire",
+    requestId: 1,
+    name: "\ufeffbom",
+    leaseMs: 1,
+    waitMs: 1,
+  }],
+  ["a QUEUED at the head of the line", {
+    type: "queued",
+    requestId: 7,
+    name: "jobs/nightly",
+    position: 1,
+  }],
+  ["an ACQUIRED with a large token", {
+    type: "acquired",
+    requestId: 7,
+    name: "jobs/nightly",
+    token: 2 ** 40 + 5,
+    leaseMs: 10_000,
+  }],
+  ["a RELEASE of an ownership", {
+    type: "release",
+    requestId: 8,
+    name: "jobs/nightly",
+    token: 131_073,
+  }],
+  ["a RELEASE that cancels a queued claim", {
+    type: "release",
+    requestId: 9,
+    name: "jobs/nightly",
+    token: 0,
+  }],
+  ["a RELEASED", { type: "released", requestId: 8, name: "jobs/nightly" }],
+  ["a HEARTBEAT", { type: "heartbeat", requestId: 9 }],
+  ["a HEARTBEAT_ACK", { type: "heartbeat_ack", requestId: 9, renewed: 3 }],
+  ["an ERROR for a request", {
+    type: "error",
+    requestId: 7,
+    code: WIRE_CODES.WAIT_TIMEOUT.code,
+    name: "jobs/nightly",
+    message: 'Cannot acquire lock "jobs/nightly": wait timed out after 5000 ms',
+  }],
+  ["a server-initiated ERROR with an empty name", {
+    type: "error",
+    requestId: 0,
+    code: 0xff,
+    name: "",
+    message: "",
+  }],
+];
+
+for (const [what, msg] of examples) {
+  Deno.test(`${what} round-trips through the codec`, () => {
+    const frame = encodeFrame(msg);
+    const view = new DataView(frame.buffer, frame.byteOffset, frame.byteLength);
+    assert.equal(
+      view.getUint32(0),
+      frame.byteLength - 4,
+      "length prefix counts the bytes after it",
+    );
+    assert.deepEqual(decodeChunks([frame]), [msg]);
+    assert.deepEqual(decodeFrameBody(frame[4], frame.subarray(5)), msg);
+  });
+}
+
+Deno.test("every message type has a round-trip example", () => {
+  const byteOf: Record<Message["type"], number> = {
+    hello: MessageType.HELLO,
+    welcome: MessageType.WELCOME,
+    acquire: MessageType.ACQUIRE,
+    queued: MessageType.QUEUED,
+    acquired: MessageType.ACQUIRED,
+    release: MessageType.RELEASE,
+    released: MessageType.RELEASED,
+    heartbeat: MessageType.HEARTBEAT,
+    heartbeat_ack: MessageType.HEARTBEAT_ACK,
+    error: MessageType.ERROR,
+  };
+  const covered = new Set(examples.map(([, msg]) => msg.type));
+  assert.deepEqual([...covered].sort(), Object.keys(byteOf).sort());
+  for (const [, msg] of examples) assert.equal(encodeFrame(msg)[4], byteOf[msg.type]);
+});
+
+// ---------------------------------------------------------------------------
+// FrameWriter
+
+Deno.test("a FrameWriter coalesces many frames into one buffer", () => {
+  const writer = new FrameWriter({ initialBytes: 16 }); // forces several doublings
+  for (const [, msg] of examples) writer.push(msg);
+  const expected = concat(examples.map(([, msg]) => encodeFrame(msg)));
+  assert.equal(writer.byteLength, expected.byteLength);
+  const batch = writer.take();
+  assert.deepEqual(batch, expected);
+  assert.equal(writer.byteLength, 0);
+  assert.deepEqual(decodeChunks([batch]), examples.map(([, msg]) => msg));
+});
+
+Deno.test("take() returns bytes that later pushes do not overwrite", () => {
+  const writer = new FrameWriter();
+  writer.push({ type: "heartbeat", requestId: 1 });
+  const first = writer.take();
+  const copy = first.slice();
+  writer.push({ type: "heartbeat", requestId: 2 });
+  writer.push({ type: "heartbeat", requestId: 3 });
+  assert.deepEqual(first, copy);
+  assert.deepEqual(decodeChunks([writer.take()]), [
+    { type: "heartbeat", requestId: 2 },
+    { type: "heartbeat", requestId: 3 },
+  ]);
+});
+
+const badFields: [string, Message][] = [
+  ["a request id above u32", { type: "heartbeat", requestId: 2 ** 32 }],
+  ["a negative request id", { type: "heartbeat", requestId: -1 }],
+  ["a fractional lease", { type: "acquire", requestId: 1, name: "a", leaseMs: 1.5, waitMs: 0 }],
+  ["a version above u16", { type: "hello", version: 0x1_0000, clientName: "" }],
+  ["an error code above u8", { type: "error", requestId: 0, code: 256, name: "", message: "" }],
+  ["a token above 2^53-1", { type: "release", requestId: 1, name: "a", token: 2 ** 53 }],
+  ["a name longer than 65535 bytes", { type: "released", requestId: 1, name: "é".repeat(40_000) }],
+  ["a name with a lone surrogate", { type: "released", requestId: 1, name: "a\ud800" }],
+];
+
+for (const [what, msg] of badFields) {
+  Deno.test(`the encoder refuses ${what} and keeps what was pushed before`, () => {
+    const writer = new FrameWriter();
+    writer.push({ type: "heartbeat", requestId: 1 });
+    const before = writer.byteLength;
+    assert.throws(() => writer.push(msg), RangeError);
+    assert.equal(writer.byteLength, before);
+    assert.deepEqual(decodeChunks([writer.take()]), [{ type: "heartbeat", requestId: 1 }]);
+  });
+}
+
+Deno.test("the encoder refuses a frame above its frame limit", () => {
+  const writer = new FrameWriter({ maxFrameBytes: 20 });
+  writer.push({ type: "released", requestId: 1, name: "x".repeat(13) }); // exactly 20 bytes
+  assert.throws(
+    () => writer.push({ type: "released", requestId: 1, name: "x".repeat(14) }),
+    /exceeds the limit of 20 bytes/,
+  );
+  assert.equal(writer.byteLength, 24);
+});
+
+// ---------------------------------------------------------------------------
+// Chunking
+
+const stream = concat(examples.map(([, msg]) => encodeFrame(msg)));
+const streamMessages = examples.map(([, msg]) => msg);
+
+Deno.test("a stream split at any single boundary decodes to the same messages", () => {
+  for (let at = 0; at <= stream.byteLength; at++) {
+    const got = decodeChunks([stream.subarray(0, at), stream.subarray(at)]);
+    assert.deepEqual(got, streamMessages, `split at byte ${at}`);
+  }
+});
+
+Deno.test("a stream pushed one byte at a time decodes to the same messages", () => {
+  const chunks = Array.from(stream, (_, i) => stream.subarray(i, i + 1));
+  assert.deepEqual(decodeChunks(chunks), streamMessages);
+});
+
+Deno.test("the reader copies what it keeps, so the caller may reuse its read buffer", () => {
+  const readBuffer = new Uint8Array(7);
+  const reader = new FrameReader();
+  for (let at = 0; at < stream.byteLength; at += readBuffer.byteLength) {
+    const n = Math.min(readBuffer.byteLength, stream.byteLength - at);
+    readBuffer.set(stream.subarray(at, at + n));
+    reader.push(readBuffer.subarray(0, n));
+    readBuffer.fill(0xee); // the next read overwrites the buffer before next() is called
+  }
+  const got: Message[] = [];
+  for (let msg = reader.next(); msg !== null; msg = reader.next()) got.push(msg);
+  assert.deepEqual(got, streamMessages);
+});
+
+Deno.test("a partial frame yields null until its last byte arrives", () => {
+  const frame = encodeFrame({ type: "heartbeat", requestId: 5 });
+  const reader = new FrameReader();
+  reader.push(frame.subarray(0, frame.byteLength - 1));
+  assert.equal(reader.next(), null);
+  assert.equal(reader.bufferedBytes, frame.byteLength - 1);
+  reader.push(frame.subarray(frame.byteLength - 1));
+  assert.deepEqual(reader.next(), { type: "heartbeat", requestId: 5 });
+  assert.equal(reader.next(), null);
+  assert.equal(reader.bufferedBytes, 0);
+});
+
+Deno.test("a frame of exactly the limit is accepted", () => {
+  const msg: Message = { type: "released", requestId: 1, name: "n".repeat(FRAME_BYTES_MAX - 7) };
+  const frame = encodeFrame(msg);
+  assert.equal(frame.byteLength, FRAME_BYTES_MAX + 4);
+  assert.deepEqual(decodeChunks([frame.subarray(0, 3), frame.subarray(3, 9), frame.subarray(9)]), [
+    msg,
+  ]);
+});
+
+// ---------------------------------------------------------------------------
+// Rejections
+
+const malformedCases: [string, Uint8Array, RegExp][] = [
+  ["a frame of length 0", bytes(0, 0, 0, 0), /length 0/],
+  ["a frame longer than the limit", bytes(0, 1, 0, 1), /length 65537 exceeds the limit/],
+  ["a frame with the largest possible length", bytes(0xff, 0xff, 0xff, 0xff), /exceeds the limit/],
+  ["an unknown type byte", bytes(0, 0, 0, 1, 0x03), /unknown message type 0x03/],
+  ["an unknown type byte with a body", bytes(0, 0, 0, 3, 0x80, 1, 2), /unknown message type 0x80/],
+  [
+    "a HEARTBEAT whose request id is cut short",
+    bytes(0, 0, 0, 3, 0x15, 0, 0),
+    /"requestId" is truncated/,
+  ],
+  ["a HEARTBEAT with no body", bytes(0, 0, 0, 1, 0x15), /"requestId" is truncated/],
+  [
+    "an ACQUIRE whose name length runs past the frame",
+    bytes(0, 0, 0, 17, 0x10, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9, 0x61, 0x62),
+    /"name" is truncated/,
+  ],
+  [
+    "an ERROR missing its message field",
+    bytes(0, 0, 0, 8, 0x7f, 0, 0, 0, 0, 1, 0, 0),
+    /"message" is truncated/,
+  ],
+  [
+    "a HEARTBEAT with a trailing byte",
+    bytes(0, 0, 0, 6, 0x15, 0, 0, 0, 1, 0xff),
+    /1 trailing bytes/,
+  ],
+  [
+    "a RELEASED with invalid UTF-8 in its name",
+    bytes(0, 0, 0, 9, 0x14, 0, 0, 0, 1, 0, 2, 0xff, 0xfe),
+    /"name" is not valid UTF-8/,
+  ],
+  [
+    "a RELEASED whose name has an invalid byte after ASCII ones",
+    bytes(0, 0, 0, 10, 0x14, 0, 0, 0, 1, 0, 3, 0x61, 0x62, 0xff),
+    /"name" is not valid UTF-8/,
+  ],
+  [
+    "a RELEASED with an overlong UTF-8 encoding",
+    bytes(0, 0, 0, 9, 0x14, 0, 0, 0, 1, 0, 2, 0xc0, 0xaf),
+    /not valid UTF-8/,
+  ],
+  [
+    "a RELEASED with an encoded surrogate",
+    bytes(0, 0, 0, 10, 0x14, 0, 0, 0, 1, 0, 3, 0xed, 0xa0, 0x80),
+    /not valid UTF-8/,
+  ],
+  [
+    "a RELEASED whose name ends inside a multi-byte character",
+    bytes(0, 0, 0, 8, 0x14, 0, 0, 0, 1, 0, 1, 0xc3),
+    /not valid UTF-8/,
+  ],
+  [
+    "a RELEASE whose token is 2^53",
+    bytes(0, 0, 0, 16, 0x13, 0, 0, 0, 1, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 1, 0x61),
+    /"token" is above 2\^53-1/,
+  ],
+  [
+    "a WELCOME whose session id has every bit set",
+    bytes(0, 0, 0, 25, 0x02, 0, 1, 0, 0, ...new Array(8).fill(0xff), ...new Array(12).fill(0)),
+    /"sessionId" is above 2\^53-1/,
+  ],
+];
+
+for (const [what, input, reason] of malformedCases) {
+  Deno.test(`the reader rejects ${what}`, () => {
+    const reader = new FrameReader();
+    reader.push(input);
+    expectMalformed(() => reader.next(), reason);
+  });
+  Deno.test(`the reader rejects ${what} also when it arrives byte by byte`, () => {
+    const reader = new FrameReader();
+    expectMalformed(() => {
+      for (let i = 0; i < input.byteLength; i++) {
+        reader.push(input.subarray(i, i + 1));
+        while (reader.next() !== null) { /* drain */ }
+      }
+    }, reason);
+  });
+}
+
+Deno.test("the largest u64 (2^53-1) is accepted", () => {
+  const input = bytes(
+    0,
+    0,
+    0,
+    16,
+    0x13,
+    0,
+    0,
+    0,
+    1,
+    0,
+    0x1f,
+    0xff,
+    0xff,
+    0xff,
+    0xff,
+    0xff,
+    0xff,
+    0,
+    1,
+    0x61,
+  );
+  assert.deepEqual(decodeChunks([input]), [{
+    type: "release",
+    requestId: 1,
+    token: Number.MAX_SAFE_INTEGER,
+    name: "a",
+  }]);
+});
+
+Deno.test("an oversized frame is refused from its 4-byte header alone, buffering nothing", () => {
+  const reader = new FrameReader(16);
+  reader.push(bytes(0, 0, 0, 17));
+  assert.equal(reader.bufferedBytes, 0);
+  expectMalformed(() => reader.next(), /length 17 exceeds the limit of 16 bytes/);
+
+  const split = new FrameReader(16);
+  split.push(bytes(0, 0));
+  assert.equal(split.next(), null);
+  split.push(bytes(0, 17));
+  assert.equal(split.bufferedBytes, 0);
+  expectMalformed(() => split.next(), /exceeds the limit/);
+});
+
+Deno.test("messages before a bad frame are delivered, then the error sticks", () => {
+  const good = encodeFrame({ type: "heartbeat", requestId: 1 });
+  const reader = new FrameReader();
+  reader.push(concat([good, good, bytes(0, 0, 0, 0), good]));
+  assert.deepEqual(reader.next(), { type: "heartbeat", requestId: 1 });
+  assert.deepEqual(reader.next(), { type: "heartbeat", requestId: 1 });
+  expectMalformed(() => reader.next(), /length 0/);
+  reader.push(good);
+  expectMalformed(() => reader.next(), /length 0/);
+});
+
+Deno.test("decodeFrameBody rejects a body with trailing bytes", () => {
+  expectMalformed(
+    () => decodeFrameBody(MessageType.HEARTBEAT_ACK, bytes(0, 0, 0, 1, 0, 0, 0, 2, 9)),
+    /HEARTBEAT_ACK frame: 1 trailing bytes/,
+  );
+});
+
+// ---------------------------------------------------------------------------
+// Properties
+
+const u8 = fc.integer({ min: 0, max: 0xff });
+const u16 = fc.integer({ min: 0, max: 0xffff });
+const u32 = fc.integer({ min: 0, max: U32_MAX });
+const u64 = fc.maxSafeNat();
+// Mostly short strings, sometimes ones past the codec's 256-character ASCII fast path.
+const str = fc.oneof(
+  { weight: 9, arbitrary: fc.string({ unit: "binary", maxLength: 24 }) },
+  { weight: 1, arbitrary: fc.string({ unit: "binary", minLength: 250, maxLength: 300 }) },
+  { weight: 1, arbitrary: fc.string({ unit: "binary-ascii", minLength: 250, maxLength: 300 }) },
+);
+
+/** Plain objects (fast-check may otherwise build null-prototype ones, which deepEqual tells apart). */
+function record<T>(model: { [K in keyof T]: fc.Arbitrary<T[K]> }): fc.Arbitrary<T> {
+  return fc.record(model, { noNullPrototype: true }) as fc.Arbitrary<T>;
+}
+
+const messageArb: fc.Arbitrary<Message> = fc.oneof(
+  record({ type: fc.constant("hello" as const), version: u16, clientName: str }),
+  record({
+    type: fc.constant("welcome" as const),
+    version: u16,
+    serverVersion: str,
+    sessionId: u64,
+    ioTimeoutMs: u32,
+    leaseDefaultMs: u32,
+    leaseMaxMs: u32,
+  }),
+  record({
+    type: fc.constant("acquire" as const),
+    requestId: u32,
+    name: str,
+    leaseMs: u32,
+    waitMs: u32,
+  }),
+  record({ type: fc.constant("queued" as const), requestId: u32, name: str, position: u32 }),
+  record({
+    type: fc.constant("acquired" as const),
+    requestId: u32,
+    name: str,
+    token: u64,
+    leaseMs: u32,
+  }),
+  record({ type: fc.constant("release" as const), requestId: u32, name: str, token: u64 }),
+  record({ type: fc.constant("released" as const), requestId: u32, name: str }),
+  record({ type: fc.constant("heartbeat" as const), requestId: u32 }),
+  record({ type: fc.constant("heartbeat_ack" as const), requestId: u32, renewed: u32 }),
+  record({
+    type: fc.constant("error" as const),
+    requestId: u32,
+    code: u8,
+    name: str,
+    message: str,
+  }),
+);
+
+/** Cuts `input` into chunks of the given sizes (cycled); every chunk is non-empty. */
+function cut(input: Uint8Array, sizes: number[]): Uint8Array[] {
+  const chunks: Uint8Array[] = [];
+  for (let at = 0, i = 0; at < input.byteLength; i++) {
+    const size = sizes.length === 0 ? input.byteLength : sizes[i % sizes.length];
+    chunks.push(input.subarray(at, at + size));
+    at += size;
+  }
+  return chunks;
+}
+
+Deno.test("property: every message round-trips", () => {
+  fc.assert(
+    fc.property(messageArb, (msg) => {
+      assert.deepEqual(decodeChunks([encodeFrame(msg)]), [msg]);
+    }),
+    { numRuns: 500 },
+  );
+});
+
+Deno.test("property: a batch of messages cut into random chunks decodes to the same messages", () => {
+  fc.assert(
+    fc.property(
+      fc.array(messageArb, { maxLength: 12 }),
+      fc.array(fc.integer({ min: 1, max: 40 }), { maxLength: 8 }),
+      (msgs, sizes) => {
+        const writer = new FrameWriter({ initialBytes: 16 });
+        for (const msg of msgs) writer.push(msg);
+        assert.deepEqual(decodeChunks(cut(writer.take(), sizes)), msgs);
+      },
+    ),
+    { numRuns: 300 },
+  );
+});
+
+/**
+ * Feeds `input` in chunks and drains the reader with a bounded loop. Returns
+ * normally for messages or a ProtocolError; anything else fails the property.
+ */
+function feedArbitraryBytes(input: Uint8Array, sizes: number[], maxFrameBytes: number): void {
+  const reader = new FrameReader(maxFrameBytes);
+  // Each message takes at least 5 bytes, so this many next() calls always suffice.
+  let budget = input.byteLength + cut(input, sizes).length + 1;
+  try {
+    for (const chunk of cut(input, sizes)) {
+      reader.push(chunk);
+      while (reader.next() !== null) {
+        assert.ok(--budget > 0, "next() kept returning messages past the input's size");
+      }
+    }
+    assert.ok(reader.bufferedBytes <= maxFrameBytes + 4, "buffered more than one frame");
+  } catch (error) {
+    if (!(error instanceof ProtocolError)) throw error;
+    assert.equal(error.code, MALFORMED);
+  }
+}
+
+Deno.test("property: random bytes in random chunks yield messages or a ProtocolError", () => {
+  fc.assert(
+    fc.property(
+      fc.uint8Array({ maxLength: 300 }),
+      fc.array(fc.integer({ min: 1, max: 64 }), { maxLength: 8 }),
+      fc.integer({ min: 1, max: 128 }),
+      feedArbitraryBytes,
+    ),
+    { numRuns: 500 },
+  );
+});
+
+/** Frames with a correct length prefix, a plausible type byte and a random body: reach the field decoders. */
+const frameLikeArb = fc.tuple(
+  fc.constantFrom(...Object.values(MessageType), 0x00, 0x03, 0x17, 0x7e, 0xff),
+  fc.uint8Array({ maxLength: 40 }),
+).map(([type, body]) => {
+  const frame = new Uint8Array(5 + body.byteLength);
+  new DataView(frame.buffer).setUint32(0, 1 + body.byteLength);
+  frame[4] = type;
+  frame.set(body, 5);
+  return frame;
+});
+
+Deno.test("property: well-framed random bodies yield messages or a ProtocolError", () => {
+  fc.assert(
+    fc.property(
+      fc.array(fc.oneof(frameLikeArb, messageArb.map(encodeFrame)), { maxLength: 8 }),
+      fc.array(fc.integer({ min: 1, max: 64 }), { maxLength: 8 }),
+      (frames, sizes) => feedArbitraryBytes(concat(frames), sizes, FRAME_BYTES_MAX),
+    ),
+    { numRuns: 500 },
+  );
+});
+
+// ---------------------------------------------------------------------------
+// docs/protocol.md
+
+const protocolDoc = Deno.readTextFileSync(new URL("../../docs/protocol.md", import.meta.url));
+
+/** `Example: \`{json}\`` followed by a ```hex block; `#` starts a comment in the block. */
+interface DocExample {
+  heading: string;
+  msg: Message;
+  hex: Uint8Array;
+}
+
+function docExamples(): DocExample[] {
+  const found: DocExample[] = [];
+  const pattern = /Example:\s*`(\{[^`]*\})`\s*```hex\n([\s\S]*?)```/g;
+  for (const match of protocolDoc.matchAll(pattern)) {
+    const before = protocolDoc.slice(0, match.index);
+    const heading = [...before.matchAll(/^### (\w+) \(0x([0-9a-f]{2})/gm)].at(-1);
+    assert.ok(heading, `no message heading before example ${match[1]}`);
+    const digits = match[2].split("\n").map((line) => line.replace(/#.*/, "").replace(/\s+/g, ""))
+      .join("");
+    assert.match(digits, /^([0-9a-f]{2})+$/, `bad hex in example of ${heading[1]}`);
+    found.push({
+      heading: heading[1],
+      msg: JSON.parse(match[1]) as Message,
+      hex: Uint8Array.from(digits.match(/../g)!, (pair) => parseInt(pair, 16)),
+    });
+  }
+  return found;
+}
+
+Deno.test("each hex example in docs/protocol.md decodes to the message it names", () => {
+  const found = docExamples();
+  assert.equal(found.length, Object.keys(MessageType).length, "one example per message type");
+  for (const { heading, msg, hex } of found) {
+    assert.equal(hex[4], MessageType[heading as keyof typeof MessageType], heading);
+    assert.deepEqual(decodeChunks([hex]), [msg], heading);
+    assert.deepEqual(encodeFrame(msg), hex, `${heading}: the encoder gives the documented bytes`);
+  }
+});
+
+Deno.test("every wire code appears in the docs/protocol.md code table", () => {
+  const rows = new Map<string, string[]>();
+  for (const line of protocolDoc.split("\n")) {
+    const cells = line.split("|").slice(1, -1).map((cell) => cell.trim());
+    if (cells.length === 5 && /^0x[0-9a-f]{2}$/.test(cells[0])) rows.set(cells[1], cells);
+  }
+  for (const info of Object.values(WIRE_CODES)) {
+    const yesNo = (flag: boolean) => flag ? "yes" : "no";
+    assert.deepEqual(rows.get(info.name), [
+      "0x" + info.code.toString(16).padStart(2, "0"),
+      info.name,
+      yesNo(info.retryable),
+      yesNo(info.closes),
+      info.meaning,
+    ], `row of ${info.name}`);
+  }
+  assert.equal(rows.size, Object.keys(WIRE_CODES).length, "no rows for codes that do not exist");
+});
