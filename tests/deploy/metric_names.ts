@@ -1,0 +1,81 @@
+/**
+ * Metric names used by the operations kit (deploy/), and helpers to check them.
+ *
+ * `EXPECTED_FAMILIES` is the list of metric families that lockd's `GET /metrics` must expose,
+ * spelled as in the `# TYPE` lines of the Prometheus text format 0.0.4 (counters keep their
+ * `_total` suffix; summaries are named without `_sum`/`_count`). The Grafana dashboard and the
+ * alert rules may only use these names (tests/deploy/deploy_test.ts), and a server test can
+ * compare this list with a real scrape using `familiesInExposition`.
+ */
+
+export const EXPECTED_FAMILIES: readonly string[] = [
+  // lock service (docs: operator-api.md, "Metrics")
+  "lockd_connections_active",
+  "lockd_locks_held",
+  "lockd_waiters",
+  "lockd_acquires_total",
+  "lockd_acl_denials_total",
+  "lockd_releases_total",
+  "lockd_protocol_errors_total",
+  "lockd_connections_accepted_total",
+  "lockd_accept_errors_total",
+  "lockd_tls_handshake_errors_total",
+  "lockd_heartbeats_total",
+  "lockd_wait_seconds",
+  "lockd_hold_seconds",
+  "lockd_build_info",
+  // runtime
+  "process_resident_memory_bytes",
+  "process_start_time_seconds",
+  "process_open_fds",
+  "deno_heap_used_bytes",
+  "deno_heap_total_bytes",
+  "deno_event_loop_lag_seconds",
+];
+
+/** Label values that the kit relies on, by family and label name. */
+export const EXPECTED_LABEL_VALUES: Readonly<Record<string, Readonly<Record<string, string[]>>>> = {
+  lockd_releases_total: { reason: ["graceful", "expired", "io_timeout", "force"] },
+};
+
+/** Suffixes of the samples of a summary (and a histogram) that belong to the base family. */
+const SAMPLE_SUFFIXES = ["_sum", "_count", "_bucket"] as const;
+
+const METRIC_RE = /\b(?:lockd|process|deno)_[A-Za-z0-9_]+/g;
+
+/**
+ * The family a sample name belongs to: `lockd_wait_seconds_sum` → `lockd_wait_seconds`.
+ * Counters keep `_total` (text format 0.0.4 names the family with it).
+ */
+export function familyOf(sampleName: string): string {
+  for (const suffix of SAMPLE_SUFFIXES) {
+    if (sampleName.endsWith(suffix) && sampleName.length > suffix.length) {
+      return sampleName.slice(0, -suffix.length);
+    }
+  }
+  return sampleName;
+}
+
+/**
+ * Metric families named in a PromQL expression: identifiers matching
+ * `lockd_\w+|process_\w+|deno_\w+`, mapped to their family with `familyOf`. Label names and
+ * values inside `{...}` and strings are skipped, so `{reason="expired"}` adds nothing.
+ */
+export function metricFamilies(expr: string): Set<string> {
+  const withoutStrings = expr.replace(/"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`/g, '""');
+  const found = new Set<string>();
+  for (const match of withoutStrings.matchAll(METRIC_RE)) {
+    found.add(familyOf(match[0]));
+  }
+  return found;
+}
+
+/** The families announced by `# TYPE` lines in a `/metrics` response body. */
+export function familiesInExposition(text: string): Map<string, string> {
+  const families = new Map<string, string>();
+  for (const line of text.split("\n")) {
+    const m = /^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (\w+)\s*$/.exec(line);
+    if (m) families.set(m[1], m[2]);
+  }
+  return families;
+}
