@@ -38,8 +38,8 @@ export const WAIT_MS_MAX = 0xffff_fffe;
 
 /** Replies buffered for one session before it counts as a slow reader and is closed. */
 export const WRITE_BUFFER_BYTES_MAX = 1024 * 1024;
-/** Size of the reusable read buffer of a session. */
-export const READ_BUFFER_BYTES = 64 * 1024;
+/** Size of the reusable read buffer of a session: small, because every idle session keeps one in a pending read (target: under 8 KiB per session). */
+export const READ_BUFFER_BYTES = 4 * 1024;
 
 /** Tokens are reserved in blocks this large; a restart skips at most one block. */
 export const TOKEN_BLOCK_SIZE = 65_536;

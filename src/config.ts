@@ -1,0 +1,67 @@
+import {
+  CLAIMS_PER_SESSION_MAX,
+  FRAME_BYTES_MAX,
+  HANDSHAKE_TIMEOUT_MS,
+  IO_TIMEOUT_MS_DEFAULT,
+  LEASE_MS_DEFAULT,
+  LEASE_MS_MAX_DEFAULT,
+  SESSIONS_MAX,
+  SHUTDOWN_GRACE_MS_DEFAULT,
+  WAITERS_PER_LOCK_MAX,
+} from "./limits.ts";
+import type { LogFormat, LogLevel } from "./log/diagnostic.ts";
+
+/** The effective configuration of a server; `lockd serve` flags map onto it one to one. */
+export interface ServerConfig {
+  /** Protocol listener, `host:port`. */
+  listen: string;
+  /** Admin HTTP API; off when null. */
+  adminListen: string | null;
+  /** File holding the bearer token the admin API requires; off when null. */
+  adminTokenFile: string | null;
+  /** Metrics and health probes; off when null. */
+  opsListen: string | null;
+  /** Keeps the fencing-token high-water mark; null = clock-derived floor. */
+  dataDir: string | null;
+  ioTimeoutMs: number;
+  leaseDefaultMs: number;
+  leaseMaxMs: number;
+  handshakeTimeoutMs: number;
+  shutdownGraceMs: number;
+  sessionsMax: number;
+  claimsPerSessionMax: number;
+  waitersPerLockMax: number;
+  frameBytesMax: number;
+  tlsCert: string | null;
+  tlsKey: string | null;
+  tlsClientCa: string | null;
+  aclFile: string | null;
+  /** "-" = standard output, else a file appended to. */
+  auditLog: string;
+  logLevel: LogLevel;
+  logFormat: LogFormat;
+}
+
+export const DEFAULT_CONFIG: Readonly<ServerConfig> = {
+  listen: "127.0.0.1:7400",
+  adminListen: null,
+  adminTokenFile: null,
+  opsListen: null,
+  dataDir: null,
+  ioTimeoutMs: IO_TIMEOUT_MS_DEFAULT,
+  leaseDefaultMs: LEASE_MS_DEFAULT,
+  leaseMaxMs: LEASE_MS_MAX_DEFAULT,
+  handshakeTimeoutMs: HANDSHAKE_TIMEOUT_MS,
+  shutdownGraceMs: SHUTDOWN_GRACE_MS_DEFAULT,
+  sessionsMax: SESSIONS_MAX,
+  claimsPerSessionMax: CLAIMS_PER_SESSION_MAX,
+  waitersPerLockMax: WAITERS_PER_LOCK_MAX,
+  frameBytesMax: FRAME_BYTES_MAX,
+  tlsCert: null,
+  tlsKey: null,
+  tlsClientCa: null,
+  aclFile: null,
+  auditLog: "-",
+  logLevel: "info",
+  logFormat: "text",
+};

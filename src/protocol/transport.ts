@@ -1,0 +1,45 @@
+import { formatHostPort } from "../host_port.ts";
+
+/**
+ * What a session needs from a connection, so one session code path serves
+ * plain TCP (`Deno.listen`) and TLS/mTLS sockets (`node:tls`) alike.
+ */
+export interface Transport {
+  /** `host:port`, IPv6 in brackets: `[::1]:5000`. */
+  readonly remoteAddr: string;
+  /** mTLS identity of the peer certificate, or "" without mTLS. */
+  readonly identity: string;
+  /** Reads into `buffer`; null at a clean end of stream (FIN). Rejects on reset. */
+  read(buffer: Uint8Array): Promise<number | null>;
+  /** Writes some of `bytes`; resolves with how many. */
+  write(bytes: Uint8Array): Promise<number>;
+  /** Closes both directions at once; pending reads and writes fail. */
+  close(): void;
+}
+
+
+/** A plain TCP connection from `Deno.listen`, with Nagle off (see DENO-NOTES). */
+export function tcpTransport(conn: Deno.TcpConn): Transport {
+  const addr = conn.remoteAddr;
+  try {
+    conn.setNoDelay(true);
+  } catch {
+    // The peer may already be gone; the first read will say so.
+  }
+  let closed = false;
+  return {
+    remoteAddr: formatHostPort(addr.hostname, addr.port),
+    identity: "",
+    read: (buffer) => conn.read(buffer),
+    write: (bytes) => conn.write(bytes),
+    close() {
+      if (closed) return;
+      closed = true;
+      try {
+        conn.close();
+      } catch {
+        // Already closed by the peer.
+      }
+    },
+  };
+}

@@ -1,0 +1,180 @@
+import { type Clock, systemClock } from "./clock.ts";
+import { DEFAULT_CONFIG, type ServerConfig } from "./config.ts";
+import { LockEngine } from "./core/engine.ts";
+import { parseHostPort } from "./host_port.ts";
+import { AUDIT_RETRY_MS } from "./limits.ts";
+import { AuditLog, type AuditSink, openAuditSink } from "./log/audit.ts";
+import { log } from "./log/diagnostic.ts";
+import { ServerCounters } from "./ops/counters.ts";
+import { Dispatcher } from "./protocol/dispatcher.ts";
+import { listenTcp, type ProtocolListener } from "./protocol/listener.ts";
+import { Session } from "./protocol/session.ts";
+import { tcpTransport } from "./protocol/transport.ts";
+import { ALLOW_ALL, loadAclFile } from "./security/acl.ts";
+import { openTokenIssuer } from "./storage/token_store.ts";
+import { VERSION } from "./version.ts";
+
+const logger = log("server");
+
+/** Things tests replace. */
+export interface ServerDeps {
+  clock?: Clock;
+  /** Audit sink instead of the one named by `config.auditLog`. */
+  auditSink?: AuditSink;
+}
+
+/** What the HTTP servers and the CLI see of a running server. */
+export interface ServerContext {
+  readonly config: Readonly<ServerConfig>;
+  readonly engine: LockEngine;
+  readonly counters: ServerCounters;
+  readonly dispatcher: Dispatcher;
+  readonly audit: AuditLog;
+  readonly clock: Clock;
+  readonly version: string;
+  readonly startedAtWallMs: number;
+  /** Bound protocol address (real port). */
+  readonly listenAddr: string;
+  /** False once shutdown began. */
+  readonly live: boolean;
+  /** Live and the audit log is writable. */
+  readonly ready: boolean;
+}
+
+/** A running server. `await using` shuts it down. */
+export interface ServerHandle extends AsyncDisposable {
+  readonly addr: string;
+  readonly adminAddr: string | null;
+  readonly opsAddr: string | null;
+  readonly context: ServerContext;
+  /** The ordered shutdown (see docs/operations.md); idempotent. */
+  shutdown(): Promise<void>;
+  /** SIGHUP: reloads the ACL file (and TLS certificates); a broken file keeps the old ones. */
+  reload(): Promise<void>;
+}
+
+/** Starts every listener the configuration asks for. Port 0 works everywhere. */
+export async function startServer(
+  overrides: Partial<ServerConfig> = {},
+  deps: ServerDeps = {},
+): Promise<ServerHandle> {
+  const config: ServerConfig = { ...DEFAULT_CONFIG, ...overrides };
+  const clock = deps.clock ?? systemClock;
+  const listenAt = parseHostPort(config.listen);
+  const acl = config.aclFile === null ? ALLOW_ALL : await loadAclFile(config.aclFile);
+  const tokens = openTokenIssuer(config.dataDir, clock.wallMs());
+  const engine = new LockEngine({
+    clock,
+    tokens,
+    ioTimeoutMs: config.ioTimeoutMs,
+    leaseDefaultMs: config.leaseDefaultMs,
+    leaseMaxMs: config.leaseMaxMs,
+    sessionsMax: config.sessionsMax,
+    claimsPerSessionMax: config.claimsPerSessionMax,
+    waitersPerLockMax: config.waitersPerLockMax,
+  });
+  const audit = new AuditLog(deps.auditSink ?? openAuditSink(config.auditLog), () => clock.wallMs());
+  const counters = new ServerCounters();
+  const dispatcher = new Dispatcher({
+    engine,
+    audit,
+    counters,
+    clock,
+    serverVersion: VERSION,
+    frameBytesMax: config.frameBytesMax,
+    handshakeTimeoutMs: config.handshakeTimeoutMs,
+  });
+  dispatcher.acl = acl;
+
+  let live = true;
+  let auditRetry: ReturnType<typeof setInterval> | undefined;
+  audit.onHealthChange = (failure) => {
+    if (failure !== null) {
+      logger.error("audit log cannot be written; grants paused", { error: failure });
+      dispatcher.apply(engine.setGrantsPaused(true));
+      auditRetry ??= setInterval(() => audit.retry(), AUDIT_RETRY_MS);
+    } else {
+      logger.info("audit log writable again; grants resumed");
+      clearInterval(auditRetry);
+      auditRetry = undefined;
+      dispatcher.apply(engine.setGrantsPaused(false));
+    }
+  };
+
+  const listener: ProtocolListener = listenTcp(listenAt, counters, (conn) => {
+    const session = new Session(tcpTransport(conn), dispatcher);
+    dispatcher.connections.add(session);
+    session.run();
+  });
+
+  const startedAtWallMs = clock.wallMs();
+  const context: ServerContext = {
+    config,
+    engine,
+    counters,
+    dispatcher,
+    audit,
+    clock,
+    version: VERSION,
+    startedAtWallMs,
+    listenAddr: listener.addr,
+    get live() {
+      return live;
+    },
+    get ready() {
+      return live && audit.healthy;
+    },
+  };
+  logger.info("protocol listener started", { listen: listener.addr });
+
+  let shutdownPromise: Promise<void> | undefined;
+  const shutdown = () => {
+    shutdownPromise ??= (async () => {
+      live = false;
+      logger.info("shutdown: probes now answer 503");
+      listener.close();
+      await listener.done;
+      logger.info("shutdown: protocol listener closed; closing sessions");
+      dispatcher.closeAllSessions();
+      await waitUntil(() => dispatcher.connections.size === 0, 2_000);
+      for (const session of dispatcher.connections) session.transport.close();
+      dispatcher.stop();
+      clearInterval(auditRetry);
+      audit.retry();
+      audit.close();
+      logger.info("shutdown complete");
+    })();
+    return shutdownPromise;
+  };
+
+  const reload = async () => {
+    if (config.aclFile !== null) {
+      try {
+        dispatcher.acl = await loadAclFile(config.aclFile);
+        logger.info("ACL reloaded", { acl_file: config.aclFile, rules: dispatcher.acl.ruleCount });
+      } catch (error) {
+        logger.error("ACL reload failed; keeping the old rules", {
+          acl_file: config.aclFile,
+          error: error instanceof Error ? error.message : String(error),
+        });
+      }
+    }
+  };
+
+  return {
+    addr: listener.addr,
+    adminAddr: null,
+    opsAddr: null,
+    context,
+    shutdown,
+    reload,
+    [Symbol.asyncDispose]: shutdown,
+  };
+}
+
+async function waitUntil(done: () => boolean, timeoutMs: number): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (!done() && performance.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}

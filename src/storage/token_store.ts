@@ -1,0 +1,78 @@
+import { join } from "node:path";
+import { TOKEN_BLOCK_SIZE } from "../limits.ts";
+import { clockTokenFloor, TokenIssuer } from "../core/tokens.ts";
+
+/** Name of the high-water file inside `-data-dir`. */
+export const TOKEN_FILE_NAME = "tokens";
+
+/** The file's content: a version line and the high-water mark, both plain text. */
+function render(highWater: number): string {
+  return `lockd-tokens 1\nhigh_water ${highWater}\n`;
+}
+
+/** Reads the high-water mark; 0 when the file does not exist yet. Throws on a corrupt file. */
+export function readHighWater(dataDir: string): number {
+  const path = join(dataDir, TOKEN_FILE_NAME);
+  let text: string;
+  try {
+    text = Deno.readTextFileSync(path);
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return 0;
+    throw error;
+  }
+  const match = /^lockd-tokens 1\nhigh_water (\d+)\n$/.exec(text);
+  const value = match ? Number(match[1]) : NaN;
+  if (!Number.isSafeInteger(value)) {
+    throw new Error(`${path}: not a lockd token file (refusing to guess the high-water mark)`);
+  }
+  return value;
+}
+
+/**
+ * Makes a high-water mark durable: write a temp file, fsync it, rename it over
+ * the old one, fsync the directory. Synchronous on purpose: no token of the new
+ * block may be issued before this returns, and it runs once per block.
+ */
+export function writeHighWater(dataDir: string, highWater: number): void {
+  const path = join(dataDir, TOKEN_FILE_NAME);
+  const temp = `${path}.tmp`;
+  const file = Deno.openSync(temp, { write: true, create: true, truncate: true });
+  try {
+    const bytes = new TextEncoder().encode(render(highWater));
+    let written = 0;
+    while (written < bytes.length) written += file.writeSync(bytes.subarray(written));
+    file.syncSync();
+  } finally {
+    file.close();
+  }
+  Deno.renameSync(temp, path);
+  try {
+    const dir = Deno.openSync(dataDir, { read: true });
+    try {
+      dir.syncSync();
+    } finally {
+      dir.close();
+    }
+  } catch {
+    // Some filesystems refuse fsync on a directory; the rename is still atomic.
+  }
+}
+
+/**
+ * The token issuer for a server: persisted in `dataDir` when given (a restart
+ * continues above every token issued before), else starting from a
+ * clock-derived floor (see `clockTokenFloor` for the assumption).
+ */
+export function openTokenIssuer(
+  dataDir: string | null,
+  wallMs: number,
+  blockSize = TOKEN_BLOCK_SIZE,
+): TokenIssuer {
+  if (dataDir === null) {
+    return new TokenIssuer(clockTokenFloor(wallMs), Number.MAX_SAFE_INTEGER, () => {});
+  }
+  Deno.mkdirSync(dataDir, { recursive: true });
+  const highWater = readHighWater(dataDir);
+  const issuer = new TokenIssuer(highWater, blockSize, (next) => writeHighWater(dataDir, next));
+  return issuer;
+}
