@@ -1,0 +1,193 @@
+import { type Client, connect, type Lock } from "../client/client.ts";
+import type { ClientTlsOptions } from "../client/connection.ts";
+import { LockdError, LockLostError } from "../client/errors.ts";
+import { WIRE_CODES } from "../protocol/codes.ts";
+import { FlagError, type FlagSpec, formatFlagHelp, parseFlags } from "./flags.ts";
+
+/** Exit status when `-wait` ran out before the lock was granted (EX_TEMPFAIL: try again later). */
+export const EXIT_WAIT_TIMEOUT = 75;
+/** Exit status when the lock was lost while the command ran (EX_UNAVAILABLE). */
+export const EXIT_LOCK_LOST = 69;
+/** Exit status for usage errors. */
+export const EXIT_USAGE = 2;
+/** Exit status when the server cannot be reached or refuses the request. */
+export const EXIT_ERROR = 1;
+
+/** Time between SIGTERM and SIGKILL when the lock is lost. */
+export const KILL_GRACE_MS_DEFAULT = 5_000;
+
+export const RUN_FLAGS: readonly FlagSpec[] = [
+  { name: "addr", kind: "string", help: "lockd server host:port", defaultText: "127.0.0.1:7400" },
+  {
+    name: "lease",
+    kind: "duration",
+    help: "lease length (heartbeats keep it alive)",
+    defaultText: "server default",
+  },
+  {
+    name: "wait",
+    kind: "duration",
+    help: "give up waiting after this long",
+    defaultText: "forever",
+  },
+  {
+    name: "kill-grace",
+    kind: "duration",
+    help: "after a lost lock, time between SIGTERM and SIGKILL",
+    defaultText: "5s",
+  },
+  { name: "ca", kind: "string", help: "CA certificate (PEM) of the server; turns TLS on" },
+  { name: "cert", kind: "string", help: "client certificate (PEM) for mutual TLS" },
+  { name: "key", kind: "string", help: "client private key (PEM) for mutual TLS" },
+];
+
+export const RUN_USAGE = `Usage: lockd run NAME [flags] -- CMD [ARGS...]
+
+Waits for the lock NAME, runs CMD with LOCKD_LOCK and LOCKD_TOKEN in its
+environment, releases the lock when CMD exits and exits with CMD's status.
+If the lock is lost while CMD runs, CMD gets SIGTERM (then SIGKILL after
+-kill-grace) and lockd run exits ${EXIT_LOCK_LOST}. If -wait runs out it exits ${EXIT_WAIT_TIMEOUT}.
+
+Flags:
+${formatFlagHelp(RUN_FLAGS)}`;
+
+export interface RunIo {
+  stderr: (line: string) => void;
+}
+
+/** `lockd run`: returns the exit status. */
+export async function runCommand(
+  args: readonly string[],
+  io: RunIo = { stderr: (line) => console.error(line) },
+): Promise<number> {
+  let name: string;
+  let command: string[];
+  let values;
+  try {
+    const parsed = parseFlags(args, RUN_FLAGS);
+    values = parsed.values;
+    if (parsed.positionals.length !== 1) {
+      throw new FlagError("lockd run needs exactly one lock NAME before --");
+    }
+    if (parsed.afterDoubleDash === null || parsed.afterDoubleDash.length === 0) {
+      throw new FlagError("lockd run needs a command after --");
+    }
+    name = parsed.positionals[0];
+    command = parsed.afterDoubleDash;
+  } catch (error) {
+    if (error instanceof FlagError) {
+      io.stderr(`lockd run: ${error.message}`);
+      io.stderr(RUN_USAGE);
+      return EXIT_USAGE;
+    }
+    throw error;
+  }
+  const addr = (values.get("addr") as string | undefined) ?? "127.0.0.1:7400";
+  const leaseMs = (values.get("lease") as number | undefined) ?? 0;
+  const waitMs = values.get("wait") as number | undefined;
+  const killGraceMs = (values.get("kill-grace") as number | undefined) ?? KILL_GRACE_MS_DEFAULT;
+
+  let client: Client;
+  try {
+    const tls = await readTls(values.get("ca"), values.get("cert"), values.get("key"));
+    client = await connect({ addr, tls, clientName: `lockd-run/${name}` });
+  } catch (error) {
+    io.stderr(`lockd run: ${(error as Error).message}`);
+    return EXIT_ERROR;
+  }
+  try {
+    let lock: Lock;
+    try {
+      lock = await client.acquire(name, { leaseMs, waitMs });
+    } catch (error) {
+      if (error instanceof LockdError && error.code === WIRE_CODES.WAIT_TIMEOUT.code) {
+        io.stderr(`lockd run: cannot acquire lock "${name}": wait timed out after ${waitMs} ms`);
+        return EXIT_WAIT_TIMEOUT;
+      }
+      io.stderr(`lockd run: ${(error as Error).message}`);
+      return EXIT_ERROR;
+    }
+    return await runHolding(lock, command, killGraceMs, io);
+  } finally {
+    await client.close();
+  }
+}
+
+async function runHolding(
+  lock: Lock,
+  command: string[],
+  killGraceMs: number,
+  io: RunIo,
+): Promise<number> {
+  let child: Deno.ChildProcess;
+  try {
+    child = new Deno.Command(command[0], {
+      args: command.slice(1),
+      env: { LOCKD_LOCK: lock.name, LOCKD_TOKEN: String(lock.token) },
+      stdin: "inherit",
+      stdout: "inherit",
+      stderr: "inherit",
+    }).spawn();
+  } catch (error) {
+    await lock.release();
+    io.stderr(`lockd run: cannot run "${command[0]}": ${(error as Error).message}`);
+    return 127;
+  }
+  let killTimer: ReturnType<typeof setTimeout> | undefined;
+  const onLost = () => {
+    const reason = lock.lost.reason as LockLostError;
+    io.stderr(`lockd run: ${reason.message}; stopping the command`);
+    trySignal(child, "SIGTERM");
+    killTimer = setTimeout(() => trySignal(child, "SIGKILL"), killGraceMs);
+  };
+  lock.lost.addEventListener("abort", onLost, { once: true });
+  // Forward the operator's Ctrl-C / SIGTERM to the command; the lock is released after it exits.
+  const forwarded: [Deno.Signal, () => void][] = (["SIGINT", "SIGTERM"] as const).map((
+    signal,
+  ) => [signal, () => trySignal(child, signal)]);
+  for (const [signal, handler] of forwarded) Deno.addSignalListener(signal, handler);
+  try {
+    const status = await child.status;
+    if (lock.lost.aborted) return EXIT_LOCK_LOST;
+    return status.signal ? 128 + signalNumber(status.signal) : status.code;
+  } finally {
+    clearTimeout(killTimer);
+    lock.lost.removeEventListener("abort", onLost);
+    for (const [signal, handler] of forwarded) Deno.removeSignalListener(signal, handler);
+    await lock.release().catch(() => {});
+  }
+}
+
+function trySignal(child: Deno.ChildProcess, signal: Deno.Signal): void {
+  try {
+    child.kill(signal);
+  } catch {
+    // already exited
+  }
+}
+
+function signalNumber(signal: Deno.Signal): number {
+  const numbers: Partial<Record<Deno.Signal, number>> = {
+    SIGHUP: 1,
+    SIGINT: 2,
+    SIGQUIT: 3,
+    SIGKILL: 9,
+    SIGTERM: 15,
+  };
+  return numbers[signal] ?? 0;
+}
+
+/** Reads the PEM files named by -ca / -cert / -key; undefined when none is given. */
+export async function readTls(
+  ca: unknown,
+  cert: unknown,
+  key: unknown,
+): Promise<ClientTlsOptions | undefined> {
+  if (ca === undefined && cert === undefined && key === undefined) return undefined;
+  if ((cert === undefined) !== (key === undefined)) {
+    throw new FlagError("-cert and -key go together");
+  }
+  const read = (path: unknown) =>
+    path === undefined ? undefined : Deno.readTextFile(path as string);
+  return { ca: await read(ca), cert: await read(cert), key: await read(key) };
+}

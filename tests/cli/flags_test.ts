@@ -1,0 +1,96 @@
+import assert from "node:assert/strict";
+import { FlagError, type FlagSpec, parseDurationMs, parseFlags } from "../../src/cli/flags.ts";
+import { serveConfigFromArgs } from "../../src/cli/serve.ts";
+
+const SPECS: FlagSpec[] = [
+  { name: "listen", kind: "string", help: "" },
+  { name: "io-timeout", kind: "duration", help: "" },
+  { name: "max-sessions", kind: "int", help: "" },
+  { name: "json", kind: "bool", help: "" },
+];
+
+Deno.test("flags accept -flag value, -flag=value and the -- forms; the last repeat wins", () => {
+  for (
+    const args of [
+      ["-listen", "a:1"],
+      ["-listen=a:1"],
+      ["--listen", "a:1"],
+      ["--listen=a:1"],
+      ["-listen", "x:2", "-listen", "a:1"],
+    ]
+  ) {
+    assert.equal(parseFlags(args, SPECS).values.get("listen"), "a:1", args.join(" "));
+  }
+});
+
+Deno.test("boolean flags take no value; positionals and -- are kept", () => {
+  const parsed = parseFlags(["locks", "-json", "x", "--", "-listen", "y"], SPECS);
+  assert.equal(parsed.values.get("json"), true);
+  assert.deepEqual(parsed.positionals, ["locks", "x"]);
+  assert.deepEqual(parsed.afterDoubleDash, ["-listen", "y"]);
+  assert.equal(parseFlags(["-json=false"], SPECS).values.get("json"), false);
+});
+
+Deno.test("durations are Go-style", () => {
+  const cases: [string, number | null][] = [
+    ["0", 0],
+    ["500ms", 500],
+    ["30s", 30_000],
+    ["1m30s", 90_000],
+    ["2h", 7_200_000],
+    ["1.5s", 1_500],
+    ["30", null],
+    ["s", null],
+    ["-1s", null],
+    ["10x", null],
+  ];
+  for (const [text, ms] of cases) assert.equal(parseDurationMs(text), ms, text);
+});
+
+Deno.test("bad command lines fail with one clear line", () => {
+  const cases: [string[], RegExp][] = [
+    [["-bogus"], /^flag provided but not defined: -bogus$/],
+    [["-listen"], /^flag needs an argument: -listen$/],
+    [["-io-timeout", "soon"], /invalid value "soon" for flag -io-timeout/],
+    [["-max-sessions", "-3"], /invalid value "-3" for flag -max-sessions/],
+    [["-json=maybe"], /invalid boolean value "maybe"/],
+  ];
+  for (const [args, message] of cases) {
+    assert.throws(() => parseFlags(args, SPECS), (error: unknown) => {
+      assert.ok(error instanceof FlagError);
+      assert.match(error.message, message);
+      return true;
+    });
+  }
+});
+
+Deno.test("serve flags map onto the configuration and are validated", () => {
+  const config = serveConfigFromArgs([
+    "-listen",
+    "[::1]:7500",
+    "-io-timeout=10s",
+    "-max-lease",
+    "1m",
+    "-log-format",
+    "json",
+    "-admin-listen",
+    "127.0.0.1:0",
+  ]);
+  assert.equal(config.listen, "[::1]:7500");
+  assert.equal(config.ioTimeoutMs, 10_000);
+  assert.equal(config.leaseMaxMs, 60_000);
+  assert.equal(config.logFormat, "json");
+  assert.equal(config.adminListen, "127.0.0.1:0");
+  assert.equal(config.opsListen, null);
+  const bad: [string[], RegExp][] = [
+    [["-log-level", "loud"], /-log-level: want debug, info, warn, error/],
+    [["-listen", "nowhere"], /"nowhere" is not a host:port address/],
+    [["-io-timeout", "10ms"], /-io-timeout must be at least 100ms/],
+    [["-tls-cert", "a.pem"], /-tls-cert and -tls-key go together/],
+    [["-tls-client-ca", "ca.pem"], /needs -tls-cert/],
+    [["-default-lease", "10m"], /-default-lease must be between/],
+    [["-max-frame-bytes", "100"], /-max-frame-bytes must be at least/],
+    [["extra"], /unexpected argument "extra"/],
+  ];
+  for (const [args, message] of bad) assert.throws(() => serveConfigFromArgs(args), message);
+});
