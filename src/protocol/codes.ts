@@ -100,7 +100,7 @@ export const WIRE_CODES = {
     "INVALID_ARGUMENT",
     false,
     false,
-    "A field is out of range: an empty, oversized or reserved lock name, control characters, a wait bound too large.",
+    "A field is out of range: an empty, oversized or reserved lock name, control characters, request id 0.",
   ),
   AUDIT_UNAVAILABLE: entry(
     0x0c,

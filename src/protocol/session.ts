@@ -182,6 +182,11 @@ export class Session {
       return;
     }
     const peer = this.#peer!;
+    if ("requestId" in message && message.requestId === 0 && message.type !== "error") {
+      const name = "name" in message ? message.name : "";
+      this.sendError("INVALID_ARGUMENT", 0, name, "Request id 0 is reserved for the server");
+      return;
+    }
     switch (message.type) {
       case "acquire":
         this.#acquire(peer, message);

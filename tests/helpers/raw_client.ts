@@ -1,0 +1,89 @@
+import { parseHostPort } from "../../src/host_port.ts";
+import { FrameWriter } from "../../src/protocol/frame.ts";
+import { FrameReader } from "../../src/protocol/frame_reader.ts";
+import { type ClientMessage, type Message, PROTOCOL_VERSION } from "../../src/protocol/messages.ts";
+
+/** A bare protocol peer for tests: sends exact frames or bytes, reads messages one by one. */
+export class RawClient implements AsyncDisposable {
+  readonly conn: Deno.TcpConn;
+  readonly #reader = new FrameReader(1 << 20);
+  readonly #buffer = new Uint8Array(64 * 1024);
+  #closed = false;
+  #pendingRead: Promise<number | null> | null = null;
+
+  private constructor(conn: Deno.TcpConn) {
+    this.conn = conn;
+  }
+
+  static async connect(addr: string): Promise<RawClient> {
+    const at = parseHostPort(addr);
+    const conn = await Deno.connect({ hostname: at.hostname, port: at.port });
+    conn.setNoDelay(true);
+    return new RawClient(conn);
+  }
+
+  /** Connects and completes HELLO/WELCOME. */
+  static async session(addr: string): Promise<RawClient> {
+    const client = await RawClient.connect(addr);
+    await client.send({ type: "hello", version: PROTOCOL_VERSION, clientName: "raw" });
+    const welcome = await client.next();
+    if (welcome?.type !== "welcome") {
+      throw new Error(`expected WELCOME, got ${JSON.stringify(welcome)}`);
+    }
+    return client;
+  }
+
+  async send(...messages: ClientMessage[]): Promise<void> {
+    const writer = new FrameWriter({ maxFrameBytes: 1 << 20 });
+    for (const message of messages) writer.push(message);
+    await this.sendBytes(writer.take());
+  }
+
+  async sendBytes(bytes: Uint8Array): Promise<void> {
+    let offset = 0;
+    while (offset < bytes.length) offset += await this.conn.write(bytes.subarray(offset));
+  }
+
+  /** The next message, or null when the server closed the connection. Fails after `timeoutMs`. */
+  async next(timeoutMs = 5_000): Promise<Message | null> {
+    const deadline = performance.now() + timeoutMs;
+    for (;;) {
+      const message = this.#reader.next();
+      if (message !== null) return message;
+      if (this.#closed) return null;
+      this.#pendingRead ??= this.conn.read(this.#buffer).catch(() => null);
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const timeout = new Promise<"timeout">((resolve) => {
+        timer = setTimeout(() => resolve("timeout"), Math.max(0, deadline - performance.now()));
+      });
+      const n = await Promise.race([this.#pendingRead, timeout]);
+      clearTimeout(timer);
+      if (n === "timeout") throw new Error(`no message within ${timeoutMs} ms`);
+      this.#pendingRead = null;
+      if (n === null) {
+        this.#closed = true;
+        continue;
+      }
+      this.#reader.push(this.#buffer.subarray(0, n));
+    }
+  }
+
+  /** Reads until the server closes; returns every message seen. */
+  async drainUntilClosed(timeoutMs = 5_000): Promise<Message[]> {
+    const messages: Message[] = [];
+    for (;;) {
+      const message = await this.next(timeoutMs);
+      if (message === null) return messages;
+      messages.push(message);
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    try {
+      this.conn.close();
+    } catch {
+      // already closed
+    }
+    await this.#pendingRead;
+  }
+}
