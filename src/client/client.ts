@@ -93,7 +93,8 @@ export class Client implements AsyncDisposable {
   #reconnectTimer: ReturnType<typeof setTimeout> | undefined;
   #reconnectAttempt = 0;
   #closed = false;
-  #connectedWaiters: (() => void)[] = [];
+  /** Acquires waiting for a (re)connection before they can be sent. */
+  readonly #unsent = new Set<PendingAcquire>();
 
   /** @internal use {@link connect} */
   constructor(options: ConnectOptions, connection: Connection) {
@@ -136,7 +137,10 @@ export class Client implements AsyncDisposable {
   }
 
   /** Takes the lock if it is free right now; null when it is held. */
-  async tryAcquire(name: string, options: Omit<AcquireOptions, "waitMs"> = {}): Promise<Lock | null> {
+  async tryAcquire(
+    name: string,
+    options: Omit<AcquireOptions, "waitMs"> = {},
+  ): Promise<Lock | null> {
     try {
       return await this.acquire(name, { ...options, waitMs: 0 });
     } catch (error) {
@@ -155,7 +159,6 @@ export class Client implements AsyncDisposable {
     this.#connection = null;
     connection?.close();
     this.#failAll(new ConnectionError("The client is closed"), "disconnected");
-    for (const wake of this.#connectedWaiters.splice(0)) wake();
     return Promise.resolve();
   }
 
@@ -170,22 +173,26 @@ export class Client implements AsyncDisposable {
     connection.onClose = (code) => this.#onConnectionClosed(connection, code);
     connection.start();
     this.#scheduleHeartbeat();
-    for (const wake of this.#connectedWaiters.splice(0)) wake();
+    const unsent = [...this.#unsent];
+    this.#unsent.clear();
+    for (const pending of unsent) this.#sendAcquire(pending);
   }
 
   #sendAcquire(pending: PendingAcquire): void {
     const connection = this.#connection;
     if (connection === null || connection.closed) {
-      // Reconnecting: sent when the new session is up.
+      // Reconnecting: sent when the new session is up (a bound that ran out meanwhile
+      // becomes a try-lock, waitMs 0).
       pending.requestId = 0;
-      this.#connectedWaiters.push(() => {
-        if (!pending.abandoned && !this.#closed) this.#sendAcquire(pending);
-      });
+      this.#unsent.add(pending);
       return;
     }
     let waitMs = WAIT_FOREVER;
     if (pending.deadlineMs !== null) {
-      waitMs = Math.max(0, Math.min(WAIT_FOREVER - 1, Math.round(pending.deadlineMs - performance.now())));
+      waitMs = Math.max(
+        0,
+        Math.min(WAIT_FOREVER - 1, Math.round(pending.deadlineMs - performance.now())),
+      );
     }
     pending.requestId = this.#nextRequestId++;
     this.#pending.set(pending.requestId, pending);
@@ -201,6 +208,7 @@ export class Client implements AsyncDisposable {
   #abandon(pending: PendingAcquire, reason: unknown): void {
     if (pending.abandoned) return;
     pending.abandoned = true;
+    this.#unsent.delete(pending);
     pending.reject(reason);
     if (pending.requestId !== 0 && this.#connection && !this.#connection.closed) {
       // Cancel the queued claim; a grant racing with this is released when it arrives.
@@ -335,22 +343,16 @@ export class Client implements AsyncDisposable {
       } catch {
         if (!this.#closed) this.#scheduleReconnect();
       }
-      this.#expireWaits();
     }, delayMs);
   }
 
-  /** Waits whose bound ran out while disconnected fail with WAIT_TIMEOUT. */
-  #expireWaits(): void {
-    // Pending acquires that never got sent are held in #connectedWaiters; a bound that
-    // passes while reconnecting is enforced by the server with waitMs 0 once sent.
-  }
-
   #failAll(error: Error, reason: LostReason): void {
-    for (const pending of this.#pending.values()) {
+    for (const pending of [...this.#pending.values(), ...this.#unsent]) {
       this.#detachSignal(pending);
       if (!pending.abandoned) pending.reject(error);
     }
     this.#pending.clear();
+    this.#unsent.clear();
     for (const [name, owned] of this.#owned) {
       this.#owned.delete(name);
       owned.handle.markLost(reason);
