@@ -7,7 +7,7 @@
 export const FRAME_BYTES_MAX = 64 * 1024;
 /** Lock names are 1..1024 UTF-8 bytes: long enough for paths, short enough to index cheaply. */
 export const LOCK_NAME_BYTES_MAX = 1024;
-/** Client names (HELLO) are informational; longer ones are refused as invalid. */
+/** Client names (HELLO) are informational; a longer one gets INVALID_ARGUMENT and the connection closes. */
 export const CLIENT_NAME_BYTES_MAX = 256;
 /** Error messages on the wire are cut to this many bytes. */
 export const ERROR_MESSAGE_BYTES_MAX = 1024;
@@ -40,6 +40,9 @@ export const WAIT_MS_MAX = 0xffff_fffe;
 export const WRITE_BUFFER_BYTES_MAX = 1024 * 1024;
 /** Size of the reusable read buffer of a session: small, because every idle session keeps one in a pending read (target: under 8 KiB per session). */
 export const READ_BUFFER_BYTES = 4 * 1024;
+
+/** Received bytes a TLS session may have queued before its socket is paused (read back-pressure). */
+export const TLS_READ_QUEUE_BYTES_MAX = 64 * 1024;
 
 /** Tokens are reserved in blocks this large; a restart skips at most one block. */
 export const TOKEN_BLOCK_SIZE = 65_536;

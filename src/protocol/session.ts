@@ -1,6 +1,6 @@
 import type { LockEngine } from "../core/engine.ts";
 import type { CloseCause, Peer } from "../core/types.ts";
-import { READ_BUFFER_BYTES, WRITE_BUFFER_BYTES_MAX } from "../limits.ts";
+import { CLIENT_NAME_BYTES_MAX, READ_BUFFER_BYTES, WRITE_BUFFER_BYTES_MAX } from "../limits.ts";
 import { log } from "../log/diagnostic.ts";
 import type { ServerCounters } from "../ops/counters.ts";
 import { ProtocolError, WIRE_CODES, type WireCodeName } from "./codes.ts";
@@ -178,7 +178,7 @@ export class Session {
         this.#protocolViolation(`Expected HELLO first, got ${message.type.toUpperCase()}`);
         return;
       }
-      this.#hello(message.version);
+      this.#hello(message.version, message.clientName);
       return;
     }
     const peer = this.#peer!;
@@ -204,8 +204,12 @@ export class Session {
     }
   }
 
-  #hello(version: number): void {
+  #hello(version: number, clientName: string): void {
     this.#clearHandshakeTimer();
+    if (new TextEncoder().encode(clientName).length > CLIENT_NAME_BYTES_MAX) {
+      this.#refuse("INVALID_ARGUMENT", `Client name is longer than ${CLIENT_NAME_BYTES_MAX} bytes`);
+      return;
+    }
     if (version !== PROTOCOL_VERSION) {
       this.#refuse(
         "UNSUPPORTED_VERSION",
@@ -275,7 +279,9 @@ export class Session {
     });
     const wasOpen = this.#state === "open";
     this.terminate({ code: "MALFORMED_FRAME", name: "", message: reason });
-    if (wasOpen) this.#host.apply(this.#host.engine.closeSession(this.#peer!.sessionId, "io_error"));
+    if (wasOpen) {
+      this.#host.apply(this.#host.engine.closeSession(this.#peer!.sessionId, "io_error"));
+    }
   }
 
   /** Sends one ERROR and closes (before or outside the engine's knowledge of the session). */

@@ -43,6 +43,12 @@ Deno.test("requests before HELLO, bad versions and oversized frames are refused 
     const messages = await raw.drainUntilClosed();
     expectError(messages[0], "HANDSHAKE_TIMEOUT", 0);
   }
+  {
+    await using raw = await RawClient.connect(t.addr);
+    await raw.send({ type: "hello", version: 1, clientName: "n".repeat(257) });
+    const messages = await raw.drainUntilClosed();
+    expectError(messages[0], "INVALID_ARGUMENT", 0);
+  }
   // The server still serves others.
   await using ok = await RawClient.session(t.addr);
   await ok.send({ type: "acquire", requestId: 1, name: "x", leaseMs: 0, waitMs: 0 });
