@@ -1,0 +1,183 @@
+/**
+ * The minimal protocol client the benchmark, the soak and the fault tests use:
+ * FrameWriter/FrameReader over `Deno.connect`, requests matched to replies by
+ * request id, every frame queued in one microtask sent as one write. It is
+ * deliberately lighter than `mod.ts` (no reconnect, no heartbeat timer) so
+ * that 10,000 of them fit in one process and the floor measures the same code.
+ */
+
+import { FrameWriter } from "../src/protocol/frame.ts";
+import { FrameReader } from "../src/protocol/frame_reader.ts";
+import { type ClientMessage, type Message, PROTOCOL_VERSION } from "../src/protocol/messages.ts";
+
+const READ_BUFFER_BYTES = 16 * 1024;
+
+/** A reply that ends a request: ACQUIRED, RELEASED, HEARTBEAT_ACK, ERROR, or the echoed frame. */
+export type Reply = Message;
+
+interface Pending {
+  resolve: (reply: Reply) => void;
+  reject: (error: Error) => void;
+}
+
+export class BenchConn {
+  readonly conn: Deno.TcpConn;
+  readonly #writer = new FrameWriter({ initialBytes: 64 });
+  readonly #reader = new FrameReader();
+  readonly #pending = new Map<number, Pending>();
+  #nextRequestId = 1;
+  #flushQueued = false;
+  #writing: Promise<void> = Promise.resolve();
+  closed = false;
+  /** Messages with no pending request (ERROR id 0, unexpected grants). */
+  unsolicited: Message[] = [];
+  /** Called for every QUEUED message (deep-queue scenario counts them). */
+  onQueued: ((msg: Message) => void) | null = null;
+  readonly done: Promise<void>;
+
+  private constructor(conn: Deno.TcpConn) {
+    this.conn = conn;
+    this.done = this.#readLoop();
+  }
+
+  static async connect(addr: string): Promise<BenchConn> {
+    const i = addr.lastIndexOf(":");
+    const hostname = addr.slice(0, i).replace(/^\[|\]$/g, "");
+    const conn = await Deno.connect({ hostname, port: Number(addr.slice(i + 1)) });
+    conn.setNoDelay(true);
+    return new BenchConn(conn);
+  }
+
+  /** Connects and completes HELLO → WELCOME. */
+  static async session(addr: string, clientName = "bench"): Promise<BenchConn> {
+    const c = await BenchConn.connect(addr);
+    const welcome = await c.request({ type: "hello", version: PROTOCOL_VERSION, clientName });
+    if (welcome.type !== "welcome") {
+      c.close();
+      throw new Error(`Cannot open session: expected WELCOME, got ${JSON.stringify(welcome)}`);
+    }
+    return c;
+  }
+
+  get localAddr(): string {
+    const a = this.conn.localAddr as Deno.NetAddr;
+    return a.hostname.includes(":") ? `[${a.hostname}]:${a.port}` : `${a.hostname}:${a.port}`;
+  }
+
+  get pendingCount(): number {
+    return this.#pending.size;
+  }
+
+  /** Sends `msg` (its requestId is assigned here; HELLO uses key 0) and resolves with the reply. */
+  request(msg: ClientMessage): Promise<Reply> {
+    if (this.closed) return Promise.reject(new Error("connection closed"));
+    let key = 0;
+    if (msg.type !== "hello") {
+      key = this.#nextRequestId++;
+      if (this.#nextRequestId > 0xffff_fff0) this.#nextRequestId = 1;
+      msg = { ...msg, requestId: key };
+    }
+    const p = new Promise<Reply>((resolve, reject) => this.#pending.set(key, { resolve, reject }));
+    this.send(msg);
+    return p;
+  }
+
+  acquire(name: string, leaseMs = 0, waitMs = 0xffff_ffff): Promise<Reply> {
+    return this.request({ type: "acquire", requestId: 0, name, leaseMs, waitMs });
+  }
+
+  release(name: string, token: number): Promise<Reply> {
+    return this.request({ type: "release", requestId: 0, name, token });
+  }
+
+  heartbeat(): Promise<Reply> {
+    return this.request({ type: "heartbeat", requestId: 0 });
+  }
+
+  /** Queues a frame without waiting for a reply. */
+  send(msg: ClientMessage): void {
+    this.#writer.push(msg);
+    this.#scheduleFlush();
+  }
+
+  /** Queues raw bytes (fuzzing). */
+  sendBytes(bytes: Uint8Array): void {
+    this.#writing = this.#writing.then(() => this.#writeAll(bytes));
+  }
+
+  #scheduleFlush(): void {
+    if (this.#flushQueued) return;
+    this.#flushQueued = true;
+    queueMicrotask(() => {
+      this.#flushQueued = false;
+      if (this.#writer.byteLength === 0) return;
+      const bytes = this.#writer.take();
+      this.#writing = this.#writing.then(() => this.#writeAll(bytes));
+    });
+  }
+
+  async #writeAll(bytes: Uint8Array): Promise<void> {
+    if (this.closed) return;
+    try {
+      let off = 0;
+      while (off < bytes.length) off += await this.conn.write(bytes.subarray(off));
+    } catch {
+      this.close();
+    }
+  }
+
+  async #readLoop(): Promise<void> {
+    const buf = new Uint8Array(READ_BUFFER_BYTES);
+    try {
+      for (;;) {
+        const n = await this.conn.read(buf);
+        if (n === null) break;
+        this.#reader.push(buf.subarray(0, n));
+        for (let msg = this.#reader.next(); msg !== null; msg = this.#reader.next()) {
+          this.#deliver(msg);
+        }
+      }
+    } catch {
+      // reset or protocol error: the connection is over either way
+    }
+    this.close();
+  }
+
+  #deliver(msg: Message): void {
+    if (msg.type === "queued") {
+      this.onQueued?.(msg);
+      return;
+    }
+    const key = msg.type === "welcome" ? 0 : "requestId" in msg ? msg.requestId : -1;
+    const pending = this.#pending.get(key);
+    if (pending === undefined) {
+      this.unsolicited.push(msg);
+      return;
+    }
+    this.#pending.delete(key);
+    pending.resolve(msg);
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    try {
+      this.conn.close();
+    } catch {
+      // already closed
+    }
+    const error = new Error("connection closed");
+    for (const p of this.#pending.values()) p.reject(error);
+    this.#pending.clear();
+  }
+}
+
+/** Value at quantile `q` (0..1) of an ascending-sorted array. */
+export function quantile(sorted: ArrayLike<number>, q: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+}
+
+export function sortedCopy(values: number[]): Float64Array {
+  return Float64Array.from(values).sort();
+}

@@ -1,0 +1,642 @@
+/**
+ * `deno task bench`: lockd load generator. Starts `main.ts serve` subprocesses
+ * on port 0 (or targets `-addr HOST:PORT` for the socket scenarios), measures
+ * the floor and six scenarios, prints markdown tables and writes
+ * bench/results/latest.json. Flags: -addr, -duration-ms (per measured phase),
+ * -out FILE.
+ */
+
+import { BenchConn, quantile, sortedCopy } from "./bench_client.ts";
+import { cpuSeconds, rssBytes, type ServerProc, startServerProc } from "./server_proc.ts";
+import { LockEngine } from "../src/core/engine.ts";
+import { ManualClock } from "../src/clock.ts";
+import { openTokenIssuer } from "../src/storage/token_store.ts";
+
+const ROOT = new URL("../", import.meta.url).pathname;
+
+function flag(name: string, fallback: string): string {
+  const i = Deno.args.findIndex((a) => a === `-${name}` || a === `--${name}`);
+  if (i >= 0) return Deno.args[i + 1];
+  const eq = Deno.args.find((a) => a.startsWith(`-${name}=`) || a.startsWith(`--${name}=`));
+  return eq ? eq.slice(eq.indexOf("=") + 1) : fallback;
+}
+const TARGET_ADDR = flag("addr", "");
+const PHASE_MS = Number(flag("duration-ms", "3000"));
+const WARMUP_MS = 500;
+const OUT = flag("out", `${ROOT}bench/results/latest.json`);
+const FD_LIMIT = 20_000;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const round = (x: number, digits = 3) => Number(x.toFixed(digits));
+const ms = (x: number) => round(x, 3);
+
+interface Row {
+  scenario: string;
+  metric: string;
+  value: number | string;
+  unit: string;
+  target?: string;
+  met?: boolean | null;
+}
+const rows: Row[] = [];
+const notes: string[] = [];
+const commands: string[] = [];
+function row(r: Row): void {
+  rows.push(r);
+  const met = r.met === undefined ? "" : r.met === null ? "n/a" : r.met ? "yes" : "**no**";
+  console.log(
+    `| ${r.scenario} | ${r.metric} | ${r.value} ${r.unit} | ${r.target ?? ""} | ${met} |`,
+  );
+}
+
+const SERVER_ARGS = [
+  "-audit-log",
+  "/dev/null",
+  "-max-sessions",
+  "30000",
+  "-io-timeout",
+  "60s",
+  "-shutdown-grace",
+  "0s",
+];
+
+async function withServer<T>(
+  fn: (addr: string, proc: ServerProc | null) => Promise<T>,
+  http = false,
+): Promise<T> {
+  if (TARGET_ADDR) return await fn(TARGET_ADDR, null);
+  const proc = await startServerProc({ args: SERVER_ARGS, http });
+  if (!commands.includes(proc.command)) commands.push(proc.command);
+  try {
+    return await fn(proc.addr, proc);
+  } finally {
+    await proc.stop("SIGKILL");
+  }
+}
+
+/** Runs `loop` on every connection until the phase ends; returns the count done after warm-up. */
+async function timedLoops(
+  n: number,
+  loop: (i: number, measuring: () => boolean, stop: () => boolean) => Promise<void>,
+): Promise<{ elapsedMs: number }> {
+  let measuring = false;
+  let stopped = false;
+  const loops = Array.from({ length: n }, (_, i) => loop(i, () => measuring, () => stopped));
+  await sleep(WARMUP_MS);
+  measuring = true;
+  const t0 = performance.now();
+  await sleep(PHASE_MS);
+  measuring = false;
+  const elapsedMs = performance.now() - t0;
+  stopped = true;
+  await Promise.all(loops);
+  return { elapsedMs };
+}
+
+// ---- floor ------------------------------------------------------------------
+
+async function floor(): Promise<number> {
+  const echo = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", `${ROOT}bench/echo_server.ts`],
+    stdout: "piped",
+    stderr: "inherit",
+  }).spawn();
+  commands.push(`deno run -A bench/echo_server.ts`);
+  const reader = echo.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  const port = Number((await reader.read()).value!.trim());
+  reader.releaseLock();
+  const conns = await Promise.all(
+    Array.from({ length: 64 }, () => BenchConn.connect(`127.0.0.1:${port}`)),
+  );
+  let count = 0;
+  const { elapsedMs } = await timedLoops(64, async (i, measuring, stop) => {
+    while (!stop()) {
+      await conns[i].heartbeat();
+      if (measuring()) count++;
+    }
+  });
+  for (const c of conns) c.close();
+  await Promise.all(conns.map((c) => c.done));
+  echo.kill("SIGKILL");
+  await echo.status;
+  await echo.stdout.cancel().catch(() => {});
+  const rate = (count / elapsedMs) * 1000;
+  row({
+    scenario: "floor",
+    metric: "echo round trips/s, 64 conns",
+    value: Math.round(rate),
+    unit: "/s",
+  });
+  return rate;
+}
+
+// ---- 1. uncontended ----------------------------------------------------------
+
+async function uncontended(floorRate: number): Promise<void> {
+  await withServer(async (addr) => {
+    for (const c of [1, 8, 64]) {
+      const conns = await Promise.all(Array.from({ length: c }, () => BenchConn.session(addr)));
+      const acq: number[] = [];
+      const rel: number[] = [];
+      let cycles = 0;
+      const { elapsedMs } = await timedLoops(c, async (i, measuring, stop) => {
+        const name = `u/${c}/${i}`;
+        while (!stop()) {
+          const t0 = performance.now();
+          const a = await conns[i].acquire(name, 0, 0);
+          const t1 = performance.now();
+          if (a.type !== "acquired") throw new Error(`acquire failed: ${JSON.stringify(a)}`);
+          await conns[i].release(name, a.token);
+          const t2 = performance.now();
+          if (measuring()) {
+            cycles++;
+            acq.push(t1 - t0);
+            rel.push(t2 - t1);
+          }
+        }
+      });
+      for (const k of conns) k.close();
+      await Promise.all(conns.map((k) => k.done));
+      const rate = (cycles / elapsedMs) * 1000;
+      const a = sortedCopy(acq), r = sortedCopy(rel);
+      const target = c === 64 ? 0.25 * floorRate : undefined;
+      row({
+        scenario: `1 uncontended C=${c}`,
+        metric: "cycles/s",
+        value: Math.round(rate),
+        unit: "/s",
+        ...(target !== undefined
+          ? { target: `≥ 0.25 × floor = ${Math.round(target)}`, met: rate >= target }
+          : {}),
+      });
+      row({
+        scenario: `1 uncontended C=${c}`,
+        metric: "acquire p50 / p99",
+        value: `${ms(quantile(a, 0.5))} / ${ms(quantile(a, 0.99))}`,
+        unit: "ms",
+      });
+      row({
+        scenario: `1 uncontended C=${c}`,
+        metric: "release p50 / p99",
+        value: `${ms(quantile(r, 0.5))} / ${ms(quantile(r, 0.99))}`,
+        unit: "ms",
+      });
+    }
+  });
+}
+
+// ---- 2. contended handoff ----------------------------------------------------
+
+async function contended(): Promise<void> {
+  await withServer(async (addr) => {
+    for (const holdMs of [0, 1]) {
+      const n = 16;
+      const conns = await Promise.all(Array.from({ length: n }, () => BenchConn.session(addr)));
+      const name = `c/${holdMs}`;
+      const perClient = new Array(n).fill(0);
+      const acqAt = new Map<number, number>(); // token → acquire returned
+      const relAt = new Map<number, number>(); // token → release returned
+      const tokens: number[] = [];
+      let changes = 0;
+      const { elapsedMs } = await timedLoops(n, async (i, measuring, stop) => {
+        while (!stop()) {
+          const a = await conns[i].acquire(name, 0, 0xffff_ffff);
+          if (a.type !== "acquired") throw new Error(`acquire failed: ${JSON.stringify(a)}`);
+          const m = measuring();
+          if (m) {
+            acqAt.set(a.token, performance.now());
+            tokens.push(a.token);
+            perClient[i]++;
+            changes++;
+          }
+          if (holdMs > 0) await sleep(holdMs);
+          await conns[i].release(name, a.token);
+          if (m) relAt.set(a.token, performance.now());
+        }
+      });
+      for (const k of conns) k.close();
+      await Promise.all(conns.map((k) => k.done));
+      tokens.sort((x, y) => x - y);
+      const handoffs: number[] = [];
+      let negative = 0;
+      for (let k = 1; k < tokens.length; k++) {
+        const prevRel = relAt.get(tokens[k - 1]);
+        const nextAcq = acqAt.get(tokens[k]);
+        if (prevRel === undefined || nextAcq === undefined) continue;
+        const d = nextAcq - prevRel;
+        if (d < 0) negative++;
+        handoffs.push(Math.max(0, d));
+      }
+      const h = sortedCopy(handoffs);
+      const rate = (changes / elapsedMs) * 1000;
+      const fairness = Math.max(...perClient) / Math.max(1, Math.min(...perClient));
+      const s = `2 contended hold=${holdMs}ms`;
+      row({
+        scenario: s,
+        metric: "owner changes/s",
+        value: Math.round(rate),
+        unit: "/s",
+        ...(holdMs === 0 ? { target: "≥ 10,000", met: rate >= 10_000 } : {}),
+      });
+      row({
+        scenario: s,
+        metric: "handoff p50 / p99",
+        value: `${ms(quantile(h, 0.5))} / ${ms(quantile(h, 0.99))}`,
+        unit: "ms",
+        target: "p99 ≤ 1 ms",
+        met: quantile(h, 0.99) <= 1,
+      });
+      row({
+        scenario: s,
+        metric: "fairness max/min acquisitions",
+        value: round(fairness, 3),
+        unit: `(min ${Math.min(...perClient)}, max ${Math.max(...perClient)})`,
+        target: "≤ 1.05",
+        met: fairness <= 1.05,
+      });
+      if (negative > 0) {
+        notes.push(
+          `contended hold=${holdMs}: ${negative} of ${handoffs.length} handoffs saw the next owner's ACQUIRED processed before the previous owner's RELEASED (both in one client process); counted as 0 ms`,
+        );
+      }
+    }
+  });
+}
+
+// ---- worker helpers ----------------------------------------------------------
+
+interface Worker {
+  child: Deno.ChildProcess;
+  next(): Promise<Record<string, unknown>>;
+  send(line: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+function startWorker(args: string[]): Worker {
+  const denoPath = Deno.execPath();
+  const wargs = ["run", "-A", `${ROOT}bench/sessions_worker.ts`, ...args];
+  commands.push(`ulimit -n ${FD_LIMIT}; deno ${wargs.join(" ")}`);
+  const child = new Deno.Command("sh", {
+    args: ["-c", `ulimit -n ${FD_LIMIT}; exec "$0" "$@"`, denoPath, ...wargs],
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "inherit",
+  }).spawn();
+  const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  const writer = child.stdin.getWriter();
+  let rest = "";
+  const lines: string[] = [];
+  return {
+    child,
+    async next() {
+      for (;;) {
+        if (lines.length > 0) return JSON.parse(lines.shift()!);
+        const { value, done } = await reader.read();
+        if (done) throw new Error("worker exited early");
+        rest += value;
+        const parts = rest.split("\n");
+        rest = parts.pop()!;
+        lines.push(...parts.filter((l) => l.trim() !== ""));
+      }
+    },
+    async send(line: string) {
+      await writer.write(new TextEncoder().encode(line + "\n"));
+    },
+    async close() {
+      await writer.close().catch(() => {});
+      const timer = setTimeout(() => child.kill("SIGKILL"), 15_000);
+      await child.status;
+      clearTimeout(timer);
+      reader.releaseLock();
+      await child.stdout.cancel().catch(() => {});
+    },
+  };
+}
+
+// ---- 3. many sessions --------------------------------------------------------
+
+async function manySessions(): Promise<void> {
+  if (TARGET_ADDR) {
+    notes.push("many sessions: skipped with -addr (needs the server's pid for RSS and CPU)");
+    return;
+  }
+  await withServer(async (addr, proc) => {
+    const pid = proc!.pid;
+    await sleep(1_000);
+    const baseline = rssBytes(pid);
+    const n = 10_000;
+    const leaseMs = 15_000; // the default lease: heartbeats every 5 s, as the client library sends them
+    const w = startWorker(["hold", addr, String(n), String(leaseMs), String(leaseMs / 3)]);
+    const ready = await w.next();
+    await sleep(2_000);
+    const loaded = rssBytes(pid);
+    const cpu0 = cpuSeconds(pid);
+    const t0 = performance.now();
+    await sleep(5_000);
+    const cpuFrac = (cpuSeconds(pid) - cpu0) / ((performance.now() - t0) / 1000);
+    const afterIdle = rssBytes(pid);
+    await w.send("quit");
+    await w.close();
+    const perSession = (Math.max(loaded, afterIdle) - baseline) / n;
+    row({
+      scenario: "3 many sessions (10k, 1 lock each)",
+      metric: "server RSS per session",
+      value: round(perSession / 1024, 2),
+      unit: `KiB (baseline ${round(baseline / 2 ** 20, 1)} MiB → ${
+        round(Math.max(loaded, afterIdle) / 2 ** 20, 1)
+      } MiB; open ${Math.round(Number(ready.openMs))} ms)`,
+      target: "≤ 8 KiB",
+      met: perSession <= 8 * 1024,
+    });
+    row({
+      scenario: "3 many sessions (10k, 1 lock each)",
+      metric: "idle CPU (heartbeats every 5 s)",
+      value: round(cpuFrac * 100, 2),
+      unit: "% of a core",
+      target: "≤ 5 %",
+      met: cpuFrac <= 0.05,
+    });
+  });
+}
+
+// ---- 4. deep queue -----------------------------------------------------------
+
+/** Removal cost measured on the engine itself (no sockets) at two queue lengths. */
+function engineRemoval(lengths: number[]): Record<number, number> {
+  const out: Record<number, number> = {};
+  for (const len of lengths) {
+    const clock = new ManualClock();
+    const engine = new LockEngine({
+      clock,
+      tokens: openTokenIssuer(null, 0),
+      ioTimeoutMs: 60_000,
+      leaseDefaultMs: 15_000,
+      leaseMaxMs: 300_000,
+      sessionsMax: len + 10,
+      claimsPerSessionMax: 16,
+      waitersPerLockMax: len + 10,
+    });
+    const owner = engine.openSession("", "10.0.0.1:1")!;
+    engine.acquire(owner.sessionId, 1, "deep", 0, null);
+    const addrs: string[] = [];
+    for (let i = 0; i < len; i++) {
+      const addr = `10.1.${i >> 16}.${i & 0xffff}:${1000 + (i % 50000)}`;
+      const p = engine.openSession("", addr)!;
+      engine.acquire(p.sessionId, 1, "deep", 0, null);
+      addrs.push(addr);
+    }
+    // Remove 50 waiters around the middle; median time per removal.
+    const times: number[] = [];
+    for (let k = 0; k < 50; k++) {
+      const addr = addrs[Math.floor(len / 2) + k * 3];
+      const t0 = performance.now();
+      const r = engine.kickWaiter("deep", addr);
+      times.push(performance.now() - t0);
+      if (r.status !== "ok") throw new Error(`kick failed at ${len}: ${r.status}`);
+    }
+    out[len] = quantile(sortedCopy(times), 0.5);
+  }
+  return out;
+}
+
+async function deepQueue(): Promise<void> {
+  // 20,000 waiters need 20,000 sessions: the server's sockets plus its own
+  // descriptors must stay under the hard `ulimit -n` of this machine.
+  const hard = Number(
+    new TextDecoder().decode(
+      new Deno.Command("sh", { args: ["-c", "ulimit -Hn"], stdout: "piped" }).outputSync().stdout,
+    ).trim(),
+  );
+  const n = Math.min(20_000, (Number.isFinite(hard) ? hard : 20_000) - 100);
+  if (n < 20_000) {
+    notes.push(
+      `deep queue: ${n} waiters instead of 20,000 — the hard descriptor limit here is ${hard} per process (no CAP_SYS_RESOURCE), and each waiter is one socket on the server`,
+    );
+  }
+  await withServer(async (addr, proc) => {
+    const holder = await BenchConn.session(addr);
+    const name = "deep";
+    const a = await holder.acquire(name, 300_000, 0);
+    if (a.type !== "acquired") throw new Error("holder could not acquire");
+    const w = startWorker(["queue", addr, String(n), name]);
+    const q = await w.next();
+    const enqRate = (Number(q.queued) / Number(q.enqueueMs)) * 1000;
+    row({
+      scenario: `4 deep queue (${n} waiters)`,
+      metric: "enqueue rate (ACQUIRE → QUEUED, all sessions open)",
+      value: Math.round(enqRate),
+      unit: "/s",
+    });
+    // Removal through the admin API when it is there.
+    let removalHttpMs: number | null = null;
+    if (proc?.adminAddr) {
+      const t0 = performance.now();
+      const res = await fetch(
+        `http://${proc.adminAddr}/api/locks/${encodeURIComponent(name)}/waiters/${
+          encodeURIComponent(String(q.middleAddr))
+        }`,
+        { method: "DELETE" },
+      );
+      await res.body?.cancel();
+      removalHttpMs = performance.now() - t0;
+      row({
+        scenario: `4 deep queue (${n} waiters)`,
+        metric: `admin DELETE middle waiter (HTTP ${res.status})`,
+        value: ms(removalHttpMs),
+        unit: "ms",
+      });
+    } else {
+      notes.push(
+        "deep queue: the admin API is not wired into the server yet, so waiter removal was timed on the engine (kickWaiter, in-process) instead of over HTTP",
+      );
+    }
+    const eng = engineRemoval([1_000, 20_000]);
+    const ratio = eng[20_000] / eng[1_000];
+    row({
+      scenario: "4 deep queue (engine)",
+      metric: "remove middle waiter at 1,000 / 20,000 (median of 50)",
+      value: `${round(eng[1_000] * 1000, 1)} / ${round(eng[20_000] * 1000, 1)}`,
+      unit: "µs",
+      target: "independent of length (ratio ≤ 3)",
+      met: ratio <= 3,
+    });
+    // Drain: the holder releases; every waiter releases as soon as it is granted.
+    await w.send("drain");
+    await holder.release(name, a.token);
+    const d = await w.next();
+    const drainRate = (Number(d.drained) / Number(d.drainMs)) * 1000;
+    row({
+      scenario: `4 deep queue (${n} waiters)`,
+      metric: `drain rate (${d.drained} handoffs)`,
+      value: Math.round(drainRate),
+      unit: "owner changes/s",
+      target: "≈ contended rate",
+    });
+    await w.send("quit");
+    await w.close();
+    holder.close();
+    await holder.done;
+  }, true);
+}
+
+// ---- 5. admin and scrape under load -----------------------------------------
+
+async function adminScrape(): Promise<void> {
+  await withServer(async (addr, proc) => {
+    if (!proc?.adminAddr || !proc.opsAddr) {
+      notes.push(
+        "admin/scrape: skipped — the server does not start the admin API / ops server yet (startServer returns adminAddr = opsAddr = null)",
+      );
+      row({ scenario: "5 admin/scrape", metric: "skipped", value: "-", unit: "", met: null });
+      return;
+    }
+    const holders = await Promise.all(Array.from({ length: 20 }, () => BenchConn.session(addr)));
+    await Promise.all(holders.map(async (h, i) => {
+      const ps = [];
+      for (let k = 0; k < 1000; k++) ps.push(h.acquire(`load/${i}/${k}`, 300_000, 0));
+      await Promise.all(ps);
+    }));
+    const time = async (url: string, reps: number): Promise<{ p50: number; bytes: number }> => {
+      const t: number[] = [];
+      let bytes = 0;
+      for (let k = 0; k < reps; k++) {
+        const t0 = performance.now();
+        const res = await fetch(url);
+        bytes = (await res.arrayBuffer()).byteLength;
+        t.push(performance.now() - t0);
+        if (!res.ok) throw new Error(`${url}: HTTP ${res.status}`);
+      }
+      return { p50: quantile(sortedCopy(t), 0.5), bytes };
+    };
+    const all = await time(`http://${proc.adminAddr}/api/locks`, 5);
+    row({
+      scenario: "5 admin (20,000 held)",
+      metric: `GET /api/locks (${Math.round(all.bytes / 1024)} KiB), median of 5`,
+      value: ms(all.p50),
+      unit: "ms",
+      target: "≤ 200 ms",
+      met: all.p50 <= 200,
+    });
+    const metrics = await time(`http://${proc.opsAddr}/metrics`, 20);
+    row({
+      scenario: "5 admin (20,000 held)",
+      metric: "GET /metrics, median of 20",
+      value: ms(metrics.p50),
+      unit: "ms",
+      target: "≤ 10 ms",
+      met: metrics.p50 <= 10,
+    });
+    const narrow = await time(`http://${proc.adminAddr}/api/locks?match=load/7/99*`, 20);
+    row({
+      scenario: "5 admin (20,000 held)",
+      metric: "GET /api/locks?match=load/7/99* (11 locks), median of 20",
+      value: ms(narrow.p50),
+      unit: "ms",
+      target: "much less than the full list",
+      met: narrow.p50 < all.p50 / 5,
+    });
+    for (const h of holders) h.close();
+    await Promise.all(holders.map((h) => h.done));
+  }, true);
+}
+
+// ---- 6. lease expiry precision -----------------------------------------------
+
+async function expiry(): Promise<void> {
+  await withServer(async (addr) => {
+    const n = 10_000;
+    const perSession = 1_000;
+    const sessions = n / perSession;
+    const holders = await Promise.all(
+      Array.from({ length: sessions }, () => BenchConn.session(addr)),
+    );
+    const waiters = await Promise.all(
+      Array.from({ length: sessions }, () => BenchConn.session(addr)),
+    );
+    const expectedAt = new Array<number>(n);
+    // Holders never heartbeat: each lease expires and the waiter is granted.
+    // Leases spread over 1.5..3.5 s; expected expiry is the ACQUIRE send time
+    // + lease (an upper bound on lateness: the server started the lease later).
+    for (let b = 0; b < n; b += 100) {
+      const ps = [];
+      for (let i = b; i < b + 100; i++) {
+        const leaseMs = 1_500 + ((i * 7919) % 2_000);
+        const t = performance.now();
+        ps.push(
+          holders[Math.floor(i / perSession)].acquire(`e/${i}`, leaseMs, 0).then((a) => {
+            if (a.type !== "acquired") throw new Error("expiry holder acquire failed");
+            expectedAt[i] = t + a.leaseMs;
+          }),
+        );
+      }
+      await Promise.all(ps);
+    }
+    const lateness: number[] = [];
+    await Promise.all(Array.from({ length: n }, async (_, i) => {
+      const a = await waiters[Math.floor(i / perSession)].acquire(`e/${i}`, 60_000, 0xffff_ffff);
+      if (a.type !== "acquired") throw new Error("expiry waiter acquire failed");
+      lateness.push(performance.now() - expectedAt[i]);
+    }));
+    const l = sortedCopy(lateness);
+    row({
+      scenario: "6 expiry (10,000 live leases)",
+      metric: "handover lateness p50 / p99 / max",
+      value: `${ms(quantile(l, 0.5))} / ${ms(quantile(l, 0.99))} / ${ms(l[l.length - 1])}`,
+      unit: "ms",
+      target: "p99 ≤ 20 ms",
+      met: quantile(l, 0.99) <= 20,
+    });
+    if (l[0] < 0) notes.push(`expiry: earliest handover ${ms(l[0])} ms before the bound`);
+    for (const c of [...holders, ...waiters]) c.close();
+    await Promise.all([...holders, ...waiters].map((c) => c.done));
+  });
+}
+
+// ---- run ---------------------------------------------------------------------
+
+function machine(): Record<string, unknown> {
+  const cpuinfo = Deno.readTextFileSync("/proc/cpuinfo");
+  const meminfo = Deno.readTextFileSync("/proc/meminfo");
+  return {
+    cpuModel: cpuinfo.match(/model name\s*:\s*(.*)/)?.[1] ?? "unknown",
+    cores: navigator.hardwareConcurrency,
+    memoryMiB: Math.round(Number(meminfo.match(/MemTotal:\s+(\d+)/)?.[1] ?? 0) / 1024),
+    os: `${Deno.build.os} ${Deno.osRelease()}`,
+    deno: Deno.version.deno,
+    v8: Deno.version.v8,
+    typescript: Deno.version.typescript,
+    fdLimitHard: FD_LIMIT,
+  };
+}
+
+const started = performance.now();
+const m = machine();
+console.log(
+  `\nlockd benchmark — ${m.cpuModel}, ${m.cores} cores, ${m.memoryMiB} MiB, Deno ${m.deno}\n`,
+);
+console.log("| scenario | metric | value | target | met |");
+console.log("|---|---|---|---|---|");
+const floorRate = await floor();
+await uncontended(floorRate);
+await contended();
+await manySessions();
+await deepQueue();
+await adminScrape();
+await expiry();
+const totalS = (performance.now() - started) / 1000;
+console.log(`\nNotes:\n${notes.map((n) => `- ${n}`).join("\n")}`);
+console.log(`\nTotal ${round(totalS, 1)} s`);
+const results = {
+  date: new Date().toISOString(),
+  machine: m,
+  phaseMs: PHASE_MS,
+  warmupMs: WARMUP_MS,
+  commands: ["deno task bench", ...commands],
+  serverArgs: SERVER_ARGS,
+  floorRoundTripsPerS: Math.round(floorRate),
+  rows,
+  notes,
+  totalSeconds: round(totalS, 1),
+};
+await Deno.writeTextFile(OUT, JSON.stringify(results, null, 2) + "\n");
+console.log(`wrote ${OUT}`);
