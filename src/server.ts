@@ -1,11 +1,15 @@
+import { readAdminToken } from "./admin/auth.ts";
+import { startAdminServer } from "./admin/server.ts";
 import { type Clock, systemClock } from "./clock.ts";
 import { DEFAULT_CONFIG, type ServerConfig } from "./config.ts";
 import { LockEngine } from "./core/engine.ts";
 import { parseHostPort } from "./host_port.ts";
+import type { HttpListener } from "./http/listen.ts";
 import { AUDIT_RETRY_MS } from "./limits.ts";
 import { AuditLog, type AuditSink, openAuditSink } from "./log/audit.ts";
 import { log } from "./log/diagnostic.ts";
 import { ServerCounters } from "./ops/counters.ts";
+import { startOpsServer } from "./ops/server.ts";
 import { Dispatcher } from "./protocol/dispatcher.ts";
 import { listenTcp, type ProtocolListener } from "./protocol/listener.ts";
 import { Session } from "./protocol/session.ts";
@@ -61,6 +65,12 @@ export async function startServer(
   const config: ServerConfig = { ...DEFAULT_CONFIG, ...overrides };
   const clock = deps.clock ?? systemClock;
   const listenAt = parseHostPort(config.listen);
+  // Bad addresses and an unusable admin token file fail before anything listens.
+  const adminAt = config.adminListen === null ? null : parseHostPort(config.adminListen);
+  const opsAt = config.opsListen === null ? null : parseHostPort(config.opsListen);
+  const adminToken = config.adminTokenFile === null
+    ? null
+    : await readAdminToken(config.adminTokenFile);
   const acl = config.aclFile === null ? ALLOW_ALL : await loadAclFile(config.aclFile);
   const tokens = openTokenIssuer(config.dataDir, clock.wallMs());
   const engine = new LockEngine({
@@ -73,7 +83,10 @@ export async function startServer(
     claimsPerSessionMax: config.claimsPerSessionMax,
     waitersPerLockMax: config.waitersPerLockMax,
   });
-  const audit = new AuditLog(deps.auditSink ?? openAuditSink(config.auditLog), () => clock.wallMs());
+  const audit = new AuditLog(
+    deps.auditSink ?? openAuditSink(config.auditLog),
+    () => clock.wallMs(),
+  );
   const counters = new ServerCounters();
   const dispatcher = new Dispatcher({
     engine,
@@ -127,9 +140,18 @@ export async function startServer(
   };
   logger.info("protocol listener started", { listen: listener.addr });
 
+  let ops: HttpListener | null = null;
+  let admin: HttpListener | null = null;
   let shutdownPromise: Promise<void> | undefined;
-  const shutdown = () => {
+  /**
+   * The ordered shutdown (docs/operations.md, "Shutdown sequence"): probes
+   * 503 → protocol listener and sessions → admin API → ops server last, no
+   * earlier than `shutdownGraceMs` after the start, so probes and scrapes see
+   * the whole window.
+   */
+  const shutdown = (graceMs = config.shutdownGraceMs) => {
     shutdownPromise ??= (async () => {
+      const graceEndsMs = performance.now() + graceMs;
       live = false;
       logger.info("shutdown: probes now answer 503");
       listener.close();
@@ -138,14 +160,50 @@ export async function startServer(
       dispatcher.closeAllSessions();
       await waitUntil(() => dispatcher.connections.size === 0, 2_000);
       for (const session of dispatcher.connections) session.transport.close();
+      // Admin requests in flight finish (and write their audit records) before the log closes.
+      await admin?.close();
+      if (admin !== null) logger.info("shutdown: admin API closed");
       dispatcher.stop();
       clearInterval(auditRetry);
       audit.retry();
       audit.close();
+      if (ops !== null) {
+        const remainingMs = graceEndsMs - performance.now();
+        if (remainingMs > 0) {
+          logger.info("shutdown: ops server stays up for the grace window", {
+            remaining_ms: Math.ceil(remainingMs),
+          });
+          await new Promise((resolve) => setTimeout(resolve, remainingMs));
+        }
+        await ops.close();
+      }
       logger.info("shutdown complete");
     })();
     return shutdownPromise;
   };
+
+  try {
+    if (opsAt !== null) {
+      ops = startOpsServer(opsAt, context);
+      logger.info("ops server started", { ops_listen: ops.addr });
+    }
+    if (adminAt !== null) {
+      admin = startAdminServer({
+        at: adminAt,
+        server: context,
+        opsAddr: ops?.addr ?? null,
+        token: adminToken,
+      });
+      logger.info("admin API started", {
+        admin_listen: admin.addr,
+        auth: adminToken === null ? "none" : "token",
+      });
+    }
+  } catch (error) {
+    // E.g. the port is taken: undo what started, without a grace window.
+    await shutdown(0);
+    throw error;
+  }
 
   const reload = async () => {
     if (config.aclFile !== null) {
@@ -163,12 +221,12 @@ export async function startServer(
 
   return {
     addr: listener.addr,
-    adminAddr: null,
-    opsAddr: null,
+    adminAddr: admin?.addr ?? null,
+    opsAddr: ops?.addr ?? null,
     context,
-    shutdown,
+    shutdown: () => shutdown(),
     reload,
-    [Symbol.asyncDispose]: shutdown,
+    [Symbol.asyncDispose]: () => shutdown(),
   };
 }
 

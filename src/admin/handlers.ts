@@ -1,0 +1,195 @@
+/**
+ * Handlers of the admin API. Each is a plain function of the request and its
+ * route match; the server adds authentication and the actor. Domain outcomes
+ * become HTTP problems through one table, {@link OUTCOME_PROBLEMS}.
+ *
+ * @module
+ */
+
+import type { Actor } from "../log/audit.ts";
+import { log } from "../log/diagnostic.ts";
+import { jsonResponse, problemResponse, type ProblemSlug } from "../http/problem.ts";
+import type { RouteMatch } from "../http/router.ts";
+import { compileGlob, GlobError } from "../security/glob.ts";
+import type { ServerContext } from "../server.ts";
+import { idleLockJson, type InfoJson, lockJson } from "./views.ts";
+
+const logger = log("admin");
+
+/** What every admin handler sees besides the request. */
+export interface AdminContext {
+  readonly server: ServerContext;
+  /** Bound address of the ops server, null when it is off. */
+  readonly opsAddr: string | null;
+  /** Who is calling (audit `actor`). */
+  readonly actor: Actor;
+}
+
+type AdminMatch = RouteMatch<AdminContext>;
+
+/** Every way an admin request can fail in the domain, and the problem that answers it. */
+export const OUTCOME_PROBLEMS = {
+  /** A path segment is not valid percent-encoded UTF-8. */
+  bad_path_encoding: "invalid-path-encoding",
+  /** `?match=` does not compile. */
+  bad_glob: "invalid-glob",
+  /** The lock is idle (nothing stored) or never existed: the two cannot be told apart. */
+  lock_not_found: "lock-not-found",
+  /** No queued claim of the lock has that remote address. */
+  waiter_not_found: "waiter-not-found",
+  /** Force-release of a lock that has waiters but no owner (grants paused). */
+  no_owner: "lock-has-no-owner",
+} as const satisfies Record<string, ProblemSlug>;
+
+type Outcome = keyof typeof OUTCOME_PROBLEMS;
+
+function fail(outcome: Outcome, detail: string): Response {
+  return problemResponse(OUTCOME_PROBLEMS[outcome], detail);
+}
+
+/** GET /api/info */
+export function getInfo(_request: Request, { context }: AdminMatch): Response {
+  const { server, opsAddr } = context;
+  const { config, engine } = server;
+  const info: InfoJson = {
+    version: server.version,
+    uptime_ms: Math.max(0, Math.round(server.clock.wallMs() - server.startedAtWallMs)),
+    config: {
+      listen: server.listenAddr,
+      ops_listen: opsAddr ?? "",
+      tls: config.tlsCert !== null,
+      mtls: config.tlsClientCa !== null,
+      acl_file: config.aclFile ?? "",
+      audit_log: config.auditLog === "" ? "-" : config.auditLog,
+      io_timeout_ms: config.ioTimeoutMs,
+    },
+    locks: engine.lockCount,
+    sessions: engine.stats.sessionsOpen,
+  };
+  return jsonResponse(info);
+}
+
+/** GET /api/locks[?match=GLOB] */
+export function listLocks(_request: Request, { context, url }: AdminMatch): Response {
+  const pattern = url.searchParams.get("match");
+  let filter: { prefix: string; matches: (name: string) => boolean } | undefined;
+  if (pattern !== null) {
+    try {
+      const glob = compileGlob(pattern);
+      // The literal prefix narrows the scan before the matcher runs.
+      filter = { prefix: glob.literalPrefix, matches: glob.matches };
+    } catch (error) {
+      if (error instanceof GlobError) return fail("bad_glob", error.message);
+      throw error;
+    }
+  }
+  const locks = context.server.engine.listLocks(filter).map(lockJson);
+  return jsonResponse({ locks });
+}
+
+/** GET /api/locks/{name} */
+export function getLock(_request: Request, { context, params }: AdminMatch): Response {
+  const name = decodeSegment(params.name, "lock name");
+  if (name instanceof Response) return name;
+  const view = context.server.engine.getLock(name);
+  if (view === undefined) return fail("lock_not_found", notFoundDetail(name));
+  return jsonResponse(lockJson(view));
+}
+
+/**
+ * POST /api/locks/{name}/release: the audit record first, then the engine
+ * action (the owner gets ERROR 0x02 and is disconnected; the head waiter is
+ * granted at once). Answers with the lock's state afterwards.
+ */
+export function forceRelease(_request: Request, { context, params }: AdminMatch): Response {
+  const name = decodeSegment(params.name, "lock name");
+  if (name instanceof Response) return name;
+  const { engine, audit, dispatcher } = context.server;
+  const view = engine.getLock(name);
+  if (view === undefined) return fail("lock_not_found", notFoundDetail(name));
+  const holder = view.holder;
+  if (holder === null) {
+    return fail(
+      "no_owner",
+      `Cannot force-release lock "${name}": it has ${view.waiters.length} waiter(s) but no owner ` +
+        "(grants are paused while the audit log cannot be written)",
+    );
+  }
+  audit.append({
+    event: "force_release",
+    lock: name,
+    token: holder.token,
+    identity: holder.identity,
+    remote_addr: holder.remoteAddr,
+    session: holder.sessionId,
+    actor: context.actor,
+  });
+  const result = engine.forceRelease(name);
+  dispatcher.apply(result.events);
+  logger.info("admin force-released a lock", {
+    lock: name,
+    token: holder.token,
+    owner_remote_addr: holder.remoteAddr,
+    owner_identity: holder.identity,
+    actor: context.actor,
+  });
+  const after = engine.getLock(name);
+  return jsonResponse(after === undefined ? idleLockJson(name) : lockJson(after));
+}
+
+/** DELETE /api/locks/{name}/waiters/{remote_addr}: audit record first, then the kick. 204. */
+export function kickWaiter(_request: Request, { context, params }: AdminMatch): Response {
+  const name = decodeSegment(params.name, "lock name");
+  if (name instanceof Response) return name;
+  const remoteAddr = decodeSegment(params.remote_addr, "remote address");
+  if (remoteAddr instanceof Response) return remoteAddr;
+  const { engine, audit, dispatcher } = context.server;
+  const view = engine.getLock(name);
+  if (view === undefined) return fail("lock_not_found", notFoundDetail(name));
+  const waiter = view.waiters.find((w) => w.remoteAddr === remoteAddr);
+  if (waiter === undefined) {
+    return fail(
+      "waiter_not_found",
+      `Lock "${name}" has no waiter with remote address "${remoteAddr}"`,
+    );
+  }
+  audit.append({
+    event: "kick_waiter",
+    lock: name,
+    token: null,
+    identity: waiter.identity,
+    remote_addr: waiter.remoteAddr,
+    session: waiter.sessionId,
+    actor: context.actor,
+  });
+  const result = engine.kickWaiter(name, remoteAddr);
+  dispatcher.apply(result.events);
+  if (result.status !== "ok") {
+    // The view and the engine are read in the same turn, so this cannot happen.
+    throw new Error(`kickWaiter("${name}", "${remoteAddr}") disagreed with getLock`);
+  }
+  logger.info("admin removed a waiter", {
+    lock: name,
+    waiter_remote_addr: waiter.remoteAddr,
+    waiter_identity: waiter.identity,
+    actor: context.actor,
+  });
+  return new Response(null, { status: 204 });
+}
+
+/** Percent-decodes one path segment (URLPattern keeps groups encoded); 400 when malformed. */
+function decodeSegment(raw: string | undefined, what: string): string | Response {
+  try {
+    return decodeURIComponent(raw ?? "");
+  } catch (error) {
+    if (!(error instanceof URIError)) throw error;
+    return fail(
+      "bad_path_encoding",
+      `The ${what} "${raw}" in the path is not valid percent-encoded UTF-8`,
+    );
+  }
+}
+
+function notFoundDetail(name: string): string {
+  return `Lock "${name}" has no owner and no waiters`;
+}

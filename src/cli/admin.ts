@@ -1,0 +1,348 @@
+/**
+ * `lockd admin`: a small client of the admin HTTP API.
+ *
+ * ```
+ * lockd admin [-admin ADDR] [-token-file F] [-json] info
+ * lockd admin ... locks [-match GLOB]
+ * lockd admin ... show NAME
+ * lockd admin ... release NAME
+ * lockd admin ... kick NAME REMOTE_ADDR
+ * ```
+ *
+ * Flags may come before or after the subcommand. Exit codes: 0 done, 1 the
+ * request failed (HTTP error, server unreachable, token file unusable), 2 a
+ * usage error.
+ *
+ * @module
+ */
+
+import type { HolderJson, InfoJson, LockJson, WaiterJson } from "../admin/views.ts";
+import { formatHostPort, parseHostPort } from "../host_port.ts";
+import { FlagError, type FlagSpec, formatFlagHelp, HelpRequested, parseFlags } from "./flags.ts";
+
+/** Default admin API address (matches the documented `-admin-listen`). */
+export const ADMIN_ADDR_DEFAULT = "127.0.0.1:7401";
+
+/** How long one request may take before `lockd admin` gives up. */
+const REQUEST_TIMEOUT_MS = 10_000;
+
+const FLAGS: readonly FlagSpec[] = [
+  { name: "admin", kind: "string", help: "admin API host:port", defaultText: ADMIN_ADDR_DEFAULT },
+  { name: "token-file", kind: "string", help: "file with the admin bearer token" },
+  { name: "json", kind: "bool", help: "print the raw JSON of the admin API" },
+  { name: "match", kind: "string", help: "locks: only names matching this glob" },
+];
+
+export const ADMIN_USAGE = `Usage:
+  lockd admin [flags] info                    version, uptime, configuration, counts
+  lockd admin [flags] locks [-match GLOB]     locks with an owner or waiters
+  lockd admin [flags] show NAME               one lock: holder and waiters (FIFO)
+  lockd admin [flags] release NAME            force-release: disconnect the holder
+  lockd admin [flags] kick NAME REMOTE_ADDR   remove one waiter (REMOTE_ADDR as shown)
+
+Flags (before or after the subcommand):
+${formatFlagHelp(FLAGS)}`;
+
+/** Where `lockd admin` writes; tests capture it. */
+export interface AdminIo {
+  stdout(text: string): void;
+  stderr(text: string): void;
+}
+
+const encoder = new TextEncoder();
+
+function writeAllSync(file: { writeSync(bytes: Uint8Array): number }, text: string): void {
+  const bytes = encoder.encode(text);
+  let written = 0;
+  while (written < bytes.length) written += file.writeSync(bytes.subarray(written));
+}
+
+const STANDARD_IO: AdminIo = {
+  stdout: (text) => writeAllSync(Deno.stdout, text),
+  stderr: (text) => writeAllSync(Deno.stderr, text),
+};
+
+const SUBCOMMAND_ARITY: Readonly<Record<string, number>> = {
+  info: 0,
+  locks: 0,
+  show: 1,
+  release: 1,
+  kick: 2,
+};
+
+/** Runs `lockd admin ARGS`; returns the exit code. */
+export async function adminCommand(
+  args: readonly string[],
+  io: Partial<AdminIo> = {},
+): Promise<number> {
+  const out = { ...STANDARD_IO, ...io };
+  const usageError = (message: string) => {
+    out.stderr(`lockd admin: ${message}\n\n${ADMIN_USAGE}\n`);
+    return 2;
+  };
+
+  let values: Map<string, string | number | boolean>;
+  let positionals: string[];
+  try {
+    ({ values, positionals } = parseFlags(args, FLAGS));
+  } catch (error) {
+    if (error instanceof HelpRequested) {
+      out.stdout(`${ADMIN_USAGE}\n`);
+      return 0;
+    }
+    if (error instanceof FlagError) return usageError(error.message);
+    throw error;
+  }
+  const [subcommand, ...operands] = positionals;
+  if (subcommand === undefined) return usageError("missing subcommand");
+  const arity = SUBCOMMAND_ARITY[subcommand];
+  if (arity === undefined) return usageError(`unknown subcommand "${subcommand}"`);
+  if (operands.length !== arity) {
+    return usageError(
+      `${subcommand} takes ${arity === 0 ? "no" : arity} argument${
+        arity === 1 ? "" : "s"
+      }, got ${operands.length}`,
+    );
+  }
+  const match = values.get("match") as string | undefined;
+  if (match !== undefined && subcommand !== "locks") {
+    return usageError("-match only applies to the locks subcommand");
+  }
+  const json = values.get("json") === true;
+
+  let baseUrl: string;
+  const adminAddr = (values.get("admin") as string | undefined) ?? ADMIN_ADDR_DEFAULT;
+  try {
+    baseUrl = `http://${dialAddress(adminAddr)}`;
+  } catch (error) {
+    if (error instanceof RangeError) return usageError(`-admin: ${error.message}`);
+    throw error;
+  }
+
+  const headers: Record<string, string> = {};
+  const tokenFile = values.get("token-file") as string | undefined;
+  if (tokenFile !== undefined) {
+    let token: string;
+    try {
+      token = (await Deno.readTextFile(tokenFile)).trim();
+    } catch (error) {
+      out.stderr(`lockd admin: cannot read token file "${tokenFile}": ${messageOf(error)}\n`);
+      return 1;
+    }
+    if (token === "") {
+      out.stderr(`lockd admin: token file "${tokenFile}" is empty\n`);
+      return 1;
+    }
+    headers.authorization = `Bearer ${token}`;
+  }
+
+  const lockPath = (name: string) => `/api/locks/${encodeURIComponent(name)}`;
+  let method = "GET";
+  let path: string;
+  switch (subcommand) {
+    case "info":
+      path = "/api/info";
+      break;
+    case "locks":
+      path = match === undefined ? "/api/locks" : `/api/locks?match=${encodeURIComponent(match)}`;
+      break;
+    case "show":
+      path = lockPath(operands[0]);
+      break;
+    case "release":
+      method = "POST";
+      path = `${lockPath(operands[0])}/release`;
+      break;
+    default: // kick
+      method = "DELETE";
+      path = `${lockPath(operands[0])}/waiters/${encodeURIComponent(operands[1])}`;
+      break;
+  }
+
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), REQUEST_TIMEOUT_MS);
+  let status: number;
+  let contentType: string;
+  let statusText: string;
+  let body: string;
+  try {
+    const response = await fetch(baseUrl + path, { method, headers, signal: controller.signal });
+    status = response.status;
+    statusText = response.statusText;
+    contentType = response.headers.get("content-type") ?? "";
+    body = await response.text();
+  } catch (error) {
+    const why = controller.signal.aborted
+      ? `no answer within ${REQUEST_TIMEOUT_MS} ms`
+      : messageOf(error);
+    out.stderr(`lockd admin: cannot reach the admin API at ${adminAddr}: ${why}\n`);
+    return 1;
+  } finally {
+    clearTimeout(timer);
+  }
+
+  if (status < 200 || status > 299) {
+    out.stderr(`lockd admin: ${describeFailure(status, statusText, contentType, body)}\n`);
+    return 1;
+  }
+  if (json) {
+    if (body !== "") out.stdout(body.endsWith("\n") ? body : `${body}\n`);
+    return 0;
+  }
+  switch (subcommand) {
+    case "info":
+      out.stdout(formatInfo(JSON.parse(body) as InfoJson));
+      break;
+    case "locks":
+      out.stdout(formatLockList((JSON.parse(body) as { locks: LockJson[] }).locks));
+      break;
+    case "show":
+      out.stdout(formatLock(JSON.parse(body) as LockJson));
+      break;
+    case "release":
+      out.stdout(formatReleased(JSON.parse(body) as LockJson));
+      break;
+    default:
+      out.stdout(`removed waiter ${operands[1]} from lock "${operands[0]}"\n`);
+      break;
+  }
+  return 0;
+}
+
+/** `host:port` to dial: a wildcard listen address means this host. */
+function dialAddress(addr: string): string {
+  const { hostname, port } = parseHostPort(addr);
+  if (hostname === "0.0.0.0" || hostname === "") return formatHostPort("127.0.0.1", port);
+  if (hostname === "::") return formatHostPort("::1", port);
+  return formatHostPort(hostname, port);
+}
+
+/** `<status> <title>: <detail>` from a problem body, or the status text and body otherwise. */
+function describeFailure(
+  status: number,
+  statusText: string,
+  contentType: string,
+  body: string,
+): string {
+  if (contentType.includes("json")) {
+    try {
+      const problem = JSON.parse(body) as { title?: unknown; detail?: unknown };
+      if (typeof problem.title === "string") {
+        return `${status} ${problem.title}: ${String(problem.detail ?? "")}`;
+      }
+    } catch {
+      // Not JSON after all: fall through.
+    }
+  }
+  const text = body.trim().split("\n")[0] ?? "";
+  return `${status} ${statusText || "error"}${text === "" ? "" : `: ${text}`}`;
+}
+
+function orNone(value: string): string {
+  return value === "" ? "(none)" : value;
+}
+
+/** `key  value` lines, values aligned. */
+function keyValues(rows: [string, string][]): string {
+  const width = Math.max(...rows.map(([key]) => key.length)) + 2;
+  return rows.map(([key, value]) => `${key.padEnd(width)}${value}\n`).join("");
+}
+
+/** A table with a header row; columns separated by two spaces, the last one not padded. */
+function table(header: string[], rows: string[][]): string {
+  const all = [header, ...rows];
+  const widths = header.map((_, column) => Math.max(...all.map((row) => [...row[column]].length)));
+  return all.map((row) =>
+    row.map((cell, column) =>
+      column === row.length - 1 ? cell : cell + " ".repeat(widths[column] - [...cell].length + 2)
+    ).join("") + "\n"
+  ).join("");
+}
+
+function formatInfo(info: InfoJson): string {
+  const c = info.config;
+  return keyValues([
+    ["version", info.version],
+    ["uptime", formatDurationMs(info.uptime_ms)],
+    ["listen", c.listen],
+    ["ops_listen", orNone(c.ops_listen)],
+    ["tls", String(c.tls)],
+    ["mtls", String(c.mtls)],
+    ["acl_file", orNone(c.acl_file)],
+    ["audit_log", c.audit_log === "-" ? "- (standard output)" : c.audit_log],
+    ["io_timeout_ms", String(c.io_timeout_ms)],
+    ["locks", String(info.locks)],
+    ["sessions", String(info.sessions)],
+  ]);
+}
+
+function holderText(holder: HolderJson): string {
+  return holder.identity === "" ? holder.remote_addr : `${holder.remote_addr} (${holder.identity})`;
+}
+
+function formatLockList(locks: LockJson[]): string {
+  return table(
+    ["NAME", "HOLDER", "TOKEN", "SINCE", "WAITERS"],
+    locks.map((lock) => [
+      lock.name,
+      lock.holder === null ? "-" : holderText(lock.holder),
+      lock.holder === null ? "-" : String(lock.holder.token),
+      lock.holder === null ? "-" : lock.holder.since,
+      String(lock.waiters.length),
+    ]),
+  );
+}
+
+function formatLock(lock: LockJson): string {
+  const holder = lock.holder;
+  const rows: [string, string][] = [["name", lock.name]];
+  if (holder === null) {
+    rows.push(["holder", "(none)"]);
+  } else {
+    rows.push(
+      ["holder", holder.remote_addr],
+      ["identity", orNone(holder.identity)],
+      ["since", holder.since],
+      ["lease_ms", String(holder.lease_ms)],
+      ["token", String(holder.token)],
+    );
+  }
+  rows.push(["waiters", String(lock.waiters.length)]);
+  let text = keyValues(rows);
+  if (lock.waiters.length > 0) text += "\n" + formatWaiters(lock.waiters);
+  return text;
+}
+
+function formatWaiters(waiters: WaiterJson[]): string {
+  return table(
+    ["#", "REMOTE_ADDR", "IDENTITY", "QUEUED_AT"],
+    waiters.map((waiter, i) => [
+      String(i + 1),
+      waiter.remote_addr,
+      waiter.identity === "" ? "-" : waiter.identity,
+      waiter.queued_at,
+    ]),
+  );
+}
+
+function formatReleased(lock: LockJson): string {
+  if (lock.holder === null) return `released lock "${lock.name}"; it is now idle\n`;
+  return `released lock "${lock.name}"; new holder ${
+    holderText(lock.holder)
+  } with token ${lock.holder.token}, ${lock.waiters.length} waiting\n`;
+}
+
+/** `1h2m3s`, `4m5s`, `6.7s`. */
+function formatDurationMs(ms: number): string {
+  if (ms < 60_000) return `${Math.round(ms / 100) / 10}s`;
+  const totalSeconds = Math.floor(ms / 1000);
+  const hours = Math.floor(totalSeconds / 3600);
+  const minutes = Math.floor((totalSeconds % 3600) / 60);
+  const seconds = totalSeconds % 60;
+  return hours > 0 ? `${hours}h${minutes}m${seconds}s` : `${minutes}m${seconds}s`;
+}
+
+/** One line: the error lines of fetch can span several. */
+function messageOf(error: unknown): string {
+  return (error instanceof Error ? error.message : String(error)).replace(/\s*\n\s*/g, " ");
+}

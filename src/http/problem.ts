@@ -1,0 +1,69 @@
+/**
+ * RFC 9457 problem details (`application/problem+json`) for both HTTP
+ * servers, and the one table that maps every problem the admin API and the
+ * ops server can report to its HTTP status and title.
+ *
+ * `type` is `https://lockd.dev/problems/<slug>`: a stable identifier a
+ * script can compare against (it is not fetched; nothing needs to answer at
+ * that URL). `title` is fixed per type; `detail` says what happened to this
+ * request. Bodies never carry stack traces or internal error messages.
+ *
+ * @module
+ */
+
+/** Base of every problem `type` URI. */
+export const PROBLEM_TYPE_BASE = "https://lockd.dev/problems/";
+
+/** The `Content-Type` of every error body. */
+export const PROBLEM_CONTENT_TYPE = "application/problem+json";
+
+/** Every problem lockd's HTTP servers answer with: status and fixed title, by slug. */
+export const PROBLEMS = {
+  "invalid-path-encoding": { status: 400, title: "Invalid path encoding" },
+  "invalid-glob": { status: 400, title: "Invalid glob" },
+  "unauthorized": { status: 401, title: "Unauthorized" },
+  "cross-origin-refused": { status: 403, title: "Cross-origin request refused" },
+  "not-found": { status: 404, title: "Not found" },
+  "lock-not-found": { status: 404, title: "Lock not found" },
+  "waiter-not-found": { status: 404, title: "Waiter not found" },
+  "method-not-allowed": { status: 405, title: "Method not allowed" },
+  "lock-has-no-owner": { status: 409, title: "Lock has no owner" },
+  "internal-error": { status: 500, title: "Internal error" },
+} as const satisfies Record<string, { status: number; title: string }>;
+
+export type ProblemSlug = keyof typeof PROBLEMS;
+
+/** The JSON body of a problem response, fields in RFC 9457 order. */
+export interface ProblemBody {
+  type: string;
+  title: string;
+  status: number;
+  detail: string;
+}
+
+/** Builds the body of a problem. */
+export function problemBody(slug: ProblemSlug, detail: string): ProblemBody {
+  const { status, title } = PROBLEMS[slug];
+  return { type: PROBLEM_TYPE_BASE + slug, title, status, detail };
+}
+
+/** A complete problem response; `headers` adds e.g. `Allow` or `WWW-Authenticate`. */
+export function problemResponse(
+  slug: ProblemSlug,
+  detail: string,
+  headers: Record<string, string> = {},
+): Response {
+  const body = problemBody(slug, detail);
+  return new Response(JSON.stringify(body), {
+    status: body.status,
+    headers: { ...headers, "content-type": PROBLEM_CONTENT_TYPE },
+  });
+}
+
+/** A JSON response with status 200 unless told otherwise. */
+export function jsonResponse(value: unknown, status = 200): Response {
+  return new Response(JSON.stringify(value), {
+    status,
+    headers: { "content-type": "application/json" },
+  });
+}

@@ -1,0 +1,135 @@
+/**
+ * The metric families of `GET /metrics`, read at scrape time from the
+ * engine's stats, the adapters' counters and the runtime probe, so every
+ * value is exact and nothing is updated on the hot path twice.
+ *
+ * Labelled counters are complete from the start: every release reason and
+ * every wire code of `WIRE_CODES` has a sample (0 until it happens), so
+ * `rate()` and alert expressions work before the first event.
+ *
+ * @module
+ */
+
+import { END_REASONS } from "../core/types.ts";
+import { formatWireCode, WIRE_CODES } from "../protocol/codes.ts";
+import type { ServerContext } from "../server.ts";
+import type { MetricFamily } from "./prometheus.ts";
+import type { RuntimeSample } from "./runtime.ts";
+
+/** Everything a scrape reads. */
+export interface MetricsSource {
+  readonly server: ServerContext;
+  readonly runtime: RuntimeSample;
+}
+
+function gauge(name: string, help: string, value: number): MetricFamily {
+  return { name, help, type: "gauge", samples: [{ value }] };
+}
+
+function counter(name: string, help: string, value: number): MetricFamily {
+  return { name, help, type: "counter", samples: [{ value }] };
+}
+
+function summary(name: string, help: string, sum: number, count: number): MetricFamily {
+  return {
+    name,
+    help,
+    type: "summary",
+    samples: [{ suffix: "_sum", value: sum }, { suffix: "_count", value: count }],
+  };
+}
+
+/** The families in exposition order: lock service first, then runtime, then build info. */
+export function collectMetrics({ server, runtime }: MetricsSource): MetricFamily[] {
+  const stats = server.engine.stats;
+  const counters = server.counters;
+  const errorCounts = new Map<number, number>();
+  for (const info of Object.values(WIRE_CODES)) errorCounts.set(info.code, 0);
+  for (const [code, count] of counters.protocolErrors) errorCounts.set(code, count);
+  const families: MetricFamily[] = [
+    gauge("lockd_connections_active", "Open sessions.", stats.sessionsOpen),
+    gauge("lockd_locks_held", "Locks that have an owner now.", stats.locksHeld),
+    gauge("lockd_waiters", "Waiting claims across all queues.", stats.waiters),
+    counter(
+      "lockd_acquires_total",
+      "Granted ownerships (issued fencing tokens).",
+      stats.acquiresTotal,
+    ),
+    counter("lockd_acl_denials_total", "ACQUIREs refused by the ACL.", counters.aclDenials),
+    {
+      name: "lockd_releases_total",
+      help: "Ended ownerships by reason (graceful, expired, io_timeout, force).",
+      type: "counter",
+      samples: END_REASONS.map((reason) => ({
+        labels: { reason },
+        value: stats.releasesTotal[reason],
+      })),
+    },
+    {
+      name: "lockd_protocol_errors_total",
+      help: "ERROR messages sent, by wire code.",
+      type: "counter",
+      samples: [...errorCounts].sort(([a], [b]) => a - b).map(([code, value]) => ({
+        labels: { code: formatWireCode(code) },
+        value,
+      })),
+    },
+    counter(
+      "lockd_connections_accepted_total",
+      "Accepted protocol connections.",
+      counters.connectionsAccepted,
+    ),
+    counter(
+      "lockd_accept_errors_total",
+      "Failed accepts on the protocol listener, including descriptor-exhaustion back-off.",
+      counters.acceptErrors,
+    ),
+    counter(
+      "lockd_tls_handshake_errors_total",
+      "Failed TLS handshakes.",
+      counters.tlsHandshakeErrors,
+    ),
+    counter("lockd_heartbeats_total", "Handled HEARTBEAT messages.", stats.heartbeatsTotal),
+    summary(
+      "lockd_wait_seconds",
+      "Time from ACQUIRE to ACQUIRED.",
+      stats.waitSecondsSum,
+      stats.waitSecondsCount,
+    ),
+    summary(
+      "lockd_hold_seconds",
+      "Duration of ownerships.",
+      stats.holdSecondsSum,
+      stats.holdSecondsCount,
+    ),
+    gauge(
+      "process_resident_memory_bytes",
+      "Resident memory size in bytes.",
+      runtime.residentMemoryBytes,
+    ),
+    gauge(
+      "process_start_time_seconds",
+      "Start time of the process since the Unix epoch in seconds.",
+      runtime.startTimeSeconds,
+    ),
+  ];
+  if (runtime.openFds !== null) {
+    families.push(gauge("process_open_fds", "Open file descriptors.", runtime.openFds));
+  }
+  families.push(
+    gauge("deno_heap_used_bytes", "V8 heap in use in bytes.", runtime.heapUsedBytes),
+    gauge("deno_heap_total_bytes", "V8 heap reserved in bytes.", runtime.heapTotalBytes),
+    gauge(
+      "deno_event_loop_lag_seconds",
+      "How late the last event-loop probe tick ran, in seconds.",
+      runtime.eventLoopLagSeconds,
+    ),
+    {
+      name: "lockd_build_info",
+      help: "Build information; the value is always 1.",
+      type: "gauge",
+      samples: [{ labels: { version: server.version }, value: 1 }],
+    },
+  );
+  return families;
+}

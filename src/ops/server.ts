@@ -1,0 +1,45 @@
+import type { HostPort } from "../host_port.ts";
+import { type HttpListener, listenHttp } from "../http/listen.ts";
+import { createRouter, route } from "../http/router.ts";
+import type { ServerContext } from "../server.ts";
+import { healthz, readyz } from "./health.ts";
+import { collectMetrics } from "./metrics.ts";
+import { encodePrometheus, PROMETHEUS_CONTENT_TYPE } from "./prometheus.ts";
+import { RuntimeProbe } from "./runtime.ts";
+
+interface OpsContext {
+  readonly server: ServerContext;
+  readonly probe: RuntimeProbe;
+}
+
+/** Routes of the ops server; other paths are 404 problems, other methods 405 with `Allow`. */
+const OPS_ROUTES = [
+  route<OpsContext>("GET", "/metrics", (_request, { context }) =>
+    new Response(
+      encodePrometheus(
+        collectMetrics({ server: context.server, runtime: context.probe.sample() }),
+      ),
+      { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } },
+    )),
+  route<OpsContext>("GET", "/healthz", (_request, { context }) => healthz(context.server)),
+  route<OpsContext>("GET", "/readyz", (_request, { context }) => readyz(context.server)),
+];
+
+/** Starts the ops server (`-ops-listen`) and its runtime probe; `close()` stops both. */
+export function startOpsServer(at: HostPort, server: ServerContext): HttpListener {
+  const probe = new RuntimeProbe();
+  const router = createRouter(OPS_ROUTES);
+  const context: OpsContext = { server, probe };
+  const listener = listenHttp(at, "ops", (request) => router(request, context));
+  probe.start();
+  return {
+    addr: listener.addr,
+    async close() {
+      try {
+        await listener.close();
+      } finally {
+        probe.stop();
+      }
+    },
+  };
+}

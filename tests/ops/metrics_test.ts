@@ -1,0 +1,251 @@
+import assert from "node:assert/strict";
+import { connect, LockdError, type LockLostError } from "../../mod.ts";
+import { PROMETHEUS_CONTENT_TYPE } from "../../src/ops/prometheus.ts";
+import { WIRE_CODES } from "../../src/protocol/codes.ts";
+import { http, problemText, queue } from "../admin/admin_helpers.ts";
+import { ChaosProxy } from "../helpers/chaos_proxy.ts";
+import { RawClient } from "../helpers/raw_client.ts";
+import { eventually, startTestServer, type TestServer } from "../helpers/start_server.ts";
+
+/** Scrapes /metrics; returns every sample by its printed name and labels, e.g. `lockd_releases_total{reason="force"}`. */
+async function scrape(t: TestServer): Promise<Map<string, number>> {
+  const answer = await http(t.server.opsAddr!, "GET", "/metrics");
+  assert.equal(answer.status, 200);
+  assert.equal(answer.headers.get("content-type"), PROMETHEUS_CONTENT_TYPE);
+  const samples = new Map<string, number>();
+  for (const line of answer.text.split("\n")) {
+    if (line === "" || line.startsWith("#")) continue;
+    const space = line.lastIndexOf(" ");
+    samples.set(line.slice(0, space), Number(line.slice(space + 1)));
+  }
+  return samples;
+}
+
+/** Only the lockd_ samples, without the duration sums (checked on their own). */
+function lockdCounts(samples: Map<string, number>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [key, value] of samples) {
+    if (!key.startsWith("lockd_") || key.endsWith("_sum")) continue;
+    out[key] = value;
+  }
+  return out;
+}
+
+const ERROR_CODES = Object.values(WIRE_CODES).map((info) => info.code);
+
+/** The expected lockd_ samples: everything 0 except what `changes` says. */
+function expected(changes: Record<string, number>, version: string): Record<string, number> {
+  const base: Record<string, number> = {
+    "lockd_connections_active": 0,
+    "lockd_locks_held": 0,
+    "lockd_waiters": 0,
+    "lockd_acquires_total": 0,
+    "lockd_acl_denials_total": 0,
+    'lockd_releases_total{reason="graceful"}': 0,
+    'lockd_releases_total{reason="expired"}': 0,
+    'lockd_releases_total{reason="io_timeout"}': 0,
+    'lockd_releases_total{reason="force"}': 0,
+  };
+  for (const code of ERROR_CODES) {
+    base[`lockd_protocol_errors_total{code="0x${code.toString(16).padStart(2, "0")}"}`] = 0;
+  }
+  Object.assign(base, {
+    "lockd_connections_accepted_total": 0,
+    "lockd_accept_errors_total": 0,
+    "lockd_tls_handshake_errors_total": 0,
+    "lockd_heartbeats_total": 0,
+    "lockd_wait_seconds_count": 0,
+    "lockd_hold_seconds_count": 0,
+    [`lockd_build_info{version="${version}"}`]: 1,
+  });
+  for (const [key, value] of Object.entries(changes)) {
+    assert.ok(key in base, `unknown sample ${key}`);
+    base[key] = value;
+  }
+  return base;
+}
+
+Deno.test("every gauge and counter of /metrics follows acquires, waits, releases, expiries, kicks and force-releases exactly", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const aclFile = `${dir}/acl`;
+    await Deno.writeTextFile(aclFile, "deny ** denied/**\nallow ** **\n");
+    await using t = await startTestServer({
+      adminListen: "127.0.0.1:0",
+      opsListen: "127.0.0.1:0",
+      aclFile,
+      ioTimeoutMs: 60_000,
+    });
+    const version = t.server.context.version;
+    const check = async (changes: Record<string, number>, step: string) => {
+      assert.deepEqual(lockdCounts(await scrape(t)), expected(changes, version), step);
+    };
+    await check({}, "a fresh server has every sample at 0");
+
+    await using a = await connect({ addr: t.addr });
+    await using b = await connect({ addr: t.addr, reconnect: false });
+    await using c = await connect({ addr: t.addr, reconnect: false });
+    await using d = await connect({ addr: t.addr });
+    const held = await a.acquire("m");
+    const bWait = await queue(t, b, "m");
+    const cWait = await queue(t, c, "m");
+    assert.equal(await d.tryAcquire("m"), null);
+    await assert.rejects(d.acquire("denied/x"), (error: unknown) => {
+      assert.ok(error instanceof LockdError);
+      assert.equal(error.codeName, "ACL_DENIED");
+      return true;
+    });
+    await check({
+      "lockd_connections_active": 4,
+      "lockd_connections_accepted_total": 4,
+      "lockd_locks_held": 1,
+      "lockd_waiters": 2,
+      "lockd_acquires_total": 1,
+      "lockd_wait_seconds_count": 1,
+      "lockd_acl_denials_total": 1,
+      'lockd_protocol_errors_total{code="0x04"}': 1,
+      'lockd_protocol_errors_total{code="0x07"}': 1,
+    }, "one holder, two waiters, a failed try-lock and an ACL denial");
+
+    await held.release();
+    const bLock = await bWait.granted;
+    const kicked = await http(
+      t.server.adminAddr!,
+      "DELETE",
+      `/api/locks/m/waiters/${encodeURIComponent(cWait.remoteAddr)}`,
+    );
+    assert.equal(kicked.status, 204);
+    await assert.rejects(cWait.granted);
+    const bLost = new Promise<void>((resolve) =>
+      bLock.lost.addEventListener("abort", () => resolve(), { once: true })
+    );
+    const forced = await http(t.server.adminAddr!, "POST", "/api/locks/m/release");
+    assert.equal(forced.status, 200);
+    await bLost;
+    await eventually(() => t.server.context.engine.stats.sessionsOpen === 2, "b and c closed");
+    const afterAdmin = {
+      "lockd_connections_active": 2,
+      "lockd_connections_accepted_total": 4,
+      "lockd_acquires_total": 2,
+      "lockd_wait_seconds_count": 2,
+      "lockd_hold_seconds_count": 2,
+      'lockd_releases_total{reason="graceful"}': 1,
+      'lockd_releases_total{reason="force"}': 1,
+      "lockd_acl_denials_total": 1,
+      'lockd_protocol_errors_total{code="0x02"}': 2,
+      'lockd_protocol_errors_total{code="0x04"}': 1,
+      'lockd_protocol_errors_total{code="0x07"}': 1,
+    };
+    await check(afterAdmin, "a release handed over, a kick, a force-release");
+
+    // A holder whose heartbeats no longer reach the server loses its lease.
+    await using proxy = new ChaosProxy(t.addr);
+    await using e = await connect({ addr: proxy.addr });
+    const expiring = await e.acquire("exp", { leaseMs: 200 });
+    proxy.stallUpstream = true;
+    const lost = await new Promise<LockLostError>((resolve) =>
+      expiring.lost.addEventListener("abort", () => resolve(expiring.lost.reason), { once: true })
+    );
+    assert.equal(lost.reason, "expired");
+
+    // Heartbeats the server handles, counted exactly.
+    await using raw = await RawClient.session(t.addr);
+    for (let id = 1; id <= 3; id++) {
+      await raw.send({ type: "heartbeat", requestId: id });
+      assert.equal((await raw.next())?.type, "heartbeat_ack");
+    }
+    const final = {
+      ...afterAdmin,
+      "lockd_connections_active": 4,
+      "lockd_connections_accepted_total": 6,
+      "lockd_acquires_total": 3,
+      "lockd_wait_seconds_count": 3,
+      "lockd_hold_seconds_count": 3,
+      'lockd_releases_total{reason="expired"}': 1,
+      'lockd_protocol_errors_total{code="0x05"}': 1,
+      "lockd_heartbeats_total": 3,
+    };
+    await check(final, "a lease expiry and three heartbeats");
+
+    const samples = await scrape(t);
+    const stats = t.server.context.engine.stats;
+    assert.equal(samples.get("lockd_wait_seconds_sum"), stats.waitSecondsSum);
+    assert.equal(samples.get("lockd_hold_seconds_sum"), stats.holdSecondsSum);
+    // The expired ownership alone lasted at least its 200 ms lease.
+    assert.ok(stats.holdSecondsSum >= 0.2, `hold sum ${stats.holdSecondsSum}`);
+    // b waited from its ACQUIRE until a released.
+    assert.ok(stats.waitSecondsSum > 0, `wait sum ${stats.waitSecondsSum}`);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("runtime metrics are present and plausible", async () => {
+  await using t = await startTestServer({ opsListen: "127.0.0.1:0" });
+  const samples = await scrape(t);
+  const rss = samples.get("process_resident_memory_bytes")!;
+  assert.ok(rss > 1_000_000, `rss ${rss}`);
+  const start = samples.get("process_start_time_seconds")!;
+  assert.ok(start <= Date.now() / 1000 && start > Date.now() / 1000 - 3600, `start ${start}`);
+  assert.ok(samples.get("process_open_fds")! > 3);
+  const used = samples.get("deno_heap_used_bytes")!;
+  const total = samples.get("deno_heap_total_bytes")!;
+  assert.ok(used > 0 && used <= total, `heap ${used}/${total}`);
+  const lag = samples.get("deno_event_loop_lag_seconds")!;
+  assert.ok(lag >= 0 && lag < 5, `lag ${lag}`);
+});
+
+// ---- probes and routing of the ops server ---------------------------------------
+
+Deno.test("/healthz and /readyz answer 200 ok; /readyz is 503 while the audit log fails, /healthz stays 200", async () => {
+  await using t = await startTestServer({ opsListen: "127.0.0.1:0" });
+  const ops = t.server.opsAddr!;
+  for (const path of ["/healthz", "/readyz"]) {
+    const answer = await http(ops, "GET", path);
+    assert.equal(answer.status, 200);
+    assert.equal(answer.text, "ok");
+    assert.equal(answer.headers.get("content-type"), "text/plain; charset=utf-8");
+  }
+  await using client = await connect({ addr: t.addr });
+  t.audit.failing = true;
+  const pending = client.acquire("needs-audit"); // its record cannot be written
+  await eventually(() => !t.server.context.ready, "audit unhealthy");
+  const ready = await http(ops, "GET", "/readyz");
+  assert.equal(ready.status, 503);
+  assert.equal(ready.text, "audit log unavailable");
+  const live = await http(ops, "GET", "/healthz");
+  assert.equal(live.status, 200);
+  assert.equal(live.text, "ok");
+  t.audit.failing = false;
+  const lock = await pending;
+  await eventually(async () => (await http(ops, "GET", "/readyz")).status === 200, "ready again");
+  await lock.release();
+});
+
+Deno.test("the ops server answers unknown paths with 404 and other methods with 405 and Allow", async () => {
+  await using t = await startTestServer({ opsListen: "127.0.0.1:0" });
+  const ops = t.server.opsAddr!;
+  const notFound = await http(ops, "GET", "/api/info");
+  assert.equal(notFound.status, 404);
+  assert.equal(
+    notFound.text,
+    problemText("not-found", "Not found", 404, "No resource at /api/info"),
+  );
+  for (const path of ["/metrics", "/healthz", "/readyz"]) {
+    const answer = await http(ops, "POST", path);
+    assert.equal(answer.status, 405);
+    assert.equal(answer.headers.get("allow"), "GET, HEAD");
+    assert.equal(
+      answer.text,
+      problemText(
+        "method-not-allowed",
+        "Method not allowed",
+        405,
+        `${path} does not support POST; allowed: GET, HEAD`,
+      ),
+    );
+  }
+  const head = await http(ops, "HEAD", "/healthz");
+  assert.equal(head.status, 200);
+  assert.equal(head.text, "");
+});

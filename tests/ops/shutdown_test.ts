@@ -1,0 +1,98 @@
+import assert from "node:assert/strict";
+import { connect, type LockLostError } from "../../mod.ts";
+import { parseHostPort } from "../../src/host_port.ts";
+import { http } from "../admin/admin_helpers.ts";
+import { RawClient } from "../helpers/raw_client.ts";
+import { eventually, startTestServer } from "../helpers/start_server.ts";
+
+/** Whether a TCP connection to `addr` is refused (closes it when it is not). */
+async function refuses(addr: string): Promise<boolean> {
+  const at = parseHostPort(addr);
+  try {
+    const conn = await Deno.connect({ hostname: at.hostname, port: at.port });
+    conn.close();
+    return false;
+  } catch (error) {
+    if (error instanceof Deno.errors.ConnectionRefused) return true;
+    throw error;
+  }
+}
+
+const GRACE_MS = 500;
+
+Deno.test("shutdown: probes 503 at once, sessions end with SHUTTING_DOWN, admin closes, ops answers for the grace window and stops last", async () => {
+  await using t = await startTestServer({
+    adminListen: "127.0.0.1:0",
+    opsListen: "127.0.0.1:0",
+    shutdownGraceMs: GRACE_MS,
+  });
+  const { addr } = t;
+  const adminAddr = t.server.adminAddr!;
+  const opsAddr = t.server.opsAddr!;
+  await using client = await connect({ addr, reconnect: false });
+  const lock = await client.acquire("held/by-client");
+  const lost = new Promise<LockLostError>((resolve) =>
+    lock.lost.addEventListener("abort", () => resolve(lock.lost.reason), { once: true })
+  );
+  await using raw = await RawClient.session(addr);
+  await raw.send({ type: "acquire", requestId: 1, name: "held/by-raw", leaseMs: 0, waitMs: 0 });
+  assert.equal((await raw.next())?.type, "acquired");
+  assert.equal((await http(opsAddr, "GET", "/healthz")).status, 200);
+
+  const startedMs = performance.now();
+  let resolved = false;
+  const done = t.server.shutdown().then(() => {
+    resolved = true;
+  });
+
+  // 1. Probes turn 503 at once.
+  for (const path of ["/healthz", "/readyz"]) {
+    const probe = await http(opsAddr, "GET", path);
+    assert.equal(probe.status, 503, path);
+    assert.equal(probe.text, "shutting down");
+  }
+  // 2. The protocol listener is closed; sessions get SHUTTING_DOWN and their ownerships end.
+  assert.ok(await refuses(addr), "protocol port refuses");
+  const messages = await raw.drainUntilClosed();
+  const last = messages.at(-1);
+  assert.ok(last?.type === "error", JSON.stringify(messages));
+  assert.equal(last.code, 0x0a);
+  assert.equal((await lost).reason, "disconnected");
+  // 3. The admin API closes.
+  await eventually(() => refuses(adminAddr), "admin port refuses");
+  // 4. The ops server still answers: probes 503, metrics live.
+  const metrics = await http(opsAddr, "GET", "/metrics");
+  assert.equal(metrics.status, 200);
+  assert.match(metrics.text, /^lockd_connections_active 0$/m);
+  assert.match(metrics.text, /^lockd_releases_total\{reason="graceful"\} 2$/m);
+  assert.match(metrics.text, /^lockd_protocol_errors_total\{code="0x0a"\} 2$/m);
+  assert.equal((await http(opsAddr, "GET", "/healthz")).status, 503);
+  assert.equal(resolved, false, "shutdown waits for the grace window");
+  assert.ok(performance.now() - startedMs < GRACE_MS, "the checks ran inside the window");
+
+  // 5. After the window the ops server stops too, and shutdown resolves.
+  await done;
+  const elapsedMs = performance.now() - startedMs;
+  assert.ok(elapsedMs >= GRACE_MS - 5, `resolved after ${elapsedMs} ms`);
+  assert.ok(await refuses(opsAddr), "ops port refuses");
+  assert.deepEqual(
+    t.audit.records().filter((r) => r.event === "release").map((r) => [r.lock, r.reason]).sort(),
+    [["held/by-client", "graceful"], ["held/by-raw", "graceful"]].sort(),
+  );
+});
+
+Deno.test("shutdown without an ops server does not wait for the grace window", async () => {
+  await using t = await startTestServer({ adminListen: "127.0.0.1:0", shutdownGraceMs: 10_000 });
+  const startedMs = performance.now();
+  await t.server.shutdown();
+  assert.ok(performance.now() - startedMs < 2_000);
+  assert.ok(await refuses(t.server.adminAddr!));
+});
+
+Deno.test("shutdown is idempotent: a second call returns the same completion", async () => {
+  await using t = await startTestServer({ opsListen: "127.0.0.1:0", shutdownGraceMs: 50 });
+  const first = t.server.shutdown();
+  const second = t.server.shutdown();
+  await Promise.all([first, second]);
+  assert.ok(await refuses(t.server.opsAddr!));
+});
