@@ -1,0 +1,315 @@
+/**
+ * `deno task soak [-duration 60]`: chaos soak against `lockd serve`
+ * subprocesses sharing one -data-dir. Clients acquire random locks from a
+ * small set and, while holding, write to a fenced in-process resource. A
+ * chaos driver mixes clean releases, crashes (socket closed), stalls
+ * (heartbeats stop → expired), half-open clients (nothing sent → io_timeout),
+ * admin force-releases and waiter removals, and server restarts (SIGKILL and
+ * SIGTERM). Checks are listed in docs/reliability.md. Prints one summary line
+ * and exits 1 on any breach.
+ */
+
+import { BenchConn } from "./bench_client.ts";
+import { type ServerProc, startServerProc } from "./server_proc.ts";
+
+function flag(name: string, fallback: string): string {
+  const i = Deno.args.findIndex((a) => a === `-${name}` || a === `--${name}`);
+  return i >= 0 ? Deno.args[i + 1] : fallback;
+}
+const DURATION_MS = Number(flag("duration", "60")) * 1000;
+const CLIENTS = Number(flag("clients", "24"));
+const LOCKS = 6;
+const LEASE_MS = 600;
+const HEARTBEAT_MS = 150;
+const RUN_MS = Math.max(5_000, Math.min(15_000, DURATION_MS / 5));
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const breaches: string[] = [];
+const breach = (what: string) => {
+  if (breaches.length < 50) console.error(`BREACH: ${what}`);
+  breaches.push(what);
+};
+let operations = 0;
+const faults: Record<string, number> = {};
+const fault = (k: string) => (faults[k] = (faults[k] ?? 0) + 1);
+
+/** The guarded resource: accepts a write only with a token ≥ the highest seen for its lock. */
+class FencedResource {
+  readonly highest = new Map<string, number>();
+  readonly writing = new Map<string, number>();
+  accepted = 0;
+  fenced = 0;
+  async write(lock: string, token: number): Promise<boolean> {
+    if (token < (this.highest.get(lock) ?? 0)) {
+      this.fenced++;
+      return false;
+    }
+    this.highest.set(lock, token);
+    const other = this.writing.get(lock);
+    if (other !== undefined && other !== token) {
+      // Another holder's write is in progress: it is now fenced off (lower token).
+      if (other > token) breach(`write of token ${token} on ${lock} accepted during ${other}`);
+    }
+    this.writing.set(lock, token);
+    await sleep(Math.random() < 0.5 ? 0 : 2);
+    if (this.writing.get(lock) !== token || this.highest.get(lock) !== token) {
+      this.fenced++; // superseded mid-write: the resource refuses the commit
+      return false;
+    }
+    this.writing.delete(lock);
+    this.accepted++;
+    return true;
+  }
+}
+const resource = new FencedResource();
+
+/** Expected end reason per "run:token", set by the chaos that ended it. */
+const expected = new Map<string, string[]>();
+/** Highest token seen per lock across all runs, in arrival order. */
+const maxToken = new Map<string, number>();
+/** Current healthy holder per lock: a client that heartbeats and was not targeted. */
+const holder = new Map<string, { token: number; healthy: boolean }>();
+
+let run = 0;
+let server!: ServerProc;
+const dataDir = await Deno.makeTempDir({ prefix: "lockd-soak-" });
+const auditFile = (r: number) => `${dataDir}/audit-${r}.jsonl`;
+const killedRuns = new Set<number>();
+
+async function startRun(): Promise<void> {
+  run++;
+  server = await startServerProc({
+    http: true,
+    args: [
+      "-data-dir",
+      dataDir,
+      "-audit-log",
+      auditFile(run),
+      "-io-timeout",
+      "1s",
+      "-shutdown-grace",
+      "0s",
+    ],
+  });
+}
+
+type Mode = "clean" | "crash" | "stall" | "half_open";
+
+async function clientLoop(id: number, until: number): Promise<void> {
+  while (performance.now() < until) {
+    let conn: BenchConn;
+    const myRun = run;
+    try {
+      conn = await BenchConn.session(server.addr, `soak-${id}`);
+    } catch {
+      await sleep(100);
+      continue;
+    }
+    let heartbeat: ReturnType<typeof setInterval> | undefined;
+    try {
+      heartbeat = setInterval(() => conn.heartbeat().catch(() => {}), HEARTBEAT_MS);
+      for (let k = 0; k < 50 && performance.now() < until && !conn.closed; k++) {
+        const lock = `soak/${Math.floor(Math.random() * LOCKS)}`;
+        const r = Math.random();
+        const mode: Mode = r < 0.85
+          ? "clean"
+          : r < 0.9
+          ? "crash"
+          : r < 0.95
+          ? "stall"
+          : "half_open";
+        const a = await conn.acquire(lock, mode === "half_open" ? 5_000 : LEASE_MS, 3_000);
+        operations++;
+        if (a.type !== "acquired") continue;
+        const key = `${myRun}:${a.token}`;
+        if (a.token <= (maxToken.get(lock) ?? 0)) {
+          breach(`token ${a.token} for ${lock} not above ${maxToken.get(lock)}`);
+        }
+        maxToken.set(lock, Math.max(a.token, maxToken.get(lock) ?? 0));
+        const prev = holder.get(lock);
+        if (prev !== undefined && prev.healthy) {
+          breach(`${lock} granted (token ${a.token}) while token ${prev.token} was healthy`);
+        }
+        const me = { token: a.token, healthy: true };
+        holder.set(lock, me);
+        await resource.write(lock, a.token);
+        operations++;
+        if (mode === "clean") {
+          me.healthy = false;
+          expected.set(key, ["graceful"]);
+          await conn.release(lock, a.token);
+          operations++;
+          if (holder.get(lock) === me) holder.delete(lock);
+          continue;
+        }
+        me.healthy = false;
+        fault(mode);
+        clearInterval(heartbeat);
+        if (mode === "crash") {
+          expected.set(key, ["graceful", "io_timeout"]);
+          conn.close();
+        } else if (mode === "stall") {
+          expected.set(key, ["expired"]); // lease 600 ms ends before the 1 s io timeout
+          await sleep(LEASE_MS + 300);
+          // Late write with the old token: the resource must refuse it if someone took over.
+          await resource.write(lock, a.token);
+          conn.close();
+        } else {
+          expected.set(key, ["io_timeout"]); // lease 5 s, io timeout 1 s
+          await sleep(1_500);
+          conn.close();
+        }
+        break;
+      }
+    } catch {
+      // server restarted or admin removed us
+    } finally {
+      clearInterval(heartbeat);
+      conn.close();
+      await conn.done;
+    }
+  }
+}
+
+async function chaos(until: number): Promise<void> {
+  while (performance.now() < until) {
+    await sleep(300 + Math.random() * 400);
+    const lock = `soak/${Math.floor(Math.random() * LOCKS)}`;
+    if (server.adminAddr === null) break;
+    try {
+      if (Math.random() < 0.6) {
+        const h = holder.get(lock);
+        if (h) h.healthy = false;
+        const res = await fetch(
+          `http://${server.adminAddr}/api/locks/${encodeURIComponent(lock)}/release`,
+          { method: "POST" },
+        );
+        await res.body?.cancel();
+        // The owner may have changed since `h` was read: force is accepted for any ownership (checkAudit).
+        if (res.ok) fault("force_release");
+      } else {
+        const res = await fetch(`http://${server.adminAddr}/api/locks/${encodeURIComponent(lock)}`);
+        const view = res.ok ? await res.json() : null;
+        if (!res.ok) await res.body?.cancel();
+        const w = view?.waiters?.[0] ?? view?.lock?.waiters?.[0];
+        if (w?.remote_addr) {
+          const del = await fetch(
+            `http://${server.adminAddr}/api/locks/${encodeURIComponent(lock)}/waiters/${
+              encodeURIComponent(w.remote_addr)
+            }`,
+            { method: "DELETE" },
+          );
+          await del.body?.cancel();
+          if (del.ok) fault("kick_waiter");
+        }
+      }
+    } catch {
+      // server restarting
+    }
+  }
+}
+
+function auditRecords(r: number): Record<string, unknown>[] {
+  try {
+    return Deno.readTextFileSync(auditFile(r)).split("\n").filter((l) => l).map((l) =>
+      JSON.parse(l)
+    );
+  } catch {
+    return [];
+  }
+}
+
+let auditChecked = 0;
+function checkAudit(r: number): void {
+  const acquires = new Map<number, number>();
+  const releases = new Map<number, { n: number; reason: string }>();
+  for (const rec of auditRecords(r)) {
+    const t = Number(rec.token);
+    if (rec.event === "acquire") acquires.set(t, (acquires.get(t) ?? 0) + 1);
+    if (rec.event === "release") {
+      const prev = releases.get(t);
+      releases.set(t, { n: (prev?.n ?? 0) + 1, reason: String(rec.reason) });
+    }
+  }
+  for (const [t, n] of acquires) {
+    auditChecked++;
+    if (n !== 1) breach(`run ${r}: token ${t} acquired ${n} times in the audit log`);
+    const rel = releases.get(t);
+    if (rel === undefined) {
+      // An ownership open when the server was SIGKILLed has no release record by nature.
+      if (!killedRuns.has(r)) breach(`run ${r}: token ${t} has no release record`);
+      continue;
+    }
+    if (rel.n !== 1) breach(`run ${r}: token ${t} released ${rel.n} times`);
+    const want = expected.get(`${r}:${t}`);
+    // Ownerships still open at a SIGTERM end with the shutdown's reason; only judge those we caused.
+    if (want && !want.includes(rel.reason) && !rel.reason.startsWith("shutdown")) {
+      // A force-release or a restart may overtake the planned ending.
+      if (!(want[0] !== "force" && rel.reason === "force")) {
+        breach(`run ${r}: token ${t} ended ${rel.reason}, expected ${want.join("|")}`);
+      }
+    }
+  }
+  for (const t of releases.keys()) {
+    if (!acquires.has(t)) breach(`run ${r}: release of token ${t} without an acquire`);
+  }
+}
+
+async function metrics(): Promise<Map<string, number>> {
+  const text = await (await fetch(`http://${server.opsAddr}/metrics`)).text();
+  const out = new Map<string, number>();
+  for (const line of text.split("\n")) {
+    if (line.startsWith("#") || line.trim() === "") continue;
+    const i = line.lastIndexOf(" ");
+    out.set(line.slice(0, i), Number(line.slice(i + 1)));
+  }
+  return out;
+}
+
+const started = performance.now();
+const end = started + DURATION_MS;
+await startRun();
+while (performance.now() < end) {
+  const runUntil = Math.min(end, performance.now() + RUN_MS);
+  await Promise.all([
+    ...Array.from({ length: CLIENTS }, (_, i) => clientLoop(i, runUntil)),
+    chaos(runUntil),
+  ]);
+  if (performance.now() >= end) break;
+  // Restart with the same data dir; mark every current holder unhealthy first.
+  for (const h of holder.values()) h.healthy = false;
+  const kill = Math.random() < 0.5;
+  if (kill) killedRuns.add(run);
+  fault(kill ? "sigkill" : "sigterm");
+  await server.stop(kill ? "SIGKILL" : "SIGTERM");
+  holder.clear();
+  await startRun();
+}
+
+// Last run: every client has left; gauges must be 0 and counters equal the audit counts.
+await sleep(1_500);
+const m = await metrics();
+for (const g of ["lockd_connections_active", "lockd_locks_held", "lockd_waiters"]) {
+  if (m.get(g) !== 0) breach(`gauge ${g} is ${m.get(g)} after all clients left`);
+}
+const last = auditRecords(run);
+const audAcq = last.filter((r) => r.event === "acquire").length;
+if (m.get("lockd_acquires_total") !== audAcq) {
+  breach(`lockd_acquires_total ${m.get("lockd_acquires_total")} ≠ audit acquires ${audAcq}`);
+}
+for (const reason of ["graceful", "expired", "io_timeout", "force"]) {
+  const aud = last.filter((r) => r.event === "release" && r.reason === reason).length;
+  const met = m.get(`lockd_releases_total{reason="${reason}"}`) ?? 0;
+  if (met !== aud) breach(`releases ${reason}: metrics ${met} ≠ audit ${aud}`);
+}
+await server.stop("SIGTERM");
+for (let r = 1; r <= run; r++) checkAudit(r);
+await Deno.remove(dataDir, { recursive: true });
+
+const faultText = Object.entries(faults).map(([k, v]) => `${k}=${v}`).join(" ");
+console.log(
+  `soak: ${((performance.now() - started) / 1000).toFixed(0)} s, ${run} server runs, ` +
+    `operations=${operations} writes_accepted=${resource.accepted} writes_fenced=${resource.fenced} ` +
+    `audit_ownerships_checked=${auditChecked} faults: ${faultText} breaches=${breaches.length}`,
+);
+Deno.exit(breaches.length === 0 ? 0 : 1);
