@@ -20,5 +20,10 @@ export {
   type Lock,
 } from "./src/client/client.ts";
 export type { ClientTlsOptions } from "./src/client/connection.ts";
-export { ConnectionError, LockdError, LockLostError, type LostReason } from "./src/client/errors.ts";
+export {
+  ConnectionError,
+  LockdError,
+  LockLostError,
+  type LostReason,
+} from "./src/client/errors.ts";
 export { WIRE_CODES, type WireCodeInfo, type WireCodeName } from "./src/protocol/codes.ts";

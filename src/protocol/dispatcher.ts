@@ -143,7 +143,11 @@ export class Dispatcher implements SessionHost {
       this.apply(this.engine.closeSession(sessionId, "shutdown"));
     }
     for (const session of [...this.connections]) {
-      session.terminate({ code: "SHUTTING_DOWN", name: "", message: "The server is shutting down" });
+      session.terminate({
+        code: "SHUTTING_DOWN",
+        name: "",
+        message: "The server is shutting down",
+      });
     }
   }
 
@@ -197,7 +201,11 @@ export class Dispatcher implements SessionHost {
           held_ms: Math.round(event.heldMs),
         }, () => {
           if (event.releaseRequestId !== 0) {
-            session?.send({ type: "released", requestId: event.releaseRequestId, name: event.name });
+            session?.send({
+              type: "released",
+              requestId: event.releaseRequestId,
+              name: event.name,
+            });
           } else if (event.reason === "expired") {
             session?.sendError(
               "LEASE_EXPIRED",

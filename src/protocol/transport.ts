@@ -17,7 +17,6 @@ export interface Transport {
   close(): void;
 }
 
-
 /** A plain TCP connection from `Deno.listen`, with Nagle off (see DENO-NOTES). */
 export function tcpTransport(conn: Deno.TcpConn): Transport {
   const addr = conn.remoteAddr;

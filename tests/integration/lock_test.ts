@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { connect, LockdError, LockLostError, type Lock } from "../../mod.ts";
+import { connect, type Lock, LockdError, LockLostError } from "../../mod.ts";
 import { ChaosProxy } from "../helpers/chaos_proxy.ts";
 import { eventually, startTestServer } from "../helpers/start_server.ts";
 
@@ -16,11 +16,13 @@ Deno.test("10 clients contending for one lock each get it once, in FIFO order, w
     for (let i = 1; i < 10; i++) {
       // Queue one at a time so the FIFO order is known.
       const before = t.server.context.engine.getLock("shared")!.waiters.length;
-      waits.push(clients[i].acquire("shared").then(async (lock) => {
-        order.push(i);
-        tokens.push(lock.token);
-        await lock.release();
-      }));
+      waits.push(
+        clients[i].acquire("shared").then(async (lock) => {
+          order.push(i);
+          tokens.push(lock.token);
+          await lock.release();
+        }),
+      );
       await eventually(
         () => t.server.context.engine.getLock("shared")!.waiters.length === before + 1,
         `client ${i} queued`,
