@@ -41,8 +41,13 @@ export const WRITE_BUFFER_BYTES_MAX = 1024 * 1024;
 /** Size of the reusable read buffer of a session: small, because every idle session keeps one in a pending read (target: under 8 KiB per session). */
 export const READ_BUFFER_BYTES = 4 * 1024;
 
-/** Received bytes a TLS session may have queued before its socket is paused (read back-pressure). */
-export const TLS_READ_QUEUE_BYTES_MAX = 64 * 1024;
+/**
+ * Received bytes a TLS connection may have queued that its session has not read by the end of an
+ * event-loop turn; past it the connection is closed. Sessions read eagerly, so only a peer that
+ * floods a session that stopped reading gets there. (`pause()` cannot bound this: node:tls in
+ * Deno 2.9 keeps reading the socket into a hidden buffer while paused.)
+ */
+export const TLS_READ_QUEUE_BYTES_MAX = 1024 * 1024;
 
 /** Tokens are reserved in blocks this large; a restart skips at most one block. */
 export const TOKEN_BLOCK_SIZE = 65_536;

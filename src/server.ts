@@ -13,8 +13,14 @@ import { startOpsServer } from "./ops/server.ts";
 import { Dispatcher } from "./protocol/dispatcher.ts";
 import { listenTcp, type ProtocolListener } from "./protocol/listener.ts";
 import { Session } from "./protocol/session.ts";
-import { tcpTransport } from "./protocol/transport.ts";
+import {
+  listenTls,
+  reloadCertificates,
+  type TlsProtocolListener,
+} from "./protocol/tls_listener.ts";
+import { tcpTransport, type Transport } from "./protocol/transport.ts";
 import { ALLOW_ALL, loadAclFile } from "./security/acl.ts";
+import { loadServerTlsFromConfig } from "./security/tls.ts";
 import { openTokenIssuer } from "./storage/token_store.ts";
 import { VERSION } from "./version.ts";
 
@@ -72,6 +78,7 @@ export async function startServer(
     ? null
     : await readAdminToken(config.adminTokenFile);
   const acl = config.aclFile === null ? ALLOW_ALL : await loadAclFile(config.aclFile);
+  const tlsMaterial = await loadServerTlsFromConfig(config);
   const tokens = openTokenIssuer(config.dataDir, clock.wallMs());
   const engine = new LockEngine({
     clock,
@@ -114,11 +121,25 @@ export async function startServer(
     }
   };
 
-  const listener: ProtocolListener = listenTcp(listenAt, counters, (conn) => {
-    const session = new Session(tcpTransport(conn), dispatcher);
+  const serve = (transport: Transport) => {
+    const session = new Session(transport, dispatcher);
     dispatcher.connections.add(session);
     session.run();
-  });
+  };
+  let listener: ProtocolListener;
+  let tlsListener: TlsProtocolListener | null = null;
+  try {
+    listener = tlsMaterial === null
+      ? listenTcp(listenAt, counters, (conn) => serve(tcpTransport(conn)))
+      : tlsListener = await listenTls(listenAt, counters, tlsMaterial, {
+        handshakeTimeoutMs: config.handshakeTimeoutMs,
+      }, serve);
+  } catch (error) {
+    // E.g. the port is taken: nothing listens yet, stop the timers and the sink.
+    dispatcher.stop();
+    audit.close();
+    throw error;
+  }
 
   const startedAtWallMs = clock.wallMs();
   const context: ServerContext = {
@@ -138,7 +159,11 @@ export async function startServer(
       return live && audit.healthy;
     },
   };
-  logger.info("protocol listener started", { listen: listener.addr });
+  logger.info("protocol listener started", {
+    listen: listener.addr,
+    tls: tlsListener !== null,
+    mtls: tlsListener?.mtls ?? false,
+  });
 
   let ops: HttpListener | null = null;
   let admin: HttpListener | null = null;
@@ -206,6 +231,7 @@ export async function startServer(
   }
 
   const reload = async () => {
+    if (tlsListener !== null) await reloadCertificates(tlsListener, config);
     if (config.aclFile !== null) {
       try {
         dispatcher.acl = await loadAclFile(config.aclFile);

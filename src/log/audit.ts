@@ -88,6 +88,7 @@ export class AuditLog {
 
   /** Retries the backlog in order; returns true when it is empty. */
   retry(): boolean {
+    if (this.#pending.length === 0) return true;
     while (this.#pending.length > 0) {
       const next = this.#pending[0];
       if (!this.#tryWrite(next.line)) return false;
@@ -130,7 +131,8 @@ export function formatAuditLine(wallMs: number, record: AuditRecord): string {
 
 /** Opens the sink named by `-audit-log`: "-" is standard output, anything else a file opened for append. */
 export function openAuditSink(path: string): AuditSink {
-  if (path === "-" || path === "") return Deno.stdout;
+  // Standard output is written to but never closed: the process may still print after shutdown.
+  if (path === "-" || path === "") return { writeSync: (bytes) => Deno.stdout.writeSync(bytes) };
   const file = Deno.openSync(path, { append: true, create: true });
   return {
     writeSync: (bytes) => file.writeSync(bytes),

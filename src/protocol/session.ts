@@ -1,7 +1,7 @@
 import type { LockEngine } from "../core/engine.ts";
 import type { CloseCause, Peer } from "../core/types.ts";
 import { CLIENT_NAME_BYTES_MAX, READ_BUFFER_BYTES, WRITE_BUFFER_BYTES_MAX } from "../limits.ts";
-import { log } from "../log/diagnostic.ts";
+import { debugEnabled, log } from "../log/diagnostic.ts";
 import type { ServerCounters } from "../ops/counters.ts";
 import { ProtocolError, WIRE_CODES, type WireCodeName } from "./codes.ts";
 import { FrameWriter } from "./frame.ts";
@@ -57,6 +57,8 @@ export class Session {
   #writing = false;
   #flushScheduled = false;
   #handshakeTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Why the session ends, for the debug line when it closes: a close cause or the final ERROR. */
+  #closeReason = "";
   /** Monotonic ms when the current write started (for the stall watchdog). */
   writeStartedMs = 0;
 
@@ -80,7 +82,7 @@ export class Session {
     this.#handshakeTimer = setTimeout(() => {
       this.#handshakeTimer = undefined;
       if (this.#state === "handshake") {
-        logger.info("handshake timed out", { remote_addr: this.transport.remoteAddr });
+        logger.warn("handshake timed out", { remote_addr: this.transport.remoteAddr });
         this.#refuse("HANDSHAKE_TIMEOUT", `No HELLO within ${this.#host.handshakeTimeoutMs} ms`);
       }
     }, this.#host.handshakeTimeoutMs);
@@ -112,6 +114,7 @@ export class Session {
   /** Queues a frame; all frames queued in one turn go out in one write. */
   send(message: ServerMessage): void {
     if (this.#state === "closed") return;
+    if (debugEnabled()) this.#debugFrame("frame sent", message);
     this.#writer.push(message);
     if (this.#writer.byteLength > WRITE_BUFFER_BYTES_MAX) {
       // The client does not read its replies: close it as an I/O timeout, memory stays bounded.
@@ -143,6 +146,7 @@ export class Session {
   terminate(finalError?: { code: WireCodeName; name: string; message: string }): void {
     if (this.#state === "closing" || this.#state === "closed") return;
     this.#state = "closing";
+    this.#closeReason ||= finalError?.code ?? "server";
     this.#clearHandshakeTimer();
     if (finalError) this.sendError(finalError.code, 0, finalError.name, finalError.message);
     if (!this.#writing && !this.#flushScheduled) this.#finish();
@@ -150,6 +154,7 @@ export class Session {
 
   /** A write stalled past the I/O timeout (or the buffer overflowed): end it as io_timeout. */
   closeForStall(): void {
+    this.#closeReason ||= "io_timeout";
     if (this.#peer !== null && this.#state === "open") {
       this.#host.apply(this.#host.engine.closeSession(this.#peer.sessionId, "io_timeout"));
     }
@@ -173,6 +178,7 @@ export class Session {
   }
 
   #handle(message: Message): void {
+    if (debugEnabled()) this.#debugFrame("frame received", message);
     if (this.#state === "handshake") {
       if (message.type !== "hello") {
         this.#protocolViolation(`Expected HELLO first, got ${message.type.toUpperCase()}`);
@@ -291,12 +297,8 @@ export class Session {
 
   /** The peer closed or reset the connection. */
   #peerLeft(cause: CloseCause): void {
+    this.#closeReason ||= cause;
     if (this.#peer !== null && this.#state === "open") {
-      logger.debug("session closed by peer", {
-        session: this.#peer.sessionId,
-        remote_addr: this.#peer.remoteAddr,
-        cause,
-      });
       this.#state = "closing";
       this.#host.apply(this.#host.engine.closeSession(this.#peer.sessionId, cause));
     }
@@ -335,6 +337,25 @@ export class Session {
     this.#host.writesInFlight.delete(this);
     this.#host.unregister(this);
     this.transport.close();
+    if (this.#peer !== null) {
+      logger.debug("session closed", {
+        session: this.#peer.sessionId,
+        remote_addr: this.#peer.remoteAddr,
+        reason: this.#closeReason,
+      });
+    }
+  }
+
+  /** One debug line per frame: type, request id, lock. Only called when debug is on. */
+  #debugFrame(what: string, message: Message): void {
+    logger.debug(what, {
+      session: this.#peer?.sessionId ?? 0,
+      remote_addr: this.transport.remoteAddr,
+      type: message.type,
+      request_id: "requestId" in message ? message.requestId : 0,
+      lock: "name" in message ? message.name : "",
+      ...(message.type === "error" ? { code: message.code } : {}),
+    });
   }
 
   #clearHandshakeTimer(): void {

@@ -1,0 +1,410 @@
+import assert from "node:assert/strict";
+import { connect, LockdError, type LockLostError } from "../../mod.ts";
+import { AUDIT_RETRY_MS } from "../../src/limits.ts";
+import {
+  AuditLog,
+  type AuditRecord,
+  type AuditSink,
+  formatAuditLine,
+  openAuditSink,
+} from "../../src/log/audit.ts";
+import { ChaosProxy } from "../helpers/chaos_proxy.ts";
+import { MemorySink } from "../helpers/memory_sink.ts";
+import { RawClient } from "../helpers/raw_client.ts";
+import { eventually, startTestServer } from "../helpers/start_server.ts";
+
+const RFC3339_UTC_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+const WALL_MS = Date.UTC(2026, 0, 2, 3, 4, 5, 678);
+
+const WORKER = {
+  identity: "spiffe://example.org/worker",
+  remote_addr: "10.0.3.17:51234",
+  session: 7,
+} as const;
+const ACTOR = { remote_addr: "127.0.0.1:40112", auth: "token" } as const;
+
+/** One record of each kind with its time, exactly as docs/operations.md shows them. */
+const EXAMPLES: [number, AuditRecord][] = [
+  [WALL_MS, { event: "acquire", lock: "jobs/nightly", token: 42, ...WORKER, waited_ms: 120 }],
+  [WALL_MS + 5_300, {
+    event: "release",
+    lock: "jobs/nightly",
+    token: 42,
+    ...WORKER,
+    reason: "graceful",
+    held_ms: 5300,
+  }],
+  [WALL_MS + 600_000, {
+    event: "force_release",
+    lock: "jobs/nightly",
+    token: 43,
+    identity: "spiffe://example.org/batch",
+    remote_addr: "10.0.3.18:40022",
+    session: 9,
+    actor: ACTOR,
+  }],
+  [WALL_MS + 660_000, {
+    event: "kick_waiter",
+    lock: "jobs/nightly",
+    token: null,
+    identity: "spiffe://example.org/batch",
+    remote_addr: "[2001:db8::7]:51240",
+    session: 12,
+    actor: ACTOR,
+  }],
+  [WALL_MS + 720_000, {
+    event: "acl_deny",
+    lock: "secrets/db",
+    token: null,
+    ...WORKER,
+  }],
+];
+
+Deno.test("audit line: ts first in RFC 3339 UTC with ms, then the record's fields in order", () => {
+  const line = formatAuditLine(WALL_MS, EXAMPLES[0][1]);
+  assert.ok(line.endsWith("\n"));
+  assert.equal(line.indexOf("\n"), line.length - 1, "exactly one line");
+  assert.equal(
+    line,
+    '{"ts":"2026-01-02T03:04:05.678Z","event":"acquire","lock":"jobs/nightly","token":42,' +
+      '"identity":"spiffe://example.org/worker","remote_addr":"10.0.3.17:51234","session":7,' +
+      '"waited_ms":120}\n',
+  );
+  for (const [wallMs, record] of EXAMPLES) {
+    const parsed = JSON.parse(formatAuditLine(wallMs, record));
+    assert.match(parsed.ts, RFC3339_UTC_MS);
+    assert.deepEqual(Object.keys(parsed).slice(0, 7), [
+      "ts",
+      "event",
+      "lock",
+      "token",
+      "identity",
+      "remote_addr",
+      "session",
+    ]);
+  }
+});
+
+Deno.test("audit line: the documented examples are the encoder's output", async () => {
+  const docs = await Deno.readTextFile(new URL("../../docs/operations.md", import.meta.url));
+  for (const [wallMs, record] of EXAMPLES) {
+    const line = formatAuditLine(wallMs, record).trimEnd();
+    assert.ok(docs.includes(line), `docs/operations.md lacks the example line:\n${line}`);
+  }
+});
+
+Deno.test("audit line: quotes, newlines and control characters in any field cannot forge a line", () => {
+  const hostile = 'x"}\n{"event":"release","lock":"y\u0000\u001b[31m\u2028';
+  const line = formatAuditLine(WALL_MS, {
+    ...EXAMPLES[4][1],
+    lock: hostile,
+    identity: hostile,
+  });
+  assert.equal(line.split("\n").length, 2, "one line and the final newline");
+  const raw = [...line.slice(0, -1)].filter((c) => c.charCodeAt(0) < 0x20);
+  assert.deepEqual(raw, [], "no raw control characters");
+  const parsed = JSON.parse(line);
+  assert.equal(parsed.lock, hostile);
+  assert.equal(parsed.identity, hostile);
+  assert.equal(parsed.event, "acl_deny");
+});
+
+/** A sink that takes at most `chunk` bytes per write, like a pipe that is nearly full. */
+class TrickleSink implements AuditSink {
+  readonly bytes: number[] = [];
+  constructor(readonly chunk: number) {}
+  writeSync(bytes: Uint8Array): number {
+    const n = Math.min(this.chunk, bytes.length);
+    this.bytes.push(...bytes.subarray(0, n));
+    return n;
+  }
+}
+
+Deno.test("AuditLog: a sink that takes a few bytes per write still gets whole lines", () => {
+  const sink = new TrickleSink(7);
+  const audit = new AuditLog(sink, () => WALL_MS);
+  for (const [, record] of EXAMPLES) audit.append(record);
+  const text = new TextDecoder().decode(new Uint8Array(sink.bytes));
+  assert.deepEqual(
+    text.trimEnd().split("\n").map((line) => JSON.parse(line).event),
+    EXAMPLES.map(([, r]) => r.event),
+  );
+  assert.equal(audit.healthy, true);
+});
+
+Deno.test("AuditLog: a failing sink keeps records in order, defers their callbacks and reports health once each way", () => {
+  const sink = new MemorySink();
+  const audit = new AuditLog(sink, () => WALL_MS);
+  const health: (string | null)[] = [];
+  audit.onHealthChange = (failure) => health.push(failure);
+  const written: string[] = [];
+  audit.append(EXAMPLES[0][1], () => written.push("a"));
+  sink.failing = true;
+  audit.append(EXAMPLES[1][1], () => written.push("b"));
+  audit.append(EXAMPLES[2][1], () => written.push("c"));
+  assert.deepEqual(written, ["a"]);
+  assert.equal(audit.healthy, false);
+  assert.equal(audit.pendingCount, 2);
+  assert.deepEqual(health, ["No space left on device (os error 28)"]);
+  assert.equal(audit.retry(), false, "still failing");
+  assert.deepEqual(health.length, 1);
+  sink.failing = false;
+  // A record appended while a backlog exists waits behind it, even if the sink works now.
+  audit.append(EXAMPLES[3][1], () => written.push("d"));
+  assert.deepEqual(written, ["a"]);
+  assert.equal(audit.retry(), true);
+  assert.deepEqual(written, ["a", "b", "c", "d"]);
+  assert.deepEqual(sink.records().map((r) => r.event), [
+    "acquire",
+    "release",
+    "force_release",
+    "kick_waiter",
+  ]);
+  assert.deepEqual(health, ["No space left on device (os error 28)", null]);
+  assert.equal(audit.retry(), true, "a retry with nothing pending changes nothing");
+  assert.equal(health.length, 2);
+});
+
+Deno.test("openAuditSink appends to an existing file and never truncates it", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const path = `${dir}/audit.jsonl`;
+    await Deno.writeTextFile(path, '{"earlier":true}\n');
+    for (const [, record] of EXAMPLES.slice(0, 2)) {
+      const audit = new AuditLog(openAuditSink(path), () => WALL_MS);
+      audit.append(record);
+      audit.close();
+    }
+    const lines = (await Deno.readTextFile(path)).trimEnd().split("\n");
+    assert.deepEqual(lines.map((line) => JSON.parse(line).event ?? "earlier"), [
+      "earlier",
+      "acquire",
+      "release",
+    ]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("standard output is only the audit log: nothing in src/ prints to it", async () => {
+  const offenders: string[] = [];
+  const walk = async (dir: URL) => {
+    for await (const entry of Deno.readDir(dir)) {
+      const url = new URL(entry.name + (entry.isDirectory ? "/" : ""), dir);
+      if (entry.isDirectory) await walk(url);
+      else if (entry.name.endsWith(".ts")) {
+        const text = await Deno.readTextFile(url);
+        const path = url.pathname.slice(url.pathname.indexOf("/src/") + 1);
+        // The client commands (`lockd admin`, `lockd run`, `lockd health`) are other processes
+        // whose standard output belongs to their user; `lockd serve` is the server.
+        if (path.startsWith("src/cli/") && path !== "src/cli/serve.ts") continue;
+        if (/console\.(log|info|debug|table|dir)\(/.test(text)) offenders.push(`${path}: console`);
+        if (text.includes("Deno.stdout") && path !== "src/log/audit.ts") {
+          offenders.push(`${path}: Deno.stdout`);
+        }
+      }
+    }
+  };
+  await walk(new URL("../../src/", import.meta.url));
+  assert.deepEqual(offenders, []);
+});
+
+// ---- "all of this or nothing" through a real server ------------------------
+
+Deno.test("a failing audit sink pauses grants: ACQUIRE gets AUDIT_UNAVAILABLE, nothing is granted unaudited, and the backlog is written in order once it works", async () => {
+  await using t = await startTestServer();
+  await using a = await connect({ addr: t.addr, reconnect: false });
+  await using b = await connect({ addr: t.addr, reconnect: false });
+  await using c = await connect({ addr: t.addr, reconnect: false });
+  const context = t.server.context;
+  const lockA = await a.acquire("held");
+  // b waits behind a: the hand-off will happen while the sink fails.
+  const bWaits = b.acquire("held");
+  await eventually(() => context.engine.getLock("held")?.waiters.length === 1, "b queued");
+  assert.equal(context.ready, true);
+
+  t.audit.failing = true;
+  // The release's record cannot be written: the RELEASED reply waits for it, grants pause.
+  let released = false;
+  const releaseA = lockA.release().then(() => released = true);
+  await eventually(() => !context.ready, "ready turns false");
+  assert.equal(context.audit.healthy, false);
+
+  // A new ACQUIRE is refused with a retryable AUDIT_UNAVAILABLE.
+  await assert.rejects(c.acquire("free"), (error: unknown) => {
+    assert.ok(error instanceof LockdError);
+    assert.equal(error.code, 0x0c);
+    assert.equal(error.codeName, "AUDIT_UNAVAILABLE");
+    assert.equal(error.retryable, true);
+    return true;
+  });
+  assert.equal(context.counters.protocolErrors.get(0x0c), 1);
+  // Nothing reached a client: a's RELEASED is held back, b is not granted the lock.
+  await new Promise((resolve) => setTimeout(resolve, AUDIT_RETRY_MS + 100));
+  assert.equal(released, false);
+  let bGranted = false;
+  bWaits.then(() => bGranted = true);
+  assert.equal(bGranted, false);
+  assert.equal(t.audit.lines.length, 1, "only a's acquire is written");
+
+  const recoveredAt = performance.now();
+  t.audit.failing = false;
+  const lockB = await bWaits;
+  await releaseA;
+  await eventually(() => context.ready, "ready again");
+  const recoveryMs = performance.now() - recoveredAt;
+  assert.ok(recoveryMs < AUDIT_RETRY_MS * 3, `recovered after ${recoveryMs} ms`);
+  assert.ok(lockB.token > lockA.token);
+  const lockC = await c.acquire("free");
+  await lockB.release();
+  await lockC.release();
+
+  const records = t.audit.records();
+  assert.deepEqual(records.map((r) => [r.event, r.lock, r.token]), [
+    ["acquire", "held", lockA.token],
+    ["release", "held", lockA.token],
+    ["acquire", "held", lockB.token],
+    ["acquire", "free", lockC.token],
+    ["release", "held", lockB.token],
+    ["release", "free", lockC.token],
+  ]);
+  assertEveryTokenOnceAcquiredOnceReleased(records);
+});
+
+Deno.test("a grant whose record cannot be written reaches its client only after the record does", async () => {
+  await using t = await startTestServer();
+  await using a = await connect({ addr: t.addr, reconnect: false });
+  t.audit.failing = true;
+  let granted = false;
+  const pending = a.acquire("first-after-failure").then((lock) => {
+    granted = true;
+    return lock;
+  });
+  await eventually(() => !t.server.context.ready, "not ready");
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  assert.equal(granted, false, "ACQUIRED is held back while its record is not written");
+  assert.equal(t.audit.lines.length, 0);
+  t.audit.failing = false;
+  const lock = await pending;
+  assert.deepEqual(t.audit.records().map((r) => [r.event, r.token]), [["acquire", lock.token]]);
+  await lock.release();
+});
+
+// ---- mixed traffic --------------------------------------------------------
+
+function assertEveryTokenOnceAcquiredOnceReleased(records: Record<string, unknown>[]): void {
+  const byToken = new Map<number, string[]>();
+  for (const record of records) {
+    if (record.event !== "acquire" && record.event !== "release") continue;
+    const token = record.token as number;
+    byToken.set(token, [...byToken.get(token) ?? [], record.event as string]);
+  }
+  for (const [token, events] of byToken) {
+    assert.deepEqual(events, ["acquire", "release"], `token ${token}`);
+  }
+}
+
+Deno.test("mixed traffic: every audit line parses and every token has one acquire and one release with the right reason", async () => {
+  const t = await startTestServer({ ioTimeoutMs: 1_000 });
+  const expected = new Map<string, string>(); // lock → release reason of its first ownership
+  try {
+    // Clean release and hand-offs along a queue.
+    await using h1 = await connect({ addr: t.addr, reconnect: false });
+    await using h2 = await connect({ addr: t.addr, reconnect: false });
+    await using h3 = await connect({ addr: t.addr, reconnect: false });
+    const first = await h1.acquire("mix/handoff");
+    const second = h2.acquire("mix/handoff");
+    await eventually(
+      () => t.server.context.engine.getLock("mix/handoff")?.waiters.length === 1,
+      "h2",
+    );
+    const third = h3.acquire("mix/handoff");
+    await eventually(
+      () => t.server.context.engine.getLock("mix/handoff")?.waiters.length === 2,
+      "h3",
+    );
+    await first.release();
+    await (await second).release();
+    await (await third).release();
+
+    // A lease that expires: the proxy swallows the holder's heartbeats.
+    await using proxy = new ChaosProxy(t.addr);
+    await using stalled = await connect({ addr: proxy.addr, reconnect: false });
+    await using next = await connect({ addr: t.addr, reconnect: false });
+    const doomed = await stalled.acquire("mix/expire", { leaseMs: 200 });
+    const lost = new Promise<LockLostError>((resolve) =>
+      doomed.lost.addEventListener("abort", () => resolve(doomed.lost.reason))
+    );
+    proxy.stallUpstream = true;
+    const successor = await next.acquire("mix/expire", { leaseMs: 5_000 });
+    assert.equal((await lost).reason, "expired");
+    await successor.release();
+
+    // A client that disconnects while holding a lock and waiting for another.
+    const leaver = await connect({ addr: t.addr, reconnect: false });
+    await using blocker = await connect({ addr: t.addr, reconnect: false });
+    const block = await blocker.acquire("mix/wanted");
+    await leaver.acquire("mix/disconnect");
+    const abandoned = leaver.acquire("mix/wanted").catch(() => "gone");
+    await eventually(
+      () => t.server.context.engine.getLock("mix/wanted")?.waiters.length === 1,
+      "leaver queued",
+    );
+    await leaver.close();
+    assert.equal(await abandoned, "gone");
+    await eventually(
+      () => t.server.context.engine.getLock("mix/disconnect") === undefined,
+      "freed",
+    );
+    await block.release();
+
+    // A raw client that takes a lock and then falls silent: the I/O timeout ends it.
+    await using silent = await RawClient.session(t.addr);
+    await silent.send({
+      type: "acquire",
+      requestId: 1,
+      name: "mix/silent",
+      leaseMs: 60_000,
+      waitMs: 0,
+    });
+    assert.equal((await silent.next())?.type, "acquired");
+    await eventually(
+      () => t.server.context.engine.getLock("mix/silent") === undefined,
+      "io timeout",
+      5_000,
+    );
+
+    expected.set("mix/handoff", "graceful").set("mix/expire", "expired").set(
+      "mix/disconnect",
+      "graceful",
+    ).set("mix/wanted", "graceful").set("mix/silent", "io_timeout");
+  } finally {
+    await t.server.shutdown();
+  }
+
+  const records = t.audit.lines.map((line) => {
+    assert.ok(line.endsWith("\n") && line.indexOf("\n") === line.length - 1, line);
+    return JSON.parse(line) as Record<string, unknown>;
+  });
+  for (const record of records) {
+    assert.match(String(record.ts), RFC3339_UTC_MS);
+    assert.match(String(record.remote_addr), /^127\.0\.0\.1:\d+$/);
+    assert.equal(record.identity, "");
+    assert.equal(typeof record.session, "number");
+    if (record.event === "acquire") assert.equal(typeof record.waited_ms, "number");
+    if (record.event === "release") assert.equal(typeof record.held_ms, "number");
+  }
+  assertEveryTokenOnceAcquiredOnceReleased(records);
+  const acquires = records.filter((r) => r.event === "acquire");
+  assert.equal(acquires.length, 8);
+  const firstRelease = new Map<string, string>();
+  for (const record of records) {
+    if (record.event === "release" && !firstRelease.has(record.lock as string)) {
+      firstRelease.set(record.lock as string, record.reason as string);
+    }
+  }
+  assert.deepEqual(Object.fromEntries(firstRelease), Object.fromEntries(expected));
+  // The queue waited: the second and third owners of mix/handoff report waiting.
+  const handoffWaits = acquires.filter((r) => r.lock === "mix/handoff").map((r) => r.waited_ms);
+  assert.equal(handoffWaits[0], 0);
+});
