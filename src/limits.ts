@@ -38,8 +38,14 @@ export const WAIT_MS_MAX = 0xffff_fffe;
 
 /** Replies buffered for one session before it counts as a slow reader and is closed. */
 export const WRITE_BUFFER_BYTES_MAX = 1024 * 1024;
-/** Size of the reusable read buffer of a session: small, because every idle session keeps one in a pending read (target: under 8 KiB per session). */
-export const READ_BUFFER_BYTES = 4 * 1024;
+/**
+ * First size of a session's reusable read buffer. Small, because every idle session keeps
+ * one in its pending read; a read that fills it moves the session to a buffer four times
+ * larger, up to READ_BUFFER_BYTES_MAX.
+ */
+export const READ_BUFFER_BYTES = 1024;
+/** Largest read buffer of a busy (pipelining) session. */
+export const READ_BUFFER_BYTES_MAX = 64 * 1024;
 
 /**
  * Received bytes a TLS connection may have queued that its session has not read by the end of an

@@ -1,6 +1,11 @@
 import type { LockEngine } from "../core/engine.ts";
 import type { CloseCause, Peer } from "../core/types.ts";
-import { CLIENT_NAME_BYTES_MAX, READ_BUFFER_BYTES, WRITE_BUFFER_BYTES_MAX } from "../limits.ts";
+import {
+  CLIENT_NAME_BYTES_MAX,
+  READ_BUFFER_BYTES,
+  READ_BUFFER_BYTES_MAX,
+  WRITE_BUFFER_BYTES_MAX,
+} from "../limits.ts";
 import { debugEnabled, log } from "../log/diagnostic.ts";
 import type { ServerCounters } from "../ops/counters.ts";
 import { ProtocolError, WIRE_CODES, type WireCodeName } from "./codes.ts";
@@ -86,7 +91,9 @@ export class Session {
         this.#refuse("HANDSHAKE_TIMEOUT", `No HELLO within ${this.#host.handshakeTimeoutMs} ms`);
       }
     }, this.#host.handshakeTimeoutMs);
-    const buffer = new Uint8Array(READ_BUFFER_BYTES);
+    // Idle sessions keep a small buffer in their pending read; one that fills it is busy
+    // (pipelining) and gets a larger one, up to READ_BUFFER_BYTES_MAX.
+    let buffer = new Uint8Array(READ_BUFFER_BYTES);
     try {
       while (this.#state === "handshake" || this.#state === "open") {
         let n: number | null;
@@ -102,6 +109,9 @@ export class Session {
         }
         if (this.#state !== "handshake" && this.#state !== "open") return;
         this.#receive(buffer.subarray(0, n));
+        if (n === buffer.length && buffer.length < READ_BUFFER_BYTES_MAX) {
+          buffer = new Uint8Array(Math.min(READ_BUFFER_BYTES_MAX, buffer.length * 4));
+        }
       }
     } catch (error) {
       logger.error("session failed", { remote_addr: this.transport.remoteAddr, error });
