@@ -1,7 +1,7 @@
 import { type Client, connect, type Lock } from "../client/client.ts";
-import type { ClientTlsOptions } from "../client/connection.ts";
 import { LockdError, LockLostError } from "../client/errors.ts";
 import { WIRE_CODES } from "../protocol/codes.ts";
+import { loadClientTls } from "../security/tls.ts";
 import { FlagError, type FlagSpec, formatFlagHelp, parseFlags } from "./flags.ts";
 
 /** Exit status when `-wait` ran out before the lock was granted (EX_TEMPFAIL: try again later). */
@@ -89,7 +89,11 @@ export async function runCommand(
 
   let client: Client;
   try {
-    const tls = await readTls(values.get("ca"), values.get("cert"), values.get("key"));
+    const tls = await loadClientTls({
+      ca: values.get("ca") as string | undefined,
+      cert: values.get("cert") as string | undefined,
+      key: values.get("key") as string | undefined,
+    });
     client = await connect({ addr, tls, clientName: `lockd-run/${name}` });
   } catch (error) {
     io.stderr(`lockd run: ${(error as Error).message}`);
@@ -175,19 +179,4 @@ function signalNumber(signal: Deno.Signal): number {
     SIGTERM: 15,
   };
   return numbers[signal] ?? 0;
-}
-
-/** Reads the PEM files named by -ca / -cert / -key; undefined when none is given. */
-export async function readTls(
-  ca: unknown,
-  cert: unknown,
-  key: unknown,
-): Promise<ClientTlsOptions | undefined> {
-  if (ca === undefined && cert === undefined && key === undefined) return undefined;
-  if ((cert === undefined) !== (key === undefined)) {
-    throw new FlagError("-cert and -key go together");
-  }
-  const read = (path: unknown) =>
-    path === undefined ? undefined : Deno.readTextFile(path as string);
-  return { ca: await read(ca), cert: await read(cert), key: await read(key) };
 }

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { connect } from "../../mod.ts";
 import { EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT } from "../../src/cli/run.ts";
+import { certPath, keyPath, serverTlsConfig } from "../fixtures/tls/certs.ts";
 import { startTestServer } from "../helpers/start_server.ts";
 
 const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
@@ -73,4 +74,26 @@ Deno.test("lockd run refuses a bad command line with status 2", async () => {
   const output = await lockdRun(["-addr", "127.0.0.1:1"]).output();
   assert.equal(output.code, 2);
   assert.match(new TextDecoder().decode(output.stderr), /needs exactly one lock NAME/);
+});
+
+Deno.test("lockd run speaks mutual TLS with -ca -cert -key and the identity shows in the audit log", async () => {
+  await using t = await startTestServer(serverTlsConfig(true));
+  const output = await lockdRun([
+    "tls/job",
+    "-addr",
+    `localhost:${t.addr.split(":").at(-1)}`,
+    "-ca",
+    certPath("ca"),
+    "-cert",
+    certPath("client-uri"),
+    "-key",
+    keyPath("client-uri"),
+    "--",
+    "sh",
+    "-c",
+    'test -n "$LOCKD_TOKEN"',
+  ]).output();
+  assert.equal(output.code, 0, new TextDecoder().decode(output.stderr));
+  const acquire = t.audit.records().find((r) => r.event === "acquire");
+  assert.equal(acquire?.identity, "spiffe://example.org/worker");
 });
