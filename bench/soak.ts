@@ -75,6 +75,8 @@ let server!: ServerProc;
 const dataDir = await Deno.makeTempDir({ prefix: "lockd-soak-" });
 const auditFile = (r: number) => `${dataDir}/audit-${r}.jsonl`;
 const killedRuns = new Set<number>();
+/** Runs ended by SIGTERM: ownerships still open then end `graceful` (the shutdown's reason). */
+const terminatedRuns = new Set<number>();
 
 async function startRun(): Promise<void> {
   run++;
@@ -243,7 +245,8 @@ function checkAudit(r: number): void {
     if (rel.n !== 1) breach(`run ${r}: token ${t} released ${rel.n} times`);
     const want = expected.get(`${r}:${t}`);
     // Ownerships still open at a SIGTERM end with the shutdown's reason; only judge those we caused.
-    if (want && !want.includes(rel.reason) && !rel.reason.startsWith("shutdown")) {
+    const endedByShutdown = terminatedRuns.has(r) && rel.reason === "graceful";
+    if (want && !want.includes(rel.reason) && !endedByShutdown) {
       // A force-release or a restart may overtake the planned ending.
       if (!(want[0] !== "force" && rel.reason === "force")) {
         breach(`run ${r}: token ${t} ended ${rel.reason}, expected ${want.join("|")}`);
@@ -253,7 +256,25 @@ function checkAudit(r: number): void {
   for (const t of releases.keys()) {
     if (!acquires.has(t)) breach(`run ${r}: release of token ${t} without an acquire`);
   }
+  // Tokens strictly increase per lock in grant order, and every run starts above the last one.
+  const lastPerLock = new Map<string, number>();
+  let runMin = Infinity;
+  let runMax = 0;
+  for (const rec of auditRecords(r)) {
+    if (rec.event !== "acquire") continue;
+    const lock = String(rec.lock);
+    const t = Number(rec.token);
+    if (t <= (lastPerLock.get(lock) ?? 0)) breach(`run ${r}: token ${t} on ${lock} did not grow`);
+    lastPerLock.set(lock, t);
+    runMin = Math.min(runMin, t);
+    runMax = Math.max(runMax, t);
+  }
+  if (runMin !== Infinity && runMin <= highestBefore) {
+    breach(`run ${r}: token ${runMin} is not above every token of earlier runs (${highestBefore})`);
+  }
+  highestBefore = Math.max(highestBefore, runMax);
 }
+let highestBefore = 0;
 
 async function metrics(): Promise<Map<string, number>> {
   const text = await (await fetch(`http://${server.opsAddr}/metrics`)).text();
@@ -278,8 +299,10 @@ while (performance.now() < end) {
   if (performance.now() >= end) break;
   // Restart with the same data dir; mark every current holder unhealthy first.
   for (const h of holder.values()) h.healthy = false;
-  const kill = Math.random() < 0.5;
+  // Alternate, so every soak of two or more restarts has both kinds.
+  const kill = run % 2 === 1;
   if (kill) killedRuns.add(run);
+  else terminatedRuns.add(run);
   fault(kill ? "sigkill" : "sigterm");
   await server.stop(kill ? "SIGKILL" : "SIGTERM");
   holder.clear();
@@ -301,6 +324,12 @@ for (const reason of ["graceful", "expired", "io_timeout", "force"]) {
   const aud = last.filter((r) => r.event === "release" && r.reason === reason).length;
   const met = m.get(`lockd_releases_total{reason="${reason}"}`) ?? 0;
   if (met !== aud) breach(`releases ${reason}: metrics ${met} ≠ audit ${aud}`);
+}
+const info = await (await fetch(`http://${server.adminAddr}/api/info`)).json();
+if (info.locks !== 0 || info.sessions !== 0) {
+  breach(
+    `after all clients left the server still stores ${info.locks} locks, ${info.sessions} sessions`,
+  );
 }
 await server.stop("SIGTERM");
 for (let r = 1; r <= run; r++) checkAudit(r);
