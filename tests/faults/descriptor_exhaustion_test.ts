@@ -26,6 +26,17 @@ Deno.test("under a low descriptor limit, accept errors are counted, the acceptor
     args: ["-audit-log", "/dev/null"],
   });
   const existing = await BenchConn.session(proc.addr, "existing");
+  // A probe connection to the ops server opened before the flood (as a monitoring agent's
+  // keep-alive connection would be): /healthz must keep answering on it.
+  const [opsHost, opsPort] = proc.opsAddr!.split(":");
+  const probe = await Deno.connect({ hostname: opsHost, port: Number(opsPort) });
+  const healthz = async () => {
+    await probe.write(new TextEncoder().encode("GET /healthz HTTP/1.1\r\nHost: lockd\r\n\r\n"));
+    const buffer = new Uint8Array(1024);
+    const n = await probe.read(buffer);
+    return new TextDecoder().decode(buffer.subarray(0, n ?? 0));
+  };
+  assert.match(await healthz(), /^HTTP\/1\.1 200[^]*\r\n\r\nok$/);
   const flood: Deno.TcpConn[] = [];
   try {
     const [hostname, port] = proc.addr.split(":");
@@ -49,6 +60,9 @@ Deno.test("under a low descriptor limit, accept errors are counted, the acceptor
       `server used ${(cpuShare * 100).toFixed(0)}% of a core while failing`,
     );
 
+    // Health probes keep answering while accepts fail.
+    assert.match(await healthz(), /^HTTP\/1\.1 200[^]*\r\n\r\nok$/);
+
     // The session opened before the flood still works.
     const a = await existing.acquire("fd/existing", 5_000, 0);
     assert.equal(a.type, "acquired");
@@ -57,6 +71,7 @@ Deno.test("under a low descriptor limit, accept errors are counted, the acceptor
     }
   } finally {
     for (const c of flood) c.close();
+    probe.close();
   }
 
   // Descriptors free again: a new session is accepted and served.
