@@ -105,13 +105,14 @@ export function forceRelease(_request: Request, { context, params }: AdminMatch)
   const name = decodeSegment(params.name, "lock name");
   if (name instanceof Response) return name;
   const { engine, audit, dispatcher } = context.server;
-  const view = engine.getLock(name);
-  if (view === undefined) return fail("lock_not_found", notFoundDetail(name));
-  const holder = view.holder;
+  const holder = engine.holderOf(name);
+  if (holder === undefined) return fail("lock_not_found", notFoundDetail(name));
   if (holder === null) {
     return fail(
       "no_owner",
-      `Cannot force-release lock "${name}": it has ${view.waiters.length} waiter(s) but no owner ` +
+      `Cannot force-release lock "${name}": it has ${
+        engine.queueLengthOf(name)
+      } waiter(s) but no owner ` +
         "(grants are paused while the audit log cannot be written)",
     );
   }
@@ -144,9 +145,8 @@ export function kickWaiter(_request: Request, { context, params }: AdminMatch): 
   const remoteAddr = decodeSegment(params.remote_addr, "remote address");
   if (remoteAddr instanceof Response) return remoteAddr;
   const { engine, audit, dispatcher } = context.server;
-  const view = engine.getLock(name);
-  if (view === undefined) return fail("lock_not_found", notFoundDetail(name));
-  const waiter = view.waiters.find((w) => w.remoteAddr === remoteAddr);
+  if (engine.holderOf(name) === undefined) return fail("lock_not_found", notFoundDetail(name));
+  const waiter = engine.findWaiter(name, remoteAddr);
   if (waiter === undefined) {
     return fail(
       "waiter_not_found",
@@ -166,7 +166,7 @@ export function kickWaiter(_request: Request, { context, params }: AdminMatch): 
   dispatcher.apply(result.events);
   if (result.status !== "ok") {
     // The view and the engine are read in the same turn, so this cannot happen.
-    throw new Error(`kickWaiter("${name}", "${remoteAddr}") disagreed with getLock`);
+    throw new Error(`kickWaiter("${name}", "${remoteAddr}") disagreed with findWaiter`);
   }
   logger.info("admin removed a waiter", {
     lock: name,

@@ -17,10 +17,12 @@ import {
   type EndReason,
   type EngineEvent,
   type EngineStats,
+  type HolderView,
   type LockView,
   type Peer,
   type RejectReason,
   type WaitEndCause,
+  type WaiterView,
 } from "./types.ts";
 
 /**
@@ -428,6 +430,27 @@ export class LockEngine {
     return lock === undefined ? undefined : this.#view(lock);
   }
 
+  /**
+   * The owner of a lock in O(1): a HolderView, null for a queue without an owner,
+   * undefined when the lock is idle or unknown.
+   */
+  holderOf(name: string): HolderView | null | undefined {
+    const lock = this.#locks.get(name);
+    if (lock === undefined) return undefined;
+    return lock.owner === null ? null : holderView(lock.owner);
+  }
+
+  /** How many claims wait for a lock (0 when idle or unknown). */
+  queueLengthOf(name: string): number {
+    return this.#locks.get(name)?.queueLength ?? 0;
+  }
+
+  /** The waiter with exactly this remote address in a lock's queue, in O(1). */
+  findWaiter(name: string, remoteAddr: string): WaiterView | undefined {
+    const claim = this.#sessionsByAddr.get(remoteAddr)?.claims.get(name);
+    return claim !== undefined && claim.state === "queued" ? waiterView(claim) : undefined;
+  }
+
   /** How many locks have an owner or waiters (idle locks are not stored). */
   get lockCount(): number {
     return this.#locks.size;
@@ -702,29 +725,36 @@ export class LockEngine {
   }
 
   #view(lock: LockState): LockView {
-    const owner = lock.owner;
-    const waiters = [];
+    const waiters: WaiterView[] = [];
     for (let claim = lock.head; claim !== null; claim = claim.next) {
-      waiters.push({
-        identity: claim.session.peer.identity,
-        remoteAddr: claim.session.peer.remoteAddr,
-        sessionId: claim.session.peer.sessionId,
-        queuedAtWallMs: claim.queuedAtWallMs,
-      });
+      waiters.push(waiterView(claim));
     }
     return {
       name: lock.name,
-      holder: owner === null ? null : {
-        identity: owner.session.peer.identity,
-        remoteAddr: owner.session.peer.remoteAddr,
-        sessionId: owner.session.peer.sessionId,
-        sinceWallMs: owner.sinceWallMs,
-        leaseMs: owner.leaseMs,
-        token: owner.token,
-      },
+      holder: lock.owner === null ? null : holderView(lock.owner),
       waiters,
     };
   }
+}
+
+function holderView(owner: Claim): HolderView {
+  return {
+    identity: owner.session.peer.identity,
+    remoteAddr: owner.session.peer.remoteAddr,
+    sessionId: owner.session.peer.sessionId,
+    sinceWallMs: owner.sinceWallMs,
+    leaseMs: owner.leaseMs,
+    token: owner.token,
+  };
+}
+
+function waiterView(claim: Claim): WaiterView {
+  return {
+    identity: claim.session.peer.identity,
+    remoteAddr: claim.session.peer.remoteAddr,
+    sessionId: claim.session.peer.sessionId,
+    queuedAtWallMs: claim.queuedAtWallMs,
+  };
 }
 
 function compareNames(a: string, b: string): number {

@@ -521,3 +521,20 @@ Deno.test("a random workload never breaks an invariant and tokens only grow", ()
   }
   assert.ok(tokens.size > 1000, `many grants happened (${tokens.size})`);
 });
+
+Deno.test("holderOf and findWaiter answer in O(1) without building the queue view", () => {
+  const h = harness();
+  const owner = h.open("127.0.0.1:2000");
+  const waiter = h.open("[::1]:2001");
+  h.step(() => h.engine.acquire(owner.sessionId, 1, "x", 0, null));
+  h.step(() => h.engine.acquire(waiter.sessionId, 1, "x", 0, null));
+  assert.equal(h.engine.holderOf("x")?.remoteAddr, "127.0.0.1:2000");
+  assert.equal(h.engine.holderOf("idle"), undefined);
+  assert.equal(h.engine.queueLengthOf("x"), 1);
+  assert.equal(h.engine.findWaiter("x", "[::1]:2001")?.sessionId, waiter.sessionId);
+  assert.equal(h.engine.findWaiter("x", "127.0.0.1:2000"), undefined, "the owner is no waiter");
+  assert.equal(h.engine.findWaiter("y", "[::1]:2001"), undefined);
+  h.step(() => h.engine.setGrantsPaused(true));
+  h.step(() => h.engine.release(owner.sessionId, 2, "x", 1));
+  assert.equal(h.engine.holderOf("x"), null, "a queue without an owner");
+});
