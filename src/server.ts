@@ -93,6 +93,7 @@ export async function startServer(
   const audit = new AuditLog(
     deps.auditSink ?? openAuditSink(config.auditLog),
     () => clock.wallMs(),
+    { batchWrites: true },
   );
   const counters = new ServerCounters();
   const dispatcher = new Dispatcher({

@@ -2,13 +2,19 @@ import type { AuditSink } from "../../src/log/audit.ts";
 
 /** An audit sink in memory that can be told to fail (closed pipe, full disk). */
 export class MemorySink implements AuditSink {
+  /** Every line written, without its newline (one write may carry several). */
   readonly lines: string[] = [];
+  /** How many writes the sink took. */
+  writes = 0;
   failing = false;
   readonly #decoder = new TextDecoder();
 
   writeSync(bytes: Uint8Array): number {
     if (this.failing) throw new Error("No space left on device (os error 28)");
-    this.lines.push(this.#decoder.decode(bytes));
+    const text = this.#decoder.decode(bytes);
+    if (!text.endsWith("\n")) throw new Error("an audit write must end with a whole line");
+    this.lines.push(...text.slice(0, -1).split("\n"));
+    this.writes++;
     return bytes.length;
   }
 

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { WIRE_CODES, type WireCodeName } from "../../src/protocol/codes.ts";
 import type { Message } from "../../src/protocol/messages.ts";
 import { RawClient } from "../helpers/raw_client.ts";
-import { startTestServer } from "../helpers/start_server.ts";
+import { eventually, startTestServer } from "../helpers/start_server.ts";
 import { writeAcl } from "../helpers/acl_file.ts";
 
 const seen = new Set<WireCodeName>();
@@ -115,6 +115,7 @@ Deno.test("session limit, audit outage, admin close and shutdown each send their
   t.audit.failing = true;
   await b.send({ type: "acquire", requestId: 1, name: "audited", leaseMs: 0, waitMs: 0 });
   // The first grant's record fails: grants pause, so the next ACQUIRE is refused.
+  await eventually(() => !t.server.context.ready, "the server reports the audit outage");
   await c.send({ type: "acquire", requestId: 1, name: "other", leaseMs: 0, waitMs: 0 });
   expectError(await c.next(), "AUDIT_UNAVAILABLE", 1);
   t.audit.failing = false;
