@@ -59,20 +59,22 @@ export function writeHighWater(dataDir: string, highWater: number): void {
 }
 
 /**
- * The token issuer for a server: persisted in `dataDir` when given (a restart
- * continues above every token issued before), else starting from a
- * clock-derived floor (see `clockTokenFloor` for the assumption).
+ * The token issuer for a server. Tokens start above the larger of the durable
+ * high-water mark in `dataDir` (when given) and a clock-derived floor (see
+ * `clockTokenFloor` for its assumption). The file alone makes restarts safe;
+ * the floor also covers a server without a data dir, a lost or emptied token
+ * file and an old backup restored by mistake, as long as the wall clock is sane.
  */
 export function openTokenIssuer(
   dataDir: string | null,
   wallMs: number,
   blockSize = TOKEN_BLOCK_SIZE,
 ): TokenIssuer {
+  const floor = clockTokenFloor(wallMs);
   if (dataDir === null) {
-    return new TokenIssuer(clockTokenFloor(wallMs), Number.MAX_SAFE_INTEGER, () => {});
+    return new TokenIssuer(floor, Number.MAX_SAFE_INTEGER, () => {});
   }
   Deno.mkdirSync(dataDir, { recursive: true });
-  const highWater = readHighWater(dataDir);
-  const issuer = new TokenIssuer(highWater, blockSize, (next) => writeHighWater(dataDir, next));
-  return issuer;
+  const start = Math.max(readHighWater(dataDir), floor);
+  return new TokenIssuer(start, blockSize, (next) => writeHighWater(dataDir, next));
 }
