@@ -9,6 +9,9 @@
  * and exits 1 on any breach.
  */
 
+import { FrameWriter } from "../src/protocol/frame.ts";
+import { FrameReader } from "../src/protocol/frame_reader.ts";
+import type { Message } from "../src/protocol/messages.ts";
 import { BenchConn } from "./bench_client.ts";
 import { type ServerProc, startServerProc } from "./server_proc.ts";
 
@@ -173,7 +176,65 @@ async function clientLoop(id: number, until: number): Promise<void> {
   }
 }
 
+let slowReaders = 0;
+
+/**
+ * A slow reader: takes a lock of its own, then keeps sending HEARTBEATs without
+ * reading a single reply. The server must cut it (its reply buffer or a stalled
+ * write) and end the ownership as io_timeout, with bounded memory.
+ */
+async function slowReader(until: number): Promise<void> {
+  const myRun = run;
+  const lock = `soak/slow-${slowReaders++}`;
+  const [hostname, port] = server.addr.split(":");
+  let conn: Deno.TcpConn;
+  try {
+    conn = await Deno.connect({ hostname, port: Number(port) });
+  } catch {
+    return;
+  }
+  try {
+    const writer = new FrameWriter();
+    const reader = new FrameReader();
+    const buffer = new Uint8Array(4096);
+    const next = async (): Promise<Message | null> => {
+      for (;;) {
+        const message = reader.next();
+        if (message !== null) return message;
+        const n = await conn.read(buffer);
+        if (n === null) return null;
+        reader.push(buffer.subarray(0, n));
+      }
+    };
+    writer.push({ type: "hello", version: 1, clientName: "soak-slow-reader" });
+    writer.push({ type: "acquire", requestId: 1, name: lock, leaseMs: 5_000, waitMs: 0 });
+    await conn.write(writer.take());
+    if ((await next())?.type !== "welcome") return;
+    const granted = await next();
+    if (granted?.type !== "acquired") return;
+    operations++;
+    expected.set(`${myRun}:${granted.token}`, ["io_timeout"]);
+    fault("slow_reader");
+    for (let i = 0; i < 512; i++) writer.push({ type: "heartbeat", requestId: 2 + i });
+    const burst = writer.take();
+    // Never read again; write until the server cuts the connection (or time is up).
+    while (performance.now() < until) {
+      await conn.write(burst);
+    }
+  } catch {
+    // cut by the server: what we wanted
+  } finally {
+    try {
+      conn.close();
+    } catch {
+      // already closed
+    }
+  }
+}
+
 async function chaos(until: number): Promise<void> {
+  // One slow reader per run, alongside the other faults.
+  const slow = slowReader(until);
   while (performance.now() < until) {
     await sleep(300 + Math.random() * 400);
     const lock = `soak/${Math.floor(Math.random() * LOCKS)}`;
@@ -209,6 +270,7 @@ async function chaos(until: number): Promise<void> {
       // server restarting
     }
   }
+  await slow;
 }
 
 function auditRecords(r: number): Record<string, unknown>[] {
