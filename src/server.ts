@@ -115,7 +115,9 @@ export async function startServer(
       dispatcher.apply(engine.setGrantsPaused(true));
       auditRetry ??= setInterval(() => audit.retry(), AUDIT_RETRY_MS);
     } else {
-      logger.info("audit log writable again; grants resumed");
+      logger.info("audit log writable again; grants resumed", {
+        dropped_records: audit.droppedRecords,
+      });
       clearInterval(auditRetry);
       auditRetry = undefined;
       dispatcher.apply(engine.setGrantsPaused(false));

@@ -48,6 +48,8 @@ export class AuditLog {
   #batch: AuditEntry[] = [];
   readonly #batching: boolean;
   #failure: string | null = null;
+  /** Records dropped because the backlog was full (AUDIT_PENDING_RECORDS_MAX). */
+  droppedRecords = 0;
   /** Called when the log turns unhealthy (with the error) or healthy again (null). */
   onHealthChange: (failure: string | null) => void = () => {};
 
@@ -92,6 +94,12 @@ export class AuditLog {
       onWritten,
     };
     if (this.#pending.length > 0) {
+      if (this.#pending.length >= AUDIT_PENDING_RECORDS_MAX) {
+        // Memory stays bounded through a long outage; grants are paused, so only endings,
+        // refusals and admin actions arrive here. The loss is counted and reported.
+        this.droppedRecords++;
+        return;
+      }
       this.#pending.push(entry);
       return;
     }

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { connect, LockdError, type LockLostError } from "../../mod.ts";
-import { AUDIT_RETRY_MS } from "../../src/limits.ts";
+import { AUDIT_PENDING_RECORDS_MAX, AUDIT_RETRY_MS } from "../../src/limits.ts";
 import {
   AuditLog,
   type AuditRecord,
@@ -439,4 +439,21 @@ Deno.test("batched audit writes: one write per turn, callbacks only after it, ba
   assert.deepEqual(written, ["a", "b", "c", "d"]);
   assert.deepEqual(health, ["EPIPE", null]);
   assert.equal(writes.join("").split("\n").filter((l) => l).length, 4);
+});
+
+Deno.test("a full backlog drops further records and counts them, keeping memory bounded", () => {
+  let failing = true;
+  const sink = {
+    writeSync(bytes: Uint8Array): number {
+      if (failing) throw new Error("ENOSPC");
+      return bytes.length;
+    },
+  };
+  const audit = new AuditLog(sink, () => WALL_MS);
+  for (let i = 0; i < AUDIT_PENDING_RECORDS_MAX + 5; i++) audit.append(EXAMPLES[0][1]);
+  assert.equal(audit.pendingCount, AUDIT_PENDING_RECORDS_MAX);
+  assert.equal(audit.droppedRecords, 5);
+  failing = false;
+  assert.equal(audit.retry(), true);
+  assert.equal(audit.pendingCount, 0);
 });
