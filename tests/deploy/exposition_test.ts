@@ -7,21 +7,9 @@
 import assert from "node:assert/strict";
 import { connect } from "../../mod.ts";
 import { http } from "../admin/admin_helpers.ts";
+import { hasPromtool, promtoolCheckMetrics } from "../helpers/promtool.ts";
 import { startTestServer } from "../helpers/start_server.ts";
 import { EXPECTED_FAMILIES, EXPECTED_LABEL_VALUES, familiesInExposition } from "./metric_names.ts";
-
-async function hasPromtool(): Promise<boolean> {
-  try {
-    const { success } = await new Deno.Command("promtool", {
-      args: ["--version"],
-      stdout: "null",
-      stderr: "null",
-    }).output();
-    return success;
-  } catch {
-    return false;
-  }
-}
 
 const PROMTOOL = await hasPromtool();
 const IN_CI = Deno.env.get("CI") === "true";
@@ -62,17 +50,7 @@ Deno.test({
   fn: async () => {
     assert.ok(PROMTOOL, "promtool is not on PATH, but CI=true requires it");
     const text = await scrapeBusyServer();
-    const child = new Deno.Command("promtool", {
-      args: ["check", "metrics"],
-      stdin: "piped",
-      stdout: "piped",
-      stderr: "piped",
-    }).spawn();
-    const writer = child.stdin.getWriter();
-    await writer.write(new TextEncoder().encode(text));
-    await writer.close();
-    const { code, stdout, stderr } = await child.output();
-    const report = new TextDecoder().decode(stdout) + new TextDecoder().decode(stderr);
+    const { code, report } = await promtoolCheckMetrics(text);
     assert.equal(code, 0, `promtool check metrics failed:\n${report}\n--- exposition ---\n${text}`);
     assert.equal(report.trim(), "", `promtool reported problems:\n${report}`);
   },

@@ -4,6 +4,7 @@ import {
   type MetricFamily,
   PROMETHEUS_CONTENT_TYPE,
 } from "../../src/ops/prometheus.ts";
+import { hasPromtool, promtoolCheckMetrics } from "../helpers/promtool.ts";
 
 const encodeCases: { name: string; families: MetricFamily[]; expected: string }[] = [
   {
@@ -349,37 +350,14 @@ Deno.test("prometheus: encoding forty families takes well under 10 ms", () => {
   assert.ok(perEncodeMs < 2, `${perEncodeMs} ms per encode`);
 });
 
-function findOnPath(command: string): string | null {
-  for (const dir of (Deno.env.get("PATH") ?? "").split(":")) {
-    if (dir === "") continue;
-    try {
-      const path = `${dir}/${command}`;
-      if (Deno.statSync(path).isFile) return path;
-    } catch {
-      // not in this directory
-    }
-  }
-  return null;
-}
-
-const promtool = findOnPath("promtool");
+const promtool = await hasPromtool();
 
 Deno.test({
   name: "prometheus: promtool accepts the exposition (skipped without promtool)",
-  ignore: promtool === null,
+  ignore: !promtool,
   async fn() {
     const exposition = encodePrometheus(lockdLikeFamilies());
-    const child = new Deno.Command(promtool!, {
-      args: ["check", "metrics"],
-      stdin: "piped",
-      stdout: "piped",
-      stderr: "piped",
-    }).spawn();
-    const writer = child.stdin.getWriter();
-    await writer.write(new TextEncoder().encode(exposition));
-    await writer.close();
-    const { code, stdout, stderr } = await child.output();
-    const report = new TextDecoder().decode(stdout) + new TextDecoder().decode(stderr);
+    const { code, report } = await promtoolCheckMetrics(exposition);
     assert.equal(code, 0, report);
     assert.equal(report.trim(), "");
   },
@@ -388,22 +366,13 @@ Deno.test({
 Deno.test({
   name:
     "prometheus: promtool rejects a broken exposition, so its check can fail (skipped without promtool)",
-  ignore: promtool === null,
+  ignore: !promtool,
   async fn() {
     const broken = encodePrometheus(lockdLikeFamilies()).replace(
       'lockd_protocol_errors_total{code="0x02"} 3',
       'lockd_protocol_errors_total{code="0x02} 3',
     );
-    const child = new Deno.Command(promtool!, {
-      args: ["check", "metrics"],
-      stdin: "piped",
-      stdout: "piped",
-      stderr: "piped",
-    }).spawn();
-    const writer = child.stdin.getWriter();
-    await writer.write(new TextEncoder().encode(broken));
-    await writer.close();
-    const { code } = await child.output();
+    const { code } = await promtoolCheckMetrics(broken);
     assert.notEqual(code, 0);
   },
 });
