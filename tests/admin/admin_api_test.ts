@@ -1,20 +1,9 @@
 import assert from "node:assert/strict";
 import { connect, LockLostError } from "../../mod.ts";
-import { ManualClock, rfc3339 } from "../../src/clock.ts";
 import { RawClient } from "../helpers/raw_client.ts";
+import { ManualClock } from "../../src/clock.ts";
 import { eventually, startTestServer, type TestServer } from "../helpers/start_server.ts";
-import { http, problemText, queue } from "./admin_helpers.ts";
-
-const START_WALL_MS = Date.UTC(2026, 0, 1);
-const START = rfc3339(START_WALL_MS);
-
-/** A server with both HTTP listeners and a manual clock, so timestamps in bodies are exact. */
-function start(config: Parameters<typeof startTestServer>[0] = {}): Promise<TestServer> {
-  return startTestServer(
-    { adminListen: "127.0.0.1:0", opsListen: "127.0.0.1:0", ...config },
-    { clock: new ManualClock(START_WALL_MS) },
-  );
-}
+import { http, problemText, queue, START, start, START_WALL_MS } from "./admin_helpers.ts";
 
 function adminAddr(t: TestServer): string {
   return t.server.adminAddr!;

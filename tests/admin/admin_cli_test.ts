@@ -1,19 +1,8 @@
 import assert from "node:assert/strict";
 import { connect, type LockLostError } from "../../mod.ts";
 import { adminCommand } from "../../src/cli/admin.ts";
-import { ManualClock, rfc3339 } from "../../src/clock.ts";
-import { startTestServer, type TestServer } from "../helpers/start_server.ts";
-import { http, queue } from "./admin_helpers.ts";
-
-const START_WALL_MS = Date.UTC(2026, 0, 1);
-const START = rfc3339(START_WALL_MS);
-
-function start(config: Parameters<typeof startTestServer>[0] = {}): Promise<TestServer> {
-  return startTestServer(
-    { adminListen: "127.0.0.1:0", opsListen: "127.0.0.1:0", ...config },
-    { clock: new ManualClock(START_WALL_MS) },
-  );
-}
+import type { TestServer } from "../helpers/start_server.ts";
+import { http, queue, START, start } from "./admin_helpers.ts";
 
 /** Runs `lockd admin ARGS` in-process and captures what it prints. */
 async function run(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {

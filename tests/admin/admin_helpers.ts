@@ -1,6 +1,19 @@
 import type { Client, Lock } from "../../mod.ts";
+import { ManualClock, rfc3339 } from "../../src/clock.ts";
 import type { TestServer } from "../helpers/start_server.ts";
-import { eventually } from "../helpers/start_server.ts";
+import { eventually, startTestServer } from "../helpers/start_server.ts";
+
+/** Wall-clock start of the manual clock of `start()`, and its RFC 3339 text. */
+export const START_WALL_MS = Date.UTC(2026, 0, 1);
+export const START = rfc3339(START_WALL_MS);
+
+/** A server with both HTTP listeners and a manual clock, so timestamps in bodies are exact. */
+export function start(config: Parameters<typeof startTestServer>[0] = {}): Promise<TestServer> {
+  return startTestServer(
+    { adminListen: "127.0.0.1:0", opsListen: "127.0.0.1:0", ...config },
+    { clock: new ManualClock(START_WALL_MS) },
+  );
+}
 
 /** One admin (or ops) HTTP answer with its body read (so no body is leaked). */
 export interface HttpAnswer {
