@@ -5,7 +5,7 @@
  * batch is what keeps Nagle and per-write syscalls off the hot path.
  */
 
-import { FRAME_BYTES_MAX } from "../limits.ts";
+import { ERROR_MESSAGE_BYTES_MAX, FRAME_BYTES_MAX } from "../limits.ts";
 import { type Message, MessageType } from "./messages.ts";
 
 /** Bytes of the length prefix in front of every frame. */
@@ -155,7 +155,7 @@ export class FrameWriter {
         this.#u32(msg.requestId, "requestId");
         this.#u8(msg.code, "code");
         this.#str(msg.name, "name");
-        this.#str(msg.message, "message");
+        this.#str(cutUtf8(msg.message, ERROR_MESSAGE_BYTES_MAX), "message");
         return;
       default: {
         const unknown: never = msg;
@@ -256,6 +256,27 @@ export class FrameWriter {
     this.#len = start + n;
     return true;
   }
+}
+
+/** Marks a message that was cut; 3 bytes in UTF-8. */
+const CUT_MARK = "\u2026";
+
+/**
+ * Returns `text` if it takes at most `maxBytes` UTF-8 bytes, else its longest
+ * prefix that fits together with a trailing "…", cut between two characters
+ * (never inside one, so the result is valid UTF-8). ERROR messages are cut this
+ * way: `docs/protocol.md` promises clients at most 1,024 bytes, and a message
+ * quoting a 1,024-byte lock name would be longer. `maxBytes` is at least 3.
+ */
+export function cutUtf8(text: string, maxBytes: number): string {
+  // Each UTF-16 code unit takes at most 3 UTF-8 bytes (a surrogate pair, two units, takes 4).
+  if (text.length * 3 <= maxBytes) return text;
+  const bytes = textEncoder.encode(text);
+  // A lone surrogate is left for the encoder to refuse (encode() would have replaced it).
+  if (bytes.length <= maxBytes || !text.isWellFormed()) return text;
+  let end = Math.max(0, maxBytes - 3);
+  while (end > 0 && (bytes[end] & 0xc0) === 0x80) end--; // back to the start of a character
+  return new TextDecoder().decode(bytes.subarray(0, end)) + CUT_MARK;
 }
 
 function rangeError(field: string, value: number, what: string): RangeError {

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { ProtocolError, WIRE_CODES } from "../../src/protocol/codes.ts";
-import { encodeFrame, FrameWriter } from "../../src/protocol/frame.ts";
+import { cutUtf8, encodeFrame, FrameWriter } from "../../src/protocol/frame.ts";
 import { decodeFrameBody, FrameReader } from "../../src/protocol/frame_reader.ts";
 import {
   type Message,
@@ -9,7 +9,13 @@ import {
   PROTOCOL_VERSION,
   WAIT_FOREVER,
 } from "../../src/protocol/messages.ts";
-import { FRAME_BYTES_MAX } from "../../src/limits.ts";
+import {
+  CLIENT_NAME_BYTES_MAX,
+  ERROR_MESSAGE_BYTES_MAX,
+  FRAME_BYTES_MAX,
+  LOCK_NAME_BYTES_MAX,
+  WRITE_BUFFER_BYTES_MAX,
+} from "../../src/limits.ts";
 
 const MALFORMED = WIRE_CODES.MALFORMED_FRAME.code;
 const U32_MAX = 0xffff_ffff;
@@ -241,6 +247,87 @@ Deno.test("the encoder refuses a frame above its frame limit", () => {
     /exceeds the limit of 20 bytes/,
   );
   assert.equal(writer.byteLength, 24);
+});
+
+// ---------------------------------------------------------------------------
+// ERROR messages are cut at ERROR_MESSAGE_BYTES_MAX bytes
+
+const utf8 = new TextEncoder();
+
+/** The message field of an encoded ERROR, as raw bytes (name must be ASCII-free of tricks). */
+function errorMessageBytes(frame: Uint8Array): Uint8Array {
+  const nameBytes = (frame[10] << 8) | frame[11];
+  const at = 12 + nameBytes;
+  const length = (frame[at] << 8) | frame[at + 1];
+  assert.equal(at + 2 + length, frame.byteLength, "the message is the last field");
+  return frame.subarray(at + 2);
+}
+
+const longMessages: [string, string][] = [
+  ["ASCII", "x".repeat(5_000)],
+  ["two-byte characters", "é".repeat(700)],
+  ["three-byte characters", "锁".repeat(400)],
+  ["four-byte characters", "🔒".repeat(300)],
+  ["a four-byte character across the limit", "a".repeat(1_019) + "🔒".repeat(10)],
+  ["a 1,024-byte lock name quoted", `Cannot acquire lock "${"n".repeat(1_024)}": it is held`],
+];
+
+for (const [what, message] of longMessages) {
+  Deno.test(`an ERROR message of ${what} is cut to ${ERROR_MESSAGE_BYTES_MAX} bytes on a character boundary`, () => {
+    const frame = encodeFrame({ type: "error", requestId: 7, code: 7, name: "n", message });
+    const sent = errorMessageBytes(frame);
+    assert.ok(sent.byteLength <= ERROR_MESSAGE_BYTES_MAX, `${sent.byteLength} bytes`);
+    assert.ok(sent.byteLength >= ERROR_MESSAGE_BYTES_MAX - 6, "cut no earlier than needed");
+    const text = new TextDecoder("utf-8", { fatal: true }).decode(sent); // throws if cut mid-character
+    assert.ok(text.endsWith("\u2026"), "a cut message ends with an ellipsis");
+    assert.ok(message.startsWith(text.slice(0, -1)), "the kept part is a prefix of the message");
+    const decoded = decodeChunks([frame]);
+    assert.equal(decoded.length, 1);
+    assert.equal((decoded[0] as { message: string }).message, text);
+  });
+}
+
+Deno.test("an ERROR message of exactly the limit is sent whole", () => {
+  for (const message of ["x".repeat(ERROR_MESSAGE_BYTES_MAX), "🔒".repeat(256)]) {
+    assert.equal(utf8.encode(message).byteLength, ERROR_MESSAGE_BYTES_MAX);
+    const frame = encodeFrame({ type: "error", requestId: 1, code: 1, name: "", message });
+    assert.deepEqual(errorMessageBytes(frame), utf8.encode(message));
+  }
+  const over = "x".repeat(ERROR_MESSAGE_BYTES_MAX + 1);
+  const frame = encodeFrame({ type: "error", requestId: 1, code: 1, name: "", message: over });
+  assert.equal(errorMessageBytes(frame).byteLength, ERROR_MESSAGE_BYTES_MAX);
+});
+
+Deno.test("only ERROR messages are cut: names and other strings are sent whole or refused", () => {
+  const name = "n".repeat(2_000);
+  const frame = encodeFrame({ type: "error", requestId: 1, code: 1, name, message: "" });
+  assert.deepEqual(decodeChunks([frame]), [
+    { type: "error", requestId: 1, code: 1, name, message: "" },
+  ]);
+  assert.deepEqual(decodeChunks([encodeFrame({ type: "released", requestId: 1, name })]), [
+    { type: "released", requestId: 1, name },
+  ]);
+});
+
+Deno.test("cutUtf8 keeps short text and never splits a character", () => {
+  assert.equal(cutUtf8("", 3), "");
+  assert.equal(cutUtf8("abc", 3), "abc");
+  assert.equal(cutUtf8("abcd", 4), "abcd");
+  assert.equal(cutUtf8("abcde", 4), "a\u2026");
+  assert.equal(cutUtf8("é".repeat(4), 6), "é\u2026"); // 8 bytes: "é" (2) + "…" (3) fits 6
+  assert.equal(cutUtf8("🔒🔒", 6), "\u2026"); // the first character alone would not fit with the mark
+  fc.assert(
+    fc.property(fc.string({ unit: "binary", maxLength: 80 }), fc.integer({ min: 3, max: 200 }), (
+      text,
+      maxBytes,
+    ) => {
+      const cut = cutUtf8(text, maxBytes);
+      assert.ok(utf8.encode(cut).byteLength <= maxBytes);
+      if (utf8.encode(text).byteLength <= maxBytes) assert.equal(cut, text);
+      else assert.ok(text.startsWith(cut.slice(0, -1)) && cut.endsWith("\u2026"));
+    }),
+    { numRuns: 500 },
+  );
 });
 
 // ---------------------------------------------------------------------------
@@ -512,10 +599,17 @@ function cut(input: Uint8Array, sizes: number[]): Uint8Array[] {
   return chunks;
 }
 
+/** What the peer decodes: the message, with an ERROR's text cut to ERROR_MESSAGE_BYTES_MAX. */
+function asSent(msg: Message): Message {
+  return msg.type === "error"
+    ? { ...msg, message: cutUtf8(msg.message, ERROR_MESSAGE_BYTES_MAX) }
+    : msg;
+}
+
 Deno.test("property: every message round-trips", () => {
   fc.assert(
     fc.property(messageArb, (msg) => {
-      assert.deepEqual(decodeChunks([encodeFrame(msg)]), [msg]);
+      assert.deepEqual(decodeChunks([encodeFrame(msg)]), [asSent(msg)]);
     }),
     { numRuns: 500 },
   );
@@ -529,7 +623,7 @@ Deno.test("property: a batch of messages cut into random chunks decodes to the s
       (msgs, sizes) => {
         const writer = new FrameWriter({ initialBytes: 16 });
         for (const msg of msgs) writer.push(msg);
-        assert.deepEqual(decodeChunks(cut(writer.take(), sizes)), msgs);
+        assert.deepEqual(decodeChunks(cut(writer.take(), sizes)), msgs.map(asSent));
       },
     ),
     { numRuns: 300 },
@@ -598,7 +692,7 @@ Deno.test("property: well-framed random bodies yield messages or a ProtocolError
 
 const protocolDoc = Deno.readTextFileSync(new URL("../../docs/protocol.md", import.meta.url));
 
-/** `Example: \`{json}\`` followed by a ```hex block; `#` starts a comment in the block. */
+/** `Example…: \`{json}\`` followed by a ```hex block; `#` starts a comment in the block. */
 interface DocExample {
   heading: string;
   msg: Message;
@@ -607,7 +701,7 @@ interface DocExample {
 
 function docExamples(): DocExample[] {
   const found: DocExample[] = [];
-  const pattern = /Example:\s*`(\{[^`]*\})`\s*```hex\n([\s\S]*?)```/g;
+  const pattern = /^Example\b[^`]*?:\s*`(\{[^`]*\})`\s*```hex\n([\s\S]*?)```/gm;
   for (const match of protocolDoc.matchAll(pattern)) {
     const before = protocolDoc.slice(0, match.index);
     const heading = [...before.matchAll(/^### (\w+) \(0x([0-9a-f]{2})/gm)].at(-1);
@@ -626,11 +720,136 @@ function docExamples(): DocExample[] {
 
 Deno.test("each hex example in docs/protocol.md decodes to the message it names", () => {
   const found = docExamples();
-  assert.equal(found.length, Object.keys(MessageType).length, "one example per message type");
+  assert.deepEqual(
+    [...new Set(found.map((example) => example.heading))].sort(),
+    Object.keys(MessageType).sort(),
+    "at least one example per message type",
+  );
   for (const { heading, msg, hex } of found) {
     assert.equal(hex[4], MessageType[heading as keyof typeof MessageType], heading);
     assert.deepEqual(decodeChunks([hex]), [msg], heading);
     assert.deepEqual(encodeFrame(msg), hex, `${heading}: the encoder gives the documented bytes`);
+  }
+});
+
+Deno.test("the examples in docs/protocol.md carry realistic fencing tokens (above 2^32)", () => {
+  const tokens = docExamples().flatMap(({ msg }) =>
+    "token" in msg && msg.token !== 0 ? [msg.token] : []
+  );
+  assert.ok(tokens.length >= 2, "ACQUIRED and RELEASE examples have tokens");
+  for (const token of tokens) {
+    assert.ok(token > 2 ** 32 && token <= Number.MAX_SAFE_INTEGER, `token ${token}`);
+    // A client that keeps the low 32 bits only would read another number.
+    assert.notEqual(token % 2 ** 32, token);
+  }
+  // So does the prose: the sequences show the same realistic values, never small ones.
+  assert.doesNotMatch(protocolDoc, /token=\d{1,12}\b(?!\d)/, "a small token in a sequence");
+});
+
+interface LayoutRow {
+  offset: string;
+  field: string;
+  type: string;
+}
+
+/** The offset/field/type table of the message section `heading`. */
+function layoutTable(heading: string): LayoutRow[] {
+  const start = protocolDoc.search(new RegExp(`^### ${heading} \\(0x`, "m"));
+  assert.ok(start >= 0, `section of ${heading}`);
+  const next = protocolDoc.slice(start + 4).search(/^##/m);
+  const section = protocolDoc.slice(start, next < 0 ? undefined : start + 4 + next);
+  const rows: LayoutRow[] = [];
+  for (const line of section.split("\n")) {
+    const cells = line.split("|").slice(1, -1).map((cell) => cell.trim());
+    if (cells.length === 4 && /^(\d+|…)$/.test(cells[0])) {
+      rows.push({ offset: cells[0], field: cells[1], type: cells[2] });
+    }
+  }
+  return rows;
+}
+
+Deno.test("each layout table in docs/protocol.md matches its examples field by field", () => {
+  for (const { heading, msg, hex } of docExamples()) {
+    const rows = layoutTable(heading);
+    assert.deepEqual(rows.slice(0, 2).map((row) => [row.offset, row.field, row.type]), [
+      ["0", "length", "u32"],
+      ["4", "type", "u8"],
+    ], `${heading}: every frame starts with length and type`);
+    const view = new DataView(hex.buffer, hex.byteOffset, hex.byteLength);
+    let at = 0;
+    let afterString = false;
+    const values = msg as unknown as Record<string, unknown>;
+    for (const row of rows) {
+      if (afterString) {
+        assert.equal(row.offset, "…", `${heading}.${row.field}: offset after a str is "…"`);
+      } else {
+        assert.equal(row.offset, String(at), `${heading}.${row.field}: documented offset`);
+      }
+      let value: number | string;
+      switch (row.type) {
+        case "u8":
+          value = view.getUint8(at);
+          at += 1;
+          break;
+        case "u16":
+          value = view.getUint16(at);
+          at += 2;
+          break;
+        case "u32":
+          value = view.getUint32(at);
+          at += 4;
+          break;
+        case "u64":
+          value = view.getUint32(at) * 2 ** 32 + view.getUint32(at + 4);
+          at += 8;
+          break;
+        case "str": {
+          const length = view.getUint16(at);
+          value = new TextDecoder().decode(hex.subarray(at + 2, at + 2 + length));
+          at += 2 + length;
+          afterString = true;
+          break;
+        }
+        default:
+          throw new Error(`${heading}.${row.field}: unknown type ${row.type}`);
+      }
+      const expected = row.field === "length"
+        ? hex.byteLength - 4
+        : row.field === "type"
+        ? MessageType[heading as keyof typeof MessageType]
+        : values[row.field];
+      assert.equal(value, expected, `${heading}.${row.field}`);
+    }
+    assert.equal(at, hex.byteLength, `${heading}: the table covers every byte of the example`);
+    assert.deepEqual(
+      Object.keys(values).filter((key) => key !== "type").sort(),
+      rows.map((row) => row.field).filter((field) => field !== "length" && field !== "type")
+        .sort(),
+      `${heading}: the table lists every field of the message`,
+    );
+  }
+});
+
+Deno.test("the u64 example and the stated byte limits in docs/protocol.md hold", () => {
+  const u64 = protocolDoc.match(/Example: (\d+) is `((?:[0-9a-f]{2} ?){8})`/);
+  assert.ok(u64, "the u64 example");
+  const frame = encodeFrame({ type: "release", requestId: 1, name: "a", token: Number(u64[1]) });
+  assert.deepEqual(
+    [...frame.subarray(9, 17)],
+    u64[2].trim().split(" ").map((b) => parseInt(b, 16)),
+  );
+  const stated: [RegExp, number][] = [
+    [/\(`FRAME_BYTES_MAX`, (\d+) bytes by default/, FRAME_BYTES_MAX],
+    [/A lock name is 1\.\.(\d+) UTF-8 bytes \(`LOCK_NAME_BYTES_MAX`\)/, LOCK_NAME_BYTES_MAX],
+    [/at most (\d+) bytes \(`CLIENT_NAME_BYTES_MAX`\)/, CLIENT_NAME_BYTES_MAX],
+    [/human-readable, ≤ (\d+) bytes/, ERROR_MESSAGE_BYTES_MAX],
+    [/cuts a longer message .* to at most ([\d,]+) bytes/s, ERROR_MESSAGE_BYTES_MAX],
+    [/more than `WRITE_BUFFER_BYTES_MAX`, (\d+) MiB/, WRITE_BUFFER_BYTES_MAX / 2 ** 20],
+  ];
+  for (const [pattern, value] of stated) {
+    const match = protocolDoc.match(pattern);
+    assert.ok(match, `docs/protocol.md states ${pattern}`);
+    assert.equal(Number(match[1].replaceAll(",", "")), value, String(pattern));
   }
 });
 

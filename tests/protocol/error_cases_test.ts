@@ -1,0 +1,506 @@
+/**
+ * Plays every row of the "Every error case" table of docs/protocol.md against a
+ * real server over TCP: the ERROR's code, request id and name, and whether the
+ * connection closes after it. The table is read from the doc, so a row without
+ * a scenario (or a scenario without a row) fails too.
+ */
+import assert from "node:assert/strict";
+import type { ServerConfig } from "../../src/config.ts";
+import { WIRE_CODES, type WireCodeName } from "../../src/protocol/codes.ts";
+import { encodeFrame } from "../../src/protocol/frame.ts";
+import type { ErrorMessage, Message } from "../../src/protocol/messages.ts";
+import { VERSION } from "../../src/version.ts";
+import { writeAcl } from "../helpers/acl_file.ts";
+import { RawClient } from "../helpers/raw_client.ts";
+import { eventually, startTestServer, type TestServer } from "../helpers/start_server.ts";
+
+const doc = Deno.readTextFileSync(new URL("../../docs/protocol.md", import.meta.url));
+const WAIT_FOREVER = 0xffff_ffff;
+
+interface Row {
+  case: string;
+  code: string;
+  requestId: string;
+  name: string;
+  connection: string;
+}
+
+function tableRows(): Row[] {
+  const start = doc.indexOf("## Every error case");
+  assert.ok(start >= 0, "docs/protocol.md has an error case table");
+  const section = doc.slice(start, doc.indexOf("\n## ", start + 3));
+  const rows: Row[] = [];
+  for (const line of section.split("\n")) {
+    const cells = line.split("|").slice(1, -1).map((cell) => cell.trim());
+    if (cells.length !== 5 || cells[0] === "case" || cells[0].startsWith("---")) continue;
+    rows.push({
+      case: cells[0],
+      code: cells[1],
+      requestId: cells[2],
+      name: cells[3],
+      connection: cells[4],
+    });
+  }
+  return rows;
+}
+
+/** One ERROR seen in a scenario, with what the row's words mean for it. */
+interface Observation {
+  error: Message | null;
+  /** Request ids the scenario sent, for "the ACQUIRE's" and "the RELEASE's". */
+  acquireId?: number;
+  releaseId?: number;
+  /** The name the request carried ("the request's name") and the lock ("the lock"). */
+  requestName?: string;
+  lock?: string;
+  /** True when the server closed the connection right after the ERROR. */
+  closed: boolean;
+}
+
+/** Reads the next frame, which must be an ERROR, and whether the connection then closes or stays usable. */
+async function observe(
+  raw: RawClient,
+  extra: Omit<Observation, "error" | "closed"> = {},
+  afterError?: (raw: RawClient) => Promise<void>,
+): Promise<Observation> {
+  const error = await raw.next();
+  if (error === null || error.type !== "error") return { error, closed: false, ...extra };
+  await afterError?.(raw);
+  return { error, closed: await closesNow(raw), ...extra };
+}
+
+/** True when the next event is the server closing; false when a HEARTBEAT still gets its ACK. */
+async function closesNow(raw: RawClient): Promise<boolean> {
+  try {
+    await raw.send({ type: "heartbeat", requestId: 999 });
+  } catch {
+    // The server already closed; the read below sees it.
+  }
+  const next = await raw.next();
+  if (next === null) return true;
+  assert.deepEqual(next, {
+    type: "heartbeat_ack",
+    requestId: 999,
+    renewed: next.type === "heartbeat_ack" ? next.renewed : 0,
+  }, "after a kept ERROR the session answers");
+  return false;
+}
+
+async function server(config: Partial<ServerConfig> = {}): Promise<TestServer> {
+  return await startTestServer(config);
+}
+
+async function acquire(
+  raw: RawClient,
+  requestId: number,
+  name: string,
+  waitMs = 0,
+  leaseMs = 0,
+): Promise<Message | null> {
+  await raw.send({ type: "acquire", requestId, name, leaseMs, waitMs });
+  return await raw.next();
+}
+
+async function admin(t: TestServer, method: string, path: string): Promise<number> {
+  const response = await fetch(`http://${t.server.adminAddr}${path}`, { method });
+  await response.body?.cancel();
+  return response.status;
+}
+
+const scenarios: Record<string, () => Promise<Observation[]>> = {
+  async "the first frame is not HELLO"() {
+    await using t = await server();
+    await using raw = await RawClient.connect(t.addr);
+    await raw.send({ type: "heartbeat", requestId: 1 });
+    return [await observe(raw)];
+  },
+
+  async "a frame breaks the framing rules (before or after HELLO)"() {
+    await using t = await server();
+    const out: Observation[] = [];
+    for (const open of [false, true]) {
+      for (const bytes of [[0, 0, 0, 0], [0, 0, 0, 1, 0x03], [0x7f, 0xff, 0xff, 0xff]]) {
+        await using raw = open ? await RawClient.session(t.addr) : await RawClient.connect(t.addr);
+        await raw.sendBytes(Uint8Array.from(bytes));
+        out.push(await observe(raw));
+      }
+    }
+    return out;
+  },
+
+  async "HELLO with a client name over 256 bytes"() {
+    await using t = await server();
+    await using raw = await RawClient.connect(t.addr);
+    // Also a wrong version: the name is checked first.
+    await raw.send({ type: "hello", version: 2, clientName: "n".repeat(257) });
+    const out = [await observe(raw)];
+    await using ok = await RawClient.connect(t.addr);
+    await ok.send({ type: "hello", version: 1, clientName: "n".repeat(256) });
+    assert.equal((await ok.next())?.type, "welcome", "256 bytes are accepted");
+    return out;
+  },
+
+  async "HELLO with a version the server does not speak"() {
+    await using t = await server();
+    const out: Observation[] = [];
+    for (const version of [0, 2, 0xffff]) {
+      await using raw = await RawClient.connect(t.addr);
+      await raw.send({ type: "hello", version, clientName: "future" });
+      out.push(await observe(raw));
+    }
+    return out;
+  },
+
+  async "HELLO while the server has `-max-sessions` sessions open"() {
+    await using t = await server({ sessionsMax: 1 });
+    await using _first = await RawClient.session(t.addr);
+    await using raw = await RawClient.connect(t.addr);
+    await raw.send({ type: "hello", version: 1, clientName: "one too many" });
+    return [await observe(raw)];
+  },
+
+  async "no HELLO within the handshake timeout"() {
+    await using t = await server({ handshakeTimeoutMs: 100 });
+    await using raw = await RawClient.connect(t.addr);
+    return [await observe(raw)];
+  },
+
+  async "a second HELLO, or a server-to-client message type"() {
+    await using t = await server();
+    const out: Observation[] = [];
+    const frames: Message[] = [
+      { type: "hello", version: 1, clientName: "again" },
+      { type: "queued", requestId: 5, name: "x", position: 1 },
+      { type: "heartbeat_ack", requestId: 5, renewed: 0 },
+      { type: "error", requestId: 5, code: 1, name: "", message: "" },
+    ];
+    for (const frame of frames) {
+      await using raw = await RawClient.session(t.addr);
+      await raw.sendBytes(encodeFrame(frame));
+      out.push(await observe(raw));
+    }
+    return out;
+  },
+
+  async "a request whose own request id is 0"() {
+    await using t = await server();
+    await using raw = await RawClient.session(t.addr);
+    const out: Observation[] = [];
+    await raw.send({ type: "heartbeat", requestId: 0 });
+    out.push(await observe(raw, { requestName: "" }));
+    await raw.send({ type: "acquire", requestId: 0, name: "jobs/a", leaseMs: 0, waitMs: 0 });
+    out.push(await observe(raw, { requestName: "jobs/a" }));
+    await raw.send({ type: "release", requestId: 0, name: "jobs/b", token: 0 });
+    out.push(await observe(raw, { requestName: "jobs/b" }));
+    return out;
+  },
+
+  async "ACQUIRE with a name that breaks the [lock name rules](#lock-names)"() {
+    await using t = await server();
+    await using raw = await RawClient.session(t.addr);
+    const bad = [
+      "",
+      "n".repeat(1025),
+      "é".repeat(513), // 1026 bytes in 513 characters
+      "a\u0000b",
+      "a\u001fb",
+      "a\u007fb",
+      "a\u0080b",
+      "a\u0085b",
+      "a\u009fb",
+      ".",
+      "..",
+    ];
+    const out: Observation[] = [];
+    let requestId = 1;
+    for (const name of bad) {
+      await raw.send({ type: "acquire", requestId, name, leaseMs: 0, waitMs: 0 });
+      out.push(await observe(raw, { acquireId: requestId, requestName: name }));
+      requestId++;
+    }
+    // The edges of the rules are accepted.
+    for (const name of ["n".repeat(1024), "a\u00a0b", "a/b", "...", ".a", "a\u2028b"]) {
+      const reply = await acquire(raw, requestId++, name);
+      assert.equal(reply?.type, "acquired", `name ${JSON.stringify(name.slice(0, 20))}`);
+    }
+    return out;
+  },
+
+  async "ACQUIRE the ACL does not allow"() {
+    const dir = await Deno.makeTempDir();
+    try {
+      const aclFile = await writeAcl(dir, 'deny "" secret/**\nallow ** **\n');
+      await using t = await server({ aclFile });
+      await using raw = await RawClient.session(t.addr);
+      await raw.send({ type: "acquire", requestId: 3, name: "secret/db", leaseMs: 0, waitMs: 0 });
+      return [await observe(raw, { acquireId: 3, requestName: "secret/db" })];
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+
+  async "ACQUIRE for a name this session already owns or waits for"() {
+    await using t = await server();
+    await using a = await RawClient.session(t.addr);
+    await using b = await RawClient.session(t.addr);
+    assert.equal((await acquire(a, 1, "owned"))?.type, "acquired");
+    await a.send({ type: "acquire", requestId: 2, name: "owned", leaseMs: 0, waitMs: 0 });
+    const out = [await observe(a, { acquireId: 2, requestName: "owned" })];
+    assert.equal((await acquire(b, 1, "owned", WAIT_FOREVER))?.type, "queued");
+    await b.send({ type: "acquire", requestId: 2, name: "owned", leaseMs: 0, waitMs: 0 });
+    out.push(await observe(b, { acquireId: 2, requestName: "owned" }));
+    return out;
+  },
+
+  async "ACQUIRE while the audit log cannot be written"() {
+    await using t = await server();
+    await using a = await RawClient.session(t.addr);
+    await using b = await RawClient.session(t.addr);
+    t.audit.failing = true;
+    await a.send({ type: "acquire", requestId: 1, name: "audited", leaseMs: 0, waitMs: 0 });
+    await eventually(() => !t.server.context.ready, "the server reports the audit outage");
+    await b.send({ type: "acquire", requestId: 4, name: "other", leaseMs: 0, waitMs: 0 });
+    const out = [await observe(b, { acquireId: 4, requestName: "other" })];
+    t.audit.failing = false;
+    assert.equal((await a.next(5_000))?.type, "acquired", "the held-back grant arrives");
+    return out;
+  },
+
+  async "ACQUIRE past `-max-claims-per-session`"() {
+    await using t = await server({ claimsPerSessionMax: 1 });
+    await using raw = await RawClient.session(t.addr);
+    assert.equal((await acquire(raw, 1, "first"))?.type, "acquired");
+    await raw.send({ type: "acquire", requestId: 2, name: "second", leaseMs: 0, waitMs: 0 });
+    return [await observe(raw, { acquireId: 2, requestName: "second" })];
+  },
+
+  async "ACQUIRE of a lock whose queue has `-max-waiters-per-lock` waiters"() {
+    await using t = await server({ waitersPerLockMax: 1 });
+    await using a = await RawClient.session(t.addr);
+    await using b = await RawClient.session(t.addr);
+    await using c = await RawClient.session(t.addr);
+    assert.equal((await acquire(a, 1, "busy"))?.type, "acquired");
+    assert.equal((await acquire(b, 1, "busy", WAIT_FOREVER))?.type, "queued");
+    await c.send({ type: "acquire", requestId: 6, name: "busy", leaseMs: 0, waitMs: WAIT_FOREVER });
+    return [await observe(c, { acquireId: 6, requestName: "busy" })];
+  },
+
+  async "ACQUIRE with waitMs 0 (try-lock) of a held lock"() {
+    await using t = await server();
+    await using a = await RawClient.session(t.addr);
+    await using b = await RawClient.session(t.addr);
+    assert.equal((await acquire(a, 1, "held"))?.type, "acquired");
+    await b.send({ type: "acquire", requestId: 2, name: "held", leaseMs: 0, waitMs: 0 });
+    return [await observe(b, { acquireId: 2, requestName: "held" })];
+  },
+
+  async "a queued ACQUIRE's waitMs passes"() {
+    await using t = await server();
+    await using a = await RawClient.session(t.addr);
+    await using b = await RawClient.session(t.addr);
+    assert.equal((await acquire(a, 1, "held"))?.type, "acquired");
+    assert.equal((await acquire(b, 2, "held", 50))?.type, "queued");
+    return [await observe(b, { acquireId: 2, requestName: "held" })];
+  },
+
+  async "RELEASE with token 0 of a queued claim (then RELEASED for the RELEASE)"() {
+    await using t = await server();
+    await using a = await RawClient.session(t.addr);
+    await using b = await RawClient.session(t.addr);
+    assert.equal((await acquire(a, 1, "held"))?.type, "acquired");
+    assert.equal((await acquire(b, 2, "held", WAIT_FOREVER))?.type, "queued");
+    await b.send({ type: "release", requestId: 3, name: "held", token: 0 });
+    return [
+      await observe(b, { acquireId: 2, requestName: "held" }, async (raw) => {
+        assert.deepEqual(await raw.next(), { type: "released", requestId: 3, name: "held" });
+      }),
+    ];
+  },
+
+  async "RELEASE of a name this session does not own with that token"() {
+    await using t = await server();
+    await using a = await RawClient.session(t.addr);
+    const granted = await acquire(a, 1, "mine");
+    assert.ok(granted?.type === "acquired");
+    const out: Observation[] = [];
+    const releases: [string, number][] = [
+      ["mine", granted.token + 1], // wrong token
+      ["mine", 0], // token 0 of an ownership, not a queued claim
+      ["never", granted.token], // no claim at all
+      ["", 0], // not even a valid name
+    ];
+    let requestId = 10;
+    for (const [name, token] of releases) {
+      await a.send({ type: "release", requestId, name, token });
+      out.push(await observe(a, { releaseId: requestId, requestName: name }));
+      requestId++;
+    }
+    return out;
+  },
+
+  async "an ownership's lease runs out"() {
+    await using t = await server();
+    await using raw = await RawClient.session(t.addr);
+    assert.equal((await acquire(raw, 7, "short", 0, 50))?.type, "acquired");
+    return [await observe(raw, { acquireId: 7, lock: "short" })];
+  },
+
+  async "nothing received from the client for `ioTimeoutMs`"() {
+    await using t = await server({ ioTimeoutMs: 150 });
+    await using raw = await RawClient.session(t.addr);
+    assert.equal((await acquire(raw, 1, "held"))?.type, "acquired");
+    return [await observe(raw)];
+  },
+
+  async "an operator force-releases an ownership of this session"() {
+    await using t = await server({ adminListen: "127.0.0.1:0" });
+    await using raw = await RawClient.session(t.addr);
+    assert.equal((await acquire(raw, 1, "jobs/nightly"))?.type, "acquired");
+    assert.equal((await acquire(raw, 2, "other"))?.type, "acquired");
+    assert.equal(await admin(t, "POST", "/api/locks/jobs%2Fnightly/release"), 200);
+    return [await observe(raw, { lock: "jobs/nightly" })];
+  },
+
+  async "an operator removes a waiter of this session"() {
+    await using t = await server({ adminListen: "127.0.0.1:0" });
+    await using a = await RawClient.session(t.addr);
+    await using b = await RawClient.session(t.addr);
+    assert.equal((await acquire(a, 1, "jobs/nightly"))?.type, "acquired");
+    assert.equal((await acquire(b, 1, "jobs/nightly", WAIT_FOREVER))?.type, "queued");
+    const local = b.conn.localAddr;
+    const path = `/api/locks/jobs%2Fnightly/waiters/${
+      encodeURIComponent(`${local.hostname}:${local.port}`)
+    }`;
+    assert.equal(await admin(t, "DELETE", path), 204);
+    return [await observe(b, { lock: "jobs/nightly" })];
+  },
+
+  async "the server starts shutting down (with or without a session open)"() {
+    await using t = await server();
+    // Accepted first: the listener accepts in order, so it is in its handshake once `open`
+    // has its WELCOME.
+    await using before = await RawClient.connect(t.addr);
+    await using open = await RawClient.session(t.addr);
+    assert.equal((await acquire(open, 1, "held"))?.type, "acquired");
+    const stopping = t.server.shutdown();
+    const out = [await observe(open), await observe(before)];
+    await stopping;
+    return out;
+  },
+};
+
+const CODE_NAMES = new Set(Object.keys(WIRE_CODES));
+
+function check(row: Row, seen: Observation): void {
+  const { error } = seen;
+  assert.ok(
+    error !== null && error.type === "error",
+    `expected ERROR, got ${JSON.stringify(error)}`,
+  );
+  const err = error as ErrorMessage;
+  assert.ok(CODE_NAMES.has(row.code), `unknown code ${row.code}`);
+  assert.equal(
+    err.code,
+    WIRE_CODES[row.code as WireCodeName].code,
+    `code (message: ${err.message})`,
+  );
+  const requestIds: Record<string, number | undefined> = {
+    "0": 0,
+    "the ACQUIRE's": seen.acquireId,
+    "the RELEASE's": seen.releaseId,
+  };
+  assert.ok(row.requestId in requestIds, `unknown request id column ${row.requestId}`);
+  assert.notEqual(requestIds[row.requestId], undefined, "the scenario sent that request");
+  assert.equal(err.requestId, requestIds[row.requestId], "request id");
+  const names: Record<string, string | undefined> = {
+    '`""`': "",
+    "the request's name": seen.requestName,
+    "the lock": seen.lock,
+  };
+  assert.ok(row.name in names, `unknown name column ${row.name}`);
+  assert.notEqual(names[row.name], undefined, "the scenario knows that name");
+  assert.equal(err.name, names[row.name], "name");
+  assert.ok(new TextEncoder().encode(err.message).byteLength <= 1024, "message ≤ 1024 bytes");
+  assert.ok(["closed", "kept"].includes(row.connection), `connection column ${row.connection}`);
+  assert.equal(seen.closed, row.connection === "closed", "closes the connection?");
+}
+
+const rows = tableRows();
+
+Deno.test("the error case table has a scenario for every row and a row for every scenario", () => {
+  assert.deepEqual(rows.map((row) => row.case).sort(), Object.keys(scenarios).sort());
+});
+
+Deno.test("every wire code appears in the error case table", () => {
+  const inTable = new Set(rows.map((row) => row.code));
+  assert.deepEqual(Object.keys(WIRE_CODES).filter((code) => !inTable.has(code)), []);
+});
+
+for (const row of rows) {
+  const scenario = scenarios[row.case];
+  if (scenario === undefined) continue; // reported by the test above
+  Deno.test(`error case: ${row.case} → ${row.code}, request id ${row.requestId}, ${row.connection}`, async () => {
+    const observations = await scenario();
+    assert.ok(observations.length > 0);
+    for (const [i, seen] of observations.entries()) {
+      try {
+        check(row, seen);
+      } catch (error) {
+        throw new Error(`observation ${i}: ${(error as Error).message}`, { cause: error });
+      }
+    }
+  });
+}
+
+Deno.test("WELCOME carries the bare server version, as in the doc's example", async () => {
+  await using t = await server();
+  await using raw = await RawClient.connect(t.addr);
+  await raw.send({ type: "hello", version: 1, clientName: "v" });
+  const welcome = await raw.next();
+  assert.ok(welcome?.type === "welcome");
+  assert.equal(welcome.serverVersion, VERSION);
+  assert.match(welcome.serverVersion, /^\d+\.\d+\.\d+/);
+  assert.match(doc, new RegExp(`"serverVersion":"\\d+\\.\\d+\\.\\d+"`));
+});
+
+Deno.test("a real ERROR quoting a 1,024-byte name is cut to 1,024 bytes, the name is whole", async () => {
+  await using t = await server();
+  await using a = await RawClient.session(t.addr);
+  await using b = await RawClient.session(t.addr);
+  const name = "锁".repeat(341) + "n"; // 1,024 bytes
+  assert.equal((await acquire(a, 1, name))?.type, "acquired");
+  const error = await acquire(b, 2, name);
+  assert.ok(error?.type === "error");
+  assert.equal(error.name, name);
+  assert.equal(error.code, WIRE_CODES.WAIT_TIMEOUT.code);
+  const bytes = new TextEncoder().encode(error.message).byteLength;
+  assert.ok(bytes <= 1024 && bytes > 1000, `${bytes} bytes`);
+  assert.ok(error.message.endsWith("…"));
+});
+
+Deno.test("QUEUED is sent once: the position is not updated as the queue moves", async () => {
+  await using t = await server();
+  await using a = await RawClient.session(t.addr);
+  await using b = await RawClient.session(t.addr);
+  await using c = await RawClient.session(t.addr);
+  const granted = await acquire(a, 1, "q");
+  assert.ok(granted?.type === "acquired");
+  assert.deepEqual(await acquire(b, 1, "q", WAIT_FOREVER), {
+    type: "queued",
+    requestId: 1,
+    name: "q",
+    position: 1,
+  });
+  assert.deepEqual(await acquire(c, 1, "q", WAIT_FOREVER), {
+    type: "queued",
+    requestId: 1,
+    name: "q",
+    position: 2,
+  });
+  await a.send({ type: "release", requestId: 2, name: "q", token: granted.token });
+  assert.equal((await a.next())?.type, "released");
+  assert.equal((await b.next())?.type, "acquired");
+  // C moved to position 1 but hears nothing until its own grant.
+  await c.send({ type: "heartbeat", requestId: 2 });
+  assert.deepEqual(await c.next(), { type: "heartbeat_ack", requestId: 2, renewed: 0 });
+});
