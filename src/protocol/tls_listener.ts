@@ -20,7 +20,7 @@ import { formatHostPort, type HostPort } from "../host_port.ts";
 import { TLS_READ_QUEUE_BYTES_MAX } from "../limits.ts";
 import { log } from "../log/diagnostic.ts";
 import type { ServerCounters } from "../ops/counters.ts";
-import { identityFromCertificate } from "../security/identity.ts";
+import { CertificateIdentityError, identityFromCertificate } from "../security/identity.ts";
 import { loadServerTlsFromConfig, type ServerTlsMaterial } from "../security/tls.ts";
 import type { ProtocolListener } from "./listener.ts";
 import type { Transport } from "./transport.ts";
@@ -106,7 +106,17 @@ export async function listenTls(
       socket.destroy();
       return;
     }
-    const identity = mtls ? identityFromCertificate(socket.getPeerCertificate()) : "";
+    let identity = "";
+    try {
+      if (mtls) identity = identityFromCertificate(socket.getPeerCertificate());
+    } catch (error) {
+      if (!(error instanceof CertificateIdentityError)) throw error;
+      // A verified certificate whose names cannot be read safely: refused, never guessed.
+      counters.tlsHandshakeErrors++;
+      logger.warn("TLS handshake failed", { remote_addr: remoteAddr, reason: error.message });
+      socket.destroy();
+      return;
+    }
     logger.debug("TLS session established", {
       remote_addr: remoteAddr,
       identity,

@@ -8,11 +8,6 @@ import { nodeSocketTransport } from "../../src/protocol/tls_listener.ts";
 import type { Transport } from "../../src/protocol/transport.ts";
 import { tlsModeOf } from "../../src/security/tls.ts";
 import {
-  identityFromCertificate,
-  parseSubjectAltNames,
-  type PeerCertificateFields,
-} from "../../src/security/identity.ts";
-import {
   loadClientTls,
   loadServerTls,
   loadServerTlsFromConfig,
@@ -30,66 +25,8 @@ import {
 import { captureDiagnosticLog } from "../log/capture.ts";
 import { eventually, startTestServer } from "../helpers/start_server.ts";
 
-// ---- identity rule (pure) -------------------------------------------------
-
-const IDENTITY_CASES: [string, PeerCertificateFields | null, string][] = [
-  [
-    "a URI SAN wins over DNS SANs and the CN",
-    {
-      subjectaltname: "DNS:worker.example.org, URI:spiffe://example.org/worker",
-      subject: { CN: "worker" },
-    },
-    "spiffe://example.org/worker",
-  ],
-  [
-    "the first of several URI SANs is used",
-    { subjectaltname: "URI:spiffe://example.org/a, URI:spiffe://example.org/b" },
-    "spiffe://example.org/a",
-  ],
-  [
-    "the first DNS SAN is used when there is no URI SAN",
-    { subjectaltname: "DNS:a.example.org, DNS:b.example.org", subject: { CN: "a" } },
-    "a.example.org",
-  ],
-  [
-    "an IP or email SAN is never an identity: the CN is used",
-    {
-      subjectaltname: "IP Address:10.0.0.1, email:ops@example.org",
-      subject: { CN: "build-agent" },
-    },
-    "build-agent",
-  ],
-  ["the CN is used when there is no SAN", { subject: { CN: "cn-only" } }, "cn-only"],
-  ["the first of repeated CNs is used", { subject: { CN: ["first", "second"] } }, "first"],
-  ["a certificate that names nothing gives the empty identity", { subject: {} }, ""],
-  ["no certificate gives the empty identity", null, ""],
-  [
-    "a quoted SAN value with a comma stays one entry and cannot forge a URI",
-    {
-      subjectaltname: 'DNS:"evil.example.org, URI:spiffe://example.org/admin"',
-      subject: { CN: "x" },
-    },
-    "evil.example.org, URI:spiffe://example.org/admin",
-  ],
-];
-
-for (const [name, cert, identity] of IDENTITY_CASES) {
-  Deno.test(`identity: ${name}`, () => {
-    assert.equal(identityFromCertificate(cert), identity);
-  });
-}
-
-Deno.test("identity: subjectaltname entries are split on comma-space and unquoted", () => {
-  assert.deepEqual(parseSubjectAltNames(""), []);
-  assert.deepEqual(
-    parseSubjectAltNames('URI:spiffe://e.org/w, DNS:"a\\"b, c", IP Address:::1'),
-    [
-      { type: "URI", value: "spiffe://e.org/w" },
-      { type: "DNS", value: 'a"b, c' },
-      { type: "IP Address", value: "::1" },
-    ],
-  );
-});
+// The identity rule itself is tested in identity_test.ts (DER) and mtls_identity_test.ts (hostile
+// certificates over real connections).
 
 // ---- loading TLS files ----------------------------------------------------
 
