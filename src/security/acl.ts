@@ -24,6 +24,7 @@
  */
 
 import { compileGlob, type Glob, GlobError } from "./glob.ts";
+import { firstInvalidUtf8 } from "./utf8.ts";
 
 /**
  * Most rules one ACL file may hold. Every ACQUIRE walks the rules in order,
@@ -141,16 +142,41 @@ export function parseAcl(text: string, fileName: string): Acl {
 
 /**
  * Reads and parses the ACL file at `path`. A file that cannot be read is an
- * {@link AclParseError} at line 0 (`path:0: cannot read: ...`).
+ * {@link AclParseError} at line 0 (`path:0: cannot read: ...`); a file that
+ * is not valid UTF-8 is refused at the line of its first bad byte, because a
+ * lenient decode would turn the bytes into U+FFFD and change what the rules
+ * match.
  */
 export async function loadAclFile(path: string): Promise<Acl> {
-  let text: string;
+  let bytes: Uint8Array;
   try {
-    text = await Deno.readTextFile(path);
+    bytes = await Deno.readFile(path);
   } catch (err) {
     throw new AclParseError(path, 0, `cannot read: ${err instanceof Error ? err.message : err}`);
   }
-  return parseAcl(text, path);
+  return parseAcl(decodeAclBytes(bytes, path), path);
+}
+
+/** Decodes a whole ACL file as UTF-8 (a leading BOM is dropped); throws AclParseError at the first bad byte. */
+export function decodeAclBytes(bytes: Uint8Array, fileName: string): string {
+  const bad = firstInvalidUtf8(bytes);
+  if (bad >= 0) {
+    let line = 1;
+    let lineStart = 0;
+    for (let i = 0; i < bad; i++) {
+      if (bytes[i] === 0x0a) {
+        line++;
+        lineStart = i + 1;
+      }
+    }
+    const byte = bytes[bad].toString(16).padStart(2, "0");
+    throw new AclParseError(
+      fileName,
+      line,
+      `invalid UTF-8: byte 0x${byte} at byte ${bad - lineStart + 1} of the line`,
+    );
+  }
+  return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
 }
 
 class RuleList implements Acl {

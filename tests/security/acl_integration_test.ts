@@ -168,3 +168,35 @@ Deno.test("ACL reload: a good file replaces the rules, a broken one keeps them, 
     ]);
   });
 });
+
+Deno.test("ACL: a file with invalid UTF-8 stops the start, and a reload to one keeps the old rules", async () => {
+  await withAclDir(async (dir) => {
+    using log = captureDiagnosticLog("info", "json");
+    const path = `${dir}/acl.txt`;
+    // Line 2 holds a Latin-1 é: decoded leniently it would become U+FFFD and the deny would
+    // silently stop matching café/**.
+    const broken = new Uint8Array([
+      ...new TextEncoder().encode("allow ** public/**\ndeny ** caf"),
+      0xe9,
+      ...new TextEncoder().encode("/**\nallow ** **\n"),
+    ]);
+    await Deno.writeFile(path, broken);
+    await assert.rejects(startTestServer({ aclFile: path }), (error: unknown) => {
+      assert.ok(error instanceof AclParseError);
+      assert.equal(error.message, `${path}:2: invalid UTF-8: byte 0xe9 at byte 12 of the line`);
+      return true;
+    });
+
+    await writeAcl(dir, "allow ** public/**\n");
+    await using t = await startTestServer({ aclFile: path });
+    await using client = await connectAs(t.addr);
+    await Deno.writeFile(path, broken);
+    await t.server.reload();
+    const failure = log.records().find((r) =>
+      r.message === "ACL reload failed; keeping the old rules"
+    );
+    assert.equal(failure?.error, `${path}:2: invalid UTF-8: byte 0xe9 at byte 12 of the line`);
+    await (await client.acquire("public/x")).release();
+    await assertAclDenied(client.acquire("elsewhere"));
+  });
+});

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import fc from "fast-check";
 import {
   ACL_LINE_BYTES_MAX,
   ACL_RULES_MAX,
@@ -7,6 +8,7 @@ import {
   loadAclFile,
   parseAcl,
 } from "../../src/security/acl.ts";
+import { firstInvalidUtf8 } from "../../src/security/utf8.ts";
 
 const TEAM_ACL = [
   "# lockd ACL for the example cluster",
@@ -464,4 +466,105 @@ Deno.test("acl: decide over many rules stays fast", () => {
   }
   const perDecisionMs = (performance.now() - started) / 100;
   assert.ok(perDecisionMs < 5, `${perDecisionMs} ms per decision`);
+});
+
+// ---- invalid UTF-8 (issue 9.16) -------------------------------------------------
+
+const INVALID_UTF8_CASES: { name: string; bytes: number[]; line: number; reason: RegExp }[] = [
+  {
+    name: "a lone continuation byte in a glob",
+    // allow ** a/**  |  deny <0x80> secrets/**
+    bytes: [...utf8("allow ** a/**\ndeny "), 0x80, ...utf8(" secrets/**\n")],
+    line: 2,
+    reason: /^invalid UTF-8: byte 0x80 at byte 6 of the line$/,
+  },
+  {
+    name: "a Latin-1 é (0xe9) written by an editor in the wrong encoding",
+    bytes: [...utf8("# ok\n# ok\nallow ** caf"), 0xe9, ...utf8("/**\n")],
+    line: 3,
+    reason: /^invalid UTF-8: byte 0xe9 at byte 13 of the line$/,
+  },
+  {
+    name: "a sequence cut short by the end of the file",
+    bytes: [...utf8("allow ** a/"), 0xe2, 0x82],
+    line: 1,
+    reason: /^invalid UTF-8: byte 0xe2 at byte 12 of the line$/,
+  },
+  {
+    name: "an encoded surrogate (CESU-8)",
+    bytes: [...utf8("allow ** x\n\nallow ** "), 0xed, 0xa0, 0x80, ...utf8("\n")],
+    line: 3,
+    reason: /^invalid UTF-8: byte 0xed at byte 10 of the line$/,
+  },
+  {
+    name: "an overlong encoding of '/'",
+    bytes: [...utf8("allow ** a"), 0xc0, 0xaf, ...utf8("**\n")],
+    line: 1,
+    reason: /^invalid UTF-8: byte 0xc0 at byte 11 of the line$/,
+  },
+];
+
+function utf8(text: string): number[] {
+  return [...new TextEncoder().encode(text)];
+}
+
+for (const c of INVALID_UTF8_CASES) {
+  Deno.test(`acl: a file with invalid UTF-8 is refused at the line of the first bad byte: ${c.name}`, async () => {
+    const path = await Deno.makeTempFile({ suffix: ".acl" });
+    try {
+      await Deno.writeFile(path, new Uint8Array(c.bytes));
+      await assert.rejects(loadAclFile(path), (err: unknown) => {
+        assert.ok(err instanceof AclParseError, String(err));
+        assert.equal(err.fileName, path);
+        assert.equal(err.line, c.line);
+        assert.match(err.reason, c.reason);
+        assert.equal(err.message, `${path}:${c.line}: ${err.reason}`);
+        return true;
+      });
+    } finally {
+      await Deno.remove(path);
+    }
+  });
+}
+
+Deno.test("acl: a file with a UTF-8 byte-order mark and non-ASCII text is read", async () => {
+  const path = await Deno.makeTempFile({ suffix: ".acl" });
+  try {
+    await Deno.writeFile(path, new Uint8Array([0xef, 0xbb, 0xbf, ...utf8("allow ** café/**\n")]));
+    const acl = await loadAclFile(path);
+    assert.equal(acl.decide("x", "café/menu").allowed, true);
+  } finally {
+    await Deno.remove(path);
+  }
+});
+
+Deno.test("firstInvalidUtf8 agrees with the WHATWG decoder on random bytes", () => {
+  const fatal = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+  const decodes = (b: Uint8Array) => {
+    try {
+      fatal.decode(b);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  const byte = fc.oneof(
+    fc.integer({ min: 0, max: 0x7f }),
+    fc.integer({ min: 0x80, max: 0xbf }),
+    fc.integer({ min: 0xc0, max: 0xff }),
+  );
+  fc.assert(
+    fc.property(
+      fc.oneof(
+        fc.array(byte, { maxLength: 12 }).map((b) => new Uint8Array(b)),
+        fc.string({ unit: "grapheme", maxLength: 8 }).map((s) => new TextEncoder().encode(s)),
+      ),
+      (bytes) => {
+        const at = firstInvalidUtf8(bytes);
+        assert.equal(at === -1, decodes(bytes));
+        if (at >= 0) assert.ok(decodes(bytes.subarray(0, at)), "the bytes before it decode");
+      },
+    ),
+    { numRuns: 5000 },
+  );
 });
