@@ -6,6 +6,7 @@
  * @module
  */
 
+import { lockNameProblem } from "../core/lock_name.ts";
 import type { Actor } from "../log/audit.ts";
 import { log } from "../log/diagnostic.ts";
 import { jsonResponse, problemResponse, type ProblemSlug } from "../http/problem.ts";
@@ -33,6 +34,8 @@ export const OUTCOME_PROBLEMS = {
   bad_path_encoding: "invalid-path-encoding",
   /** `?match=` does not compile. */
   bad_glob: "invalid-glob",
+  /** The lock name in the path is one the server refuses (e.g. not NFC): no lock can have it. */
+  bad_lock_name: "invalid-lock-name",
   /** The lock is idle (nothing stored) or never existed: the two cannot be told apart. */
   lock_not_found: "lock-not-found",
   /** No queued claim of the lock has that remote address. */
@@ -89,7 +92,7 @@ export function listLocks(_request: Request, { context, url }: AdminMatch): Resp
 
 /** GET /api/locks/{name} */
 export function getLock(_request: Request, { context, params }: AdminMatch): Response {
-  const name = decodeSegment(params.name, "lock name");
+  const name = decodeLockName(params.name);
   if (name instanceof Response) return name;
   const view = context.server.engine.getLock(name);
   if (view === undefined) return fail("lock_not_found", notFoundDetail(name));
@@ -102,7 +105,7 @@ export function getLock(_request: Request, { context, params }: AdminMatch): Res
  * granted at once). Answers with the lock's state afterwards.
  */
 export function forceRelease(_request: Request, { context, params }: AdminMatch): Response {
-  const name = decodeSegment(params.name, "lock name");
+  const name = decodeLockName(params.name);
   if (name instanceof Response) return name;
   const { engine, audit, dispatcher } = context.server;
   const holder = engine.holderOf(name);
@@ -140,7 +143,7 @@ export function forceRelease(_request: Request, { context, params }: AdminMatch)
 
 /** DELETE /api/locks/{name}/waiters/{remote_addr}: audit record first, then the kick. 204. */
 export function kickWaiter(_request: Request, { context, params }: AdminMatch): Response {
-  const name = decodeSegment(params.name, "lock name");
+  const name = decodeLockName(params.name);
   if (name instanceof Response) return name;
   const remoteAddr = decodeSegment(params.remote_addr, "remote address");
   if (remoteAddr instanceof Response) return remoteAddr;
@@ -188,6 +191,15 @@ function decodeSegment(raw: string | undefined, what: string): string | Response
       `The ${what} "${raw}" in the path is not valid percent-encoded UTF-8`,
     );
   }
+}
+
+/** Decodes the lock-name segment and refuses a name no lock can have (the engine's own rule). */
+function decodeLockName(raw: string | undefined): string | Response {
+  const name = decodeSegment(raw, "lock name");
+  if (name instanceof Response) return name;
+  const problem = lockNameProblem(name);
+  if (problem === null) return name;
+  return fail("bad_lock_name", `Lock name "${name}" in the path is refused: ${problem}`);
 }
 
 function notFoundDetail(name: string): string {

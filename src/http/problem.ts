@@ -21,6 +21,7 @@ export const PROBLEM_CONTENT_TYPE = "application/problem+json";
 export const PROBLEMS = {
   "invalid-path-encoding": { status: 400, title: "Invalid path encoding" },
   "invalid-glob": { status: 400, title: "Invalid glob" },
+  "invalid-lock-name": { status: 400, title: "Invalid lock name" },
   "unauthorized": { status: 401, title: "Unauthorized" },
   "cross-origin-refused": { status: 403, title: "Cross-origin request refused" },
   "not-found": { status: 404, title: "Not found" },

@@ -23,6 +23,8 @@
  * @module
  */
 
+import { isNfc, NOT_NFC_REASON } from "../core/lock_name.ts";
+
 /**
  * Longest accepted pattern in UTF-8 bytes. Patterns come from query strings
  * and ACL files; 4 KiB is far beyond any useful glob and bounds matching work
@@ -82,8 +84,11 @@ type Token =
 
 /**
  * Compiles `pattern`; throws {@link GlobError} for an unterminated or empty
- * class, a reversed range, a trailing lone `\`, or a pattern longer than
- * {@link GLOB_PATTERN_BYTES_MAX} bytes.
+ * class, a reversed range, a trailing lone `\`, a pattern longer than
+ * {@link GLOB_PATTERN_BYTES_MAX} bytes, or one that is not in Unicode
+ * Normalization Form C (lock names must be NFC, and identities are made
+ * canonical, so a glob in another form would silently match less than it
+ * says).
  */
 export function compileGlob(pattern: string): Glob {
   const bytes = patternBytes(pattern);
@@ -94,6 +99,7 @@ export function compileGlob(pattern: string): Glob {
       0,
     );
   }
+  if (!isNfc(pattern)) throw new GlobError(pattern, `pattern is ${NOT_NFC_REASON}`, 0);
   const tokens = parse(pattern);
   let prefixLength = 0;
   while (prefixLength < tokens.length && tokens[prefixLength].kind === "literal") prefixLength++;
