@@ -7,6 +7,13 @@
 export const FRAME_BYTES_MAX = 64 * 1024;
 /** Lock names are 1..1024 UTF-8 bytes: long enough for paths, short enough to index cheaply. */
 export const LOCK_NAME_BYTES_MAX = 1024;
+/**
+ * Longest glob in UTF-8 bytes: `GET /api/locks?match=` and each glob of an ACL rule; longer ones
+ * are refused (400, or `file:line` in the ACL file). A lock name is at most 1024 bytes, so a longer
+ * glob adds matching work, not reach. Matching takes at most 2 × ceil((bytes + 1) / 32) + 12 steps
+ * per code point of a name (`src/security/glob.ts`).
+ */
+export const GLOB_BYTES_MAX = 1024;
 /** Client names (HELLO) are informational; a longer one gets INVALID_ARGUMENT and the connection closes. */
 export const CLIENT_NAME_BYTES_MAX = 256;
 /** Error messages on the wire are cut to this many bytes. */

@@ -32,7 +32,10 @@ import { firstInvalidUtf8 } from "./utf8.ts";
  */
 export const ACL_RULES_MAX = 10_000;
 
-/** Longest line of an ACL file in UTF-8 bytes (newline excluded); two globs of 4 KiB fit. */
+/**
+ * Longest line of an ACL file in UTF-8 bytes (newline excluded): two globs of the longest length
+ * (`GLOB_BYTES_MAX` in `src/limits.ts`), quoted and escaped, with room for a comment.
+ */
 export const ACL_LINE_BYTES_MAX = 8 * 1024;
 
 /** One rule as written in the file. */

@@ -14,24 +14,19 @@
  * Matching is anchored (the whole name must match) and works on Unicode code
  * points, so `?` matches one emoji. Character classes never match `/`.
  *
- * Patterns are compiled to a token list and matched by simulating the
- * nondeterministic automaton (a set of live positions per character), not by
- * a backtracking RegExp: `**a**a**a**b` against a long name would take
- * exponential-ish time in V8's backtracking engine, while this is bounded by
- * name length × pattern length.
+ * Patterns are compiled to a token list and matched by a bit-parallel
+ * simulation of the nondeterministic automaton ({@link Matcher}), never by a
+ * backtracking RegExp: the work is bounded by name length × pattern length /
+ * 32, whatever the pattern. Patterns are at most {@link GLOB_BYTES_MAX}
+ * bytes, so one match of a 1024-byte name takes a bounded, small amount of
+ * work (`GET /api/locks?match=` runs it once per stored lock, an ACQUIRE once
+ * per ACL rule it reaches).
  *
  * @module
  */
 
 import { isNfc, NOT_NFC_REASON } from "../core/lock_name.ts";
-
-/**
- * Longest accepted pattern in UTF-8 bytes. Patterns come from query strings
- * and ACL files; 4 KiB is far beyond any useful glob and bounds matching work
- * (pattern length × name length). Kept here rather than in `src/limits.ts`
- * because this module owns the only check; move it if a flag ever sets it.
- */
-export const GLOB_PATTERN_BYTES_MAX = 4096;
+import { GLOB_BYTES_MAX } from "../limits.ts";
 
 /** One-line summary of the glob syntax, for error messages and help texts. */
 export const GLOB_SYNTAX_HELP =
@@ -70,6 +65,15 @@ export interface Glob {
   readonly literalPrefix: string;
   /** Whether the whole of `name` matches the pattern. */
   matches(name: string): boolean;
+  /**
+   * The most automaton steps {@link matches} takes per code point of a name
+   * (one step updates 32 states): a match of a name of n code points takes
+   * at most n × this many steps. 0 when the pattern needs no automaton (a
+   * literal, or a literal prefix followed by one star).
+   */
+  readonly stepsPerCodePointMax: number;
+  /** Steps taken by every {@link matches} call so far; for tests and benchmarks. */
+  readonly steps: number;
 }
 
 const SLASH = 0x2f;
@@ -85,17 +89,17 @@ type Token =
 /**
  * Compiles `pattern`; throws {@link GlobError} for an unterminated or empty
  * class, a reversed range, a trailing lone `\`, a pattern longer than
- * {@link GLOB_PATTERN_BYTES_MAX} bytes, or one that is not in Unicode
+ * {@link GLOB_BYTES_MAX} bytes, or one that is not in Unicode
  * Normalization Form C (lock names must be NFC, and identities are made
  * canonical, so a glob in another form would silently match less than it
  * says).
  */
 export function compileGlob(pattern: string): Glob {
   const bytes = patternBytes(pattern);
-  if (bytes > GLOB_PATTERN_BYTES_MAX) {
+  if (bytes > GLOB_BYTES_MAX) {
     throw new GlobError(
       pattern,
-      `pattern is ${bytes} bytes long, more than the limit of ${GLOB_PATTERN_BYTES_MAX}`,
+      `pattern is ${bytes} bytes long, more than the limit of ${GLOB_BYTES_MAX}`,
       0,
     );
   }
@@ -103,19 +107,50 @@ export function compileGlob(pattern: string): Glob {
   const tokens = parse(pattern);
   let prefixLength = 0;
   while (prefixLength < tokens.length && tokens[prefixLength].kind === "literal") prefixLength++;
-  const literalPrefix = String.fromCodePoint(
-    ...tokens.slice(0, prefixLength).map((t) => (t as { codePoint: number }).codePoint),
-  );
-  if (prefixLength === tokens.length) {
-    return { pattern, literalPrefix, matches: (name) => name === literalPrefix };
-  }
+  const literalPrefix = literalText(tokens.slice(0, prefixLength));
   const rest = tokens.slice(prefixLength);
-  const nfa = new Matcher(rest);
+  if (rest.length === 0) {
+    return simpleGlob(pattern, literalPrefix, (name) => name === literalPrefix);
+  }
+  if (rest.length === 1 && rest[0].kind === "globstar") {
+    return simpleGlob(pattern, literalPrefix, (name) => name.startsWith(literalPrefix));
+  }
+  if (rest.length === 1 && rest[0].kind === "star") {
+    return simpleGlob(
+      pattern,
+      literalPrefix,
+      (name) => name.startsWith(literalPrefix) && name.indexOf("/", literalPrefix.length) < 0,
+    );
+  }
+  // Every matching name also ends with the literal tokens after the last wildcard: a cheap
+  // test that turns most non-matching names away before the automaton runs.
+  let suffixStart = rest.length;
+  while (suffixStart > 0 && rest[suffixStart - 1].kind === "literal") suffixStart--;
+  const literalSuffix = literalText(rest.slice(suffixStart));
+  const matcher = new Matcher(rest);
   return {
     pattern,
     literalPrefix,
-    matches: (name) => name.startsWith(literalPrefix) && nfa.run(name, literalPrefix.length),
+    stepsPerCodePointMax: matcher.stepsPerCodePointMax,
+    get steps() {
+      return matcher.steps;
+    },
+    matches: (name) =>
+      name.startsWith(literalPrefix) && name.endsWith(literalSuffix) &&
+      matcher.run(name, literalPrefix.length),
   };
+}
+
+function simpleGlob(
+  pattern: string,
+  literalPrefix: string,
+  matches: (name: string) => boolean,
+): Glob {
+  return { pattern, literalPrefix, matches, stepsPerCodePointMax: 0, steps: 0 };
+}
+
+function literalText(tokens: readonly Token[]): string {
+  return String.fromCodePoint(...tokens.map((t) => (t as { codePoint: number }).codePoint));
 }
 
 function parse(pattern: string): Token[] {
@@ -201,91 +236,243 @@ function classChar(pattern: string, chars: string[], i: number, open: number): [
   return [chars[i].codePointAt(0)!, i + 1];
 }
 
+const WORD_BITS = 32;
+
 /**
- * Thompson-style simulation: state `s` means "tokens before `s` have matched".
- * Each input code point advances every live state at once, so the work is
- * O(name length × token count) whatever the pattern.
+ * Bit-parallel simulation of the glob's automaton (Shift-And, extended with
+ * stars). State `s` means "the first `s` tokens have matched"; the states
+ * 0..T live as bits of W = ceil((T + 1) / 32) words. For each code point `c`
+ * of the name, in one pass over the words:
+ *
+ *     next = ((current & accepts[c]) << 1) | (current & loops[c])
+ *     next |= (next & stars) << 1
+ *
+ * `accepts[c]` holds the states whose token (literal, `?`, class) takes `c`,
+ * `loops[c]` the star states that take `c` and stay (a `*` loops on anything
+ * but `/`, a `**` on anything), and the last line lets a star match nothing.
+ * The parser never emits two stars in a row, so one pass closes the set.
+ *
+ * Work per code point is one step per word in use: at most W steps for an
+ * ASCII code point (its `accepts` row is precomputed) and 2W + K for any
+ * other (the row is built from the literal masks, the `?` mask and the K
+ * classes). A match therefore takes at most n × (2W + K) steps for a name of
+ * n code points, whatever the pattern: no backtracking, and 32 states per
+ * step where a set-of-states simulation takes one.
  */
 class Matcher {
-  readonly #tokens: readonly Token[];
+  readonly #tokenCount: number;
+  readonly #words: number;
+  /** Star states (either kind): they also match nothing, so each implies the next state. */
+  readonly #stars: Int32Array;
+  /** Star states that loop on any code point except `/` (both kinds). */
+  readonly #loopOther: Int32Array;
+  /** Star states that loop on `/` (`**` only). */
+  readonly #loopSlash: Int32Array;
+  /** `accepts` rows of the ASCII code points, 128 × W words. */
+  readonly #asciiRows: Int32Array;
+  /** States of `?`, which takes any code point but `/`. */
+  readonly #one: Int32Array;
+  /** Literal states by non-ASCII code point. */
+  readonly #literals = new Map<number, Int32Array>();
+  /**
+   * Classes on non-ASCII code points: the class ranges cut the code points
+   * from 128 up into intervals on which every class answers the same; for
+   * each interval (by its first code point) the states of the classes that
+   * take it, W words each.
+   */
+  readonly #intervalStarts: Int32Array;
+  readonly #intervalRows: Int32Array;
+  /** Steps of the binary search over the intervals. */
+  readonly #searchSteps: number;
+  /** Most steps one code point can take (see above). */
+  readonly stepsPerCodePointMax: number;
+  /** Steps taken by every run so far. */
+  steps = 0;
   // Reused between runs; matching is synchronous so nothing can interleave.
   #current: Int32Array;
   #next: Int32Array;
-  #seenAt: Int32Array;
-  #stamp = 0;
+  readonly #row: Int32Array;
 
   constructor(tokens: readonly Token[]) {
-    this.#tokens = tokens;
-    this.#current = new Int32Array(tokens.length + 1);
-    this.#next = new Int32Array(tokens.length + 1);
-    this.#seenAt = new Int32Array(tokens.length + 1);
+    const count = tokens.length;
+    const words = Math.ceil((count + 1) / WORD_BITS);
+    this.#tokenCount = count;
+    this.#words = words;
+    this.#stars = new Int32Array(words);
+    this.#loopOther = new Int32Array(words);
+    this.#loopSlash = new Int32Array(words);
+    this.#one = new Int32Array(words);
+    this.#asciiRows = new Int32Array(128 * words);
+    this.#current = new Int32Array(words);
+    this.#next = new Int32Array(words);
+    this.#row = new Int32Array(words);
+    const set = (mask: Int32Array, at: number, state: number) => {
+      mask[at + (state >>> 5)] |= 1 << (state & 31);
+    };
+    const classes: { state: number; negated: boolean; ranges: readonly number[] }[] = [];
+    tokens.forEach((token, state) => {
+      switch (token.kind) {
+        case "literal": {
+          if (token.codePoint < 128) {
+            set(this.#asciiRows, token.codePoint * words, state);
+          } else {
+            let mask = this.#literals.get(token.codePoint);
+            if (mask === undefined) {
+              this.#literals.set(token.codePoint, mask = new Int32Array(words));
+            }
+            set(mask, 0, state);
+          }
+          break;
+        }
+        case "one":
+          set(this.#one, 0, state);
+          break;
+        case "class":
+          classes.push({ state, negated: token.negated, ranges: token.ranges });
+          for (let cp = 0; cp < 128; cp++) {
+            if (cp !== SLASH && inRanges(token.ranges, cp) !== token.negated) {
+              set(this.#asciiRows, cp * words, state);
+            }
+          }
+          break;
+        case "star":
+          set(this.#stars, 0, state);
+          set(this.#loopOther, 0, state);
+          break;
+        case "globstar":
+          set(this.#stars, 0, state);
+          set(this.#loopOther, 0, state);
+          set(this.#loopSlash, 0, state);
+          break;
+      }
+    });
+    for (let cp = 0; cp < 128; cp++) {
+      if (cp === SLASH) continue;
+      for (let w = 0; w < words; w++) this.#asciiRows[cp * words + w] |= this.#one[w];
+    }
+    [this.#intervalStarts, this.#intervalRows] = classIntervals(classes, words);
+    this.#searchSteps = Math.ceil(Math.log2(this.#intervalStarts.length + 1));
+    this.stepsPerCodePointMax = 2 * words + this.#searchSteps;
   }
 
+  /** Whether `name` from UTF-16 index `from` to its end matches the tokens. */
   run(name: string, from: number): boolean {
-    const tokens = this.#tokens;
-    const accept = tokens.length;
+    const words = this.#words;
+    const stars = this.#stars;
     let current = this.#current;
     let next = this.#next;
-    this.#newStep();
-    let count = this.#add(current, 0, 0);
+    // Start: state 0, and state 1 if token 0 is a star. Words [low, high] may be non-zero;
+    // everything above high up to high + 1 is kept zero so a carry can grow into it.
+    current[0] = 1 | ((stars[0] & 1) << 1);
+    if (words > 1) current[1] = 0;
+    let low = 0;
+    let high = 0;
+    let steps = 0;
     for (let i = from; i < name.length;) {
       const cp = name.codePointAt(i)!;
       i += cp > 0xffff ? 2 : 1;
-      let nextCount = 0;
-      this.#newStep();
-      for (let k = 0; k < count; k++) {
-        const s = current[k];
-        if (s === accept) continue;
-        const token = tokens[s];
-        switch (token.kind) {
-          case "literal":
-            if (token.codePoint === cp) nextCount = this.#add(next, nextCount, s + 1);
-            break;
-          case "one":
-            if (cp !== SLASH) nextCount = this.#add(next, nextCount, s + 1);
-            break;
-          case "class":
-            if (cp !== SLASH && inRanges(token.ranges, cp) !== token.negated) {
-              nextCount = this.#add(next, nextCount, s + 1);
-            }
-            break;
-          case "star":
-            if (cp !== SLASH) nextCount = this.#add(next, nextCount, s);
-            break;
-          case "globstar":
-            nextCount = this.#add(next, nextCount, s);
-            break;
+      let accepts: Int32Array;
+      let base = 0;
+      if (cp < 128) {
+        accepts = this.#asciiRows;
+        base = cp * words;
+      } else {
+        accepts = this.#rowOf(cp);
+        steps += words + this.#searchSteps;
+      }
+      const loops = cp === SLASH ? this.#loopSlash : this.#loopOther;
+      const top = high + 1 < words ? high + 1 : words - 1;
+      let shiftCarry = 0;
+      let starCarry = 0;
+      let newLow = -1;
+      let newHigh = -1;
+      for (let w = low; w <= top; w++) {
+        const d = current[w];
+        const moved = d & accepts[base + w];
+        let n = (moved << 1) | shiftCarry | (d & loops[w]);
+        shiftCarry = moved >>> 31;
+        const e = n & stars[w];
+        n |= (e << 1) | starCarry;
+        starCarry = e >>> 31;
+        next[w] = n;
+        if (n !== 0) {
+          if (newLow < 0) newLow = w;
+          newHigh = w;
         }
       }
-      if (nextCount === 0) return false;
-      [current, next] = [next, current];
-      count = nextCount;
-    }
-    for (let k = 0; k < count; k++) if (current[k] === accept) return true;
-    return false;
-  }
-
-  #newStep(): void {
-    this.#stamp++;
-    if (this.#stamp === 0x7fffffff) {
-      this.#seenAt.fill(0);
-      this.#stamp = 1;
-    }
-  }
-
-  /** Adds state `s` and, through empty matches of stars, the states after it. */
-  #add(set: Int32Array, count: number, s: number): number {
-    for (;;) {
-      if (this.#seenAt[s] === this.#stamp) return count;
-      this.#seenAt[s] = this.#stamp;
-      set[count++] = s;
-      const token = this.#tokens[s];
-      if (token === undefined || (token.kind !== "star" && token.kind !== "globstar")) {
-        return count;
+      steps += top - low + 1;
+      if (newLow < 0) {
+        this.steps += steps;
+        return false;
       }
-      s++;
+      if (top + 1 < words) next[top + 1] = 0;
+      low = newLow;
+      high = newHigh;
+      [current, next] = [next, current];
+    }
+    this.steps += steps;
+    this.#current = current;
+    this.#next = next;
+    const acceptWord = this.#tokenCount >>> 5;
+    return acceptWord >= low && acceptWord <= high &&
+      (current[acceptWord] & (1 << (this.#tokenCount & 31))) !== 0;
+  }
+
+  /** The `accepts` row of a non-ASCII code point (never `/`), built in the scratch row. */
+  #rowOf(cp: number): Int32Array {
+    const row = this.#row;
+    const words = row.length;
+    const literal = this.#literals.get(cp);
+    const starts = this.#intervalStarts;
+    // The last interval whose start is <= cp (starts[0] is 128 <= cp).
+    let lo = 0;
+    let hi = starts.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >>> 1;
+      if (starts[mid] <= cp) lo = mid;
+      else hi = mid - 1;
+    }
+    const base = lo * words;
+    for (let w = 0; w < words; w++) {
+      row[w] = this.#one[w] | this.#intervalRows[base + w] | (literal?.[w] ?? 0);
+    }
+    return row;
+  }
+}
+
+/**
+ * Splits the code points from 128 up into intervals on which every class
+ * gives the same answer, and returns the interval starts with the states of
+ * the classes that take each interval (W words per interval). Neighbours with
+ * the same states are merged. At most two intervals per class range.
+ */
+function classIntervals(
+  classes: readonly { state: number; negated: boolean; ranges: readonly number[] }[],
+  words: number,
+): [Int32Array, Int32Array] {
+  const cuts = new Set<number>([128]);
+  for (const { ranges } of classes) {
+    for (let i = 0; i < ranges.length; i += 2) {
+      if (ranges[i + 1] < 128) continue;
+      cuts.add(Math.max(128, ranges[i]));
+      if (ranges[i + 1] < 0x10ffff) cuts.add(ranges[i + 1] + 1);
     }
   }
+  const sorted = [...cuts].sort((a, b) => a - b);
+  const starts: number[] = [];
+  const rows: number[] = [];
+  const row = new Int32Array(words);
+  for (const start of sorted) {
+    row.fill(0);
+    for (const { state, negated, ranges } of classes) {
+      if (inRanges(ranges, start) !== negated) row[state >>> 5] |= 1 << (state & 31);
+    }
+    const previous = rows.length - words;
+    if (previous >= 0 && row.every((value, w) => rows[previous + w] === value)) continue;
+    starts.push(start);
+    rows.push(...row);
+  }
+  return [Int32Array.from(starts), Int32Array.from(rows)];
 }
 
 function inRanges(ranges: readonly number[], cp: number): boolean {
@@ -298,7 +485,7 @@ function inRanges(ranges: readonly number[], cp: number): boolean {
 /** UTF-8 length of `text`, or a lower bound when that is certainly within the limit. */
 function patternBytes(text: string): number {
   // Every UTF-16 unit is at most 3 UTF-8 bytes; skip the encode when it cannot matter.
-  if (text.length * 3 <= GLOB_PATTERN_BYTES_MAX) return text.length;
+  if (text.length * 3 <= GLOB_BYTES_MAX) return text.length;
   return new TextEncoder().encode(text).length;
 }
 
