@@ -1,0 +1,784 @@
+"""The asyncio lockd client, built from docs/protocol.md ("Writing a client").
+
+One ``Client`` holds one connection (a session) at a time. Requests in flight are kept by
+request id, because replies do not come in request order. Each owned lock has a local lease
+deadline on the event loop's monotonic clock; heartbeats keep it moving. When the connection
+ends, owned locks are lost and waiting acquires are re-sent on the next connection, which is
+dialled after a full-jitter back-off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import socket
+import ssl
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from . import _codec as wire
+from .errors import (
+    ClosedByAdminError,
+    ConnectTimeoutError,
+    InvalidArgumentError,
+    IoTimeoutError,
+    LeaseExpiredError,
+    LockdConnectionError,
+    LockdError,
+    LockLostError,
+    UnsupportedVersionError,
+    WaitTimeoutError,
+)
+
+__all__ = ["Client", "Lock", "LostEvent", "connect", "parse_addr", "backoff_delay_ms"]
+
+VERSION = "0.1.0"
+#: Dial + TLS + HELLO/WELCOME bound (docs/protocol.md, "Connection states").
+CONNECT_TIMEOUT_MS_DEFAULT = 5_000
+#: Full-jitter back-off bounds (docs/protocol.md, "Reconnecting").
+RECONNECT_BACKOFF_MS_MIN = 50
+RECONNECT_BACKOFF_MS_MAX = 5_000
+#: The server's shortest lease (leases are clamped to [50, leaseMaxMs]).
+LEASE_MS_MIN = 50
+#: Codes after which the server closes the connection when they come with request id 0.
+_CLOSING_CODES = frozenset({0x01, 0x02, 0x03, 0x09, 0x0A, 0x0B, 0x0D, 0x0E})
+
+logger = logging.getLogger("lockd")
+logger.addHandler(logging.NullHandler())  # the application decides where lockd's log goes
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` to (host, port)."""
+    if addr.startswith("["):
+        host, sep, rest = addr[1:].partition("]:")
+        if not sep:
+            raise ValueError(f'Cannot parse address "{addr}": want [host]:port')
+    else:
+        host, sep, rest = addr.rpartition(":")
+        if not sep or ":" in host:
+            raise ValueError(f'Cannot parse address "{addr}": want host:port or [v6]:port')
+    if not rest.isdigit() or not 0 < int(rest) < 65536:
+        raise ValueError(f'Cannot parse address "{addr}": bad port "{rest}"')
+    return host, int(rest)
+
+
+def backoff_delay_ms(attempt: int, rng: Callable[[], float] | None = None) -> float:
+    """Full jitter: ``random(0, min(5000, 50 * 2^attempt))``; ``attempt`` counts failures since the last WELCOME."""
+    cap = min(RECONNECT_BACKOFF_MS_MAX, RECONNECT_BACKOFF_MS_MIN * 2 ** min(attempt, 16))
+    return (rng or random.random)() * cap
+
+
+def lease_margin_ms(lease_ms: float) -> float:
+    """``max(lease / 10, min(50, lease / 4))`` (docs/protocol.md, "The local lease deadline")."""
+    return max(lease_ms / 10, min(50, lease_ms / 4))
+
+
+class LostEvent(asyncio.Event):
+    """``lock.lost``: set once when ownership ends without ``release()``; ``reason`` says why."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: One of ``lockd.LOST_REASONS`` once set, else None.
+        self.reason: str | None = None
+        #: The ``LockLostError`` describing the loss once set, else None.
+        self.error: LockLostError | None = None
+
+
+class Lock:
+    """An owned lock. ``token`` is the fencing token: pass it to the guarded resource."""
+
+    def __init__(self, client: Client, session: _Session, name: str, token: int, lease_ms: int, acquire_id: int) -> None:
+        self._client = client
+        self._session = session
+        #: The lock's name.
+        self.name = name
+        #: The fencing token, larger than every token issued before (about 1.8e15).
+        self.token = token
+        #: The effective lease in ms, after the server's clamping.
+        self.lease_ms = lease_ms
+        #: Set when ownership ends without ``release()``; ``lost.reason`` says why.
+        self.lost = LostEvent()
+        self._acquire_id = acquire_id
+        self._released = False
+        self._confirmed_send_ms = 0.0
+        self._deadline_handle: asyncio.TimerHandle | None = None
+        self._lost_callbacks: list[Callable[[str], None]] = []
+
+    @property
+    def deadline_ms(self) -> float:
+        """The local lease deadline on the event loop clock (ms); past it the lock counts as lost."""
+        return self._confirmed_send_ms + self.lease_ms - lease_margin_ms(self.lease_ms)
+
+    def check(self) -> None:
+        """Raises ``LockLostError`` when the lock was lost; call it before acting on the lock."""
+        if self.lost.error is not None:
+            raise self.lost.error
+        if self._released:
+            raise LockdError(f'Lock "{self.name}" was released')
+
+    async def release(self) -> None:
+        """Ends the ownership. Returns quietly when the lock was already lost or released."""
+        if self._released or self.lost.is_set():
+            return
+        self._released = True
+        await self._client._release(self)
+
+    def add_lost_callback(self, callback: Callable[[str], None]) -> None:
+        """Calls ``callback(reason)`` on the event loop when the lock is lost (at once if it is)."""
+        if self.lost.reason is not None:
+            callback(self.lost.reason)
+        else:
+            self._lost_callbacks.append(callback)
+
+    async def __aenter__(self) -> Lock:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.release()
+
+    def __repr__(self) -> str:
+        state = "released" if self._released else f"lost:{self.lost.reason}" if self.lost.is_set() else "owned"
+        return f"<Lock {self.name!r} token={self.token} lease_ms={self.lease_ms} {state}>"
+
+    # -- internals ----------------------------------------------------------
+
+    def _arm_deadline(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._deadline_handle is not None:
+            self._deadline_handle.cancel()
+        delay_s = max(0.0, (self.deadline_ms - _now_ms(loop)) / 1000)
+        self._deadline_handle = loop.call_later(delay_s, self._client._deadline_passed, self)
+
+    def _mark_lost(self, reason: str) -> None:
+        if self._deadline_handle is not None:
+            self._deadline_handle.cancel()
+            self._deadline_handle = None
+        if self._released or self.lost.is_set():
+            return
+        self.lost.reason = reason
+        self.lost.error = LockLostError(self.name, self.token, reason)
+        self.lost.set()
+        callbacks, self._lost_callbacks = self._lost_callbacks, []
+        for callback in callbacks:
+            try:
+                callback(reason)
+            except Exception:  # a caller's callback must not break the client
+                logger.exception("lost callback of lock %r failed", self.name)
+
+
+@dataclass(eq=False)
+class _PendingAcquire:
+    name: str
+    lease_ms: int
+    deadline_ms: float | None  # loop clock; None = wait forever
+    wait_ms: float | None
+    future: asyncio.Future[Lock]
+    request_id: int = 0
+    sent_ms: float = 0.0
+    abandoned: bool = False
+    wait_handle: asyncio.TimerHandle | None = None
+
+
+@dataclass(eq=False)
+class _Session:
+    """One connection after its WELCOME, with everything keyed by its request ids."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    welcome: wire.Welcome
+    frames: wire.FrameReader  # holds any bytes that came after WELCOME
+    pending: dict[int, _PendingAcquire] = field(default_factory=dict)
+    owned: dict[int, Lock] = field(default_factory=dict)
+    releases: dict[int, asyncio.Future[None]] = field(default_factory=dict)
+    heartbeats: dict[int, float] = field(default_factory=dict)  # request id -> send time
+    last_acked_heartbeat_send_ms: float = 0.0
+    last_heartbeat_sent_ms: float = 0.0
+    heartbeat_handle: asyncio.TimerHandle | None = None
+    reader_task: asyncio.Task[None] | None = None
+    close_code: int | None = None
+    ended: bool = False
+
+
+def _now_ms(loop: asyncio.AbstractEventLoop) -> float:
+    return loop.time() * 1000
+
+
+class Client:
+    """A session with a lockd server. Create it with ``lockd.connect(...)``."""
+
+    def __init__(
+        self,
+        addr: str,
+        *,
+        client_name: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
+        connect_timeout_ms: float = CONNECT_TIMEOUT_MS_DEFAULT,
+        reconnect: bool = True,
+    ) -> None:
+        self._host, self._port = parse_addr(addr)
+        self.addr = addr
+        self._client_name = client_name if client_name is not None else f"lockd-python/{VERSION}"
+        self._ssl = ssl_context
+        self._server_hostname = server_hostname
+        self._connect_timeout_ms = connect_timeout_ms
+        self._reconnect = reconnect
+        self._session: _Session | None = None
+        self._unsent: list[_PendingAcquire] = []
+        self._next_request_id = 1
+        self._closed = False
+        self._reconnect_task: asyncio.Task[None] | None = None
+        self._reconnect_attempt = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: Sessions opened so far (1 after connect, +1 per reconnect).
+        self.sessions_opened = 0
+
+    # -- public API -----------------------------------------------------------
+
+    @property
+    def session_id(self) -> int:
+        """The server's id of the current session (changes after a reconnect); 0 when disconnected."""
+        return self._session.welcome.session_id if self._session is not None else 0
+
+    @property
+    def server_version(self) -> str:
+        return self._session.welcome.server_version if self._session is not None else ""
+
+    @property
+    def connected(self) -> bool:
+        return self._session is not None and not self._session.ended
+
+    async def connect(self) -> Client:
+        """Opens the first session; raises on failure (no retry: the caller decides)."""
+        if self._closed:
+            raise LockdConnectionError("The client is closed", retryable=False)
+        self._loop = asyncio.get_running_loop()
+        self._attach(await self._open_session())
+        return self
+
+    async def acquire(self, name: str, *, lease_ms: int = 0, wait_ms: float | None = None) -> Lock:
+        """Waits for the lock and returns it once owned.
+
+        ``lease_ms`` 0 asks for the server's default lease. ``wait_ms`` None waits without bound;
+        otherwise ``WaitTimeoutError`` is raised when ``wait_ms`` has passed on this client's
+        clock, and the claim is cancelled on the server. Cancelling the awaiting task leaves the
+        queue too.
+        """
+        if self._closed:
+            raise LockdConnectionError("The client is closed", retryable=False)
+        if not isinstance(lease_ms, int) or not 0 <= lease_ms <= 0xFFFF_FFFF:
+            raise ValueError(f"lease_ms must be an integer in 0..2^32-1, not {lease_ms!r}")
+        if wait_ms is not None and not 0 <= wait_ms <= wire.WAIT_MS_MAX:
+            raise ValueError(f"wait_ms must be in 0..{wire.WAIT_MS_MAX} or None, not {wait_ms!r}")
+        loop = self._running_loop()
+        pending = _PendingAcquire(
+            name=name,
+            lease_ms=lease_ms,
+            deadline_ms=None if wait_ms is None else _now_ms(loop) + wait_ms,
+            wait_ms=wait_ms,
+            future=loop.create_future(),
+        )
+        if wait_ms is not None and wait_ms > 0:
+            pending.wait_handle = loop.call_later(wait_ms / 1000, self._wait_bound_passed, pending)
+        self._send_acquire(pending)
+        try:
+            return await asyncio.shield(pending.future)
+        except asyncio.CancelledError:
+            self._abandon(pending, None)
+            raise
+
+    async def try_acquire(self, name: str, *, lease_ms: int = 0) -> Lock | None:
+        """Takes the lock if it is free right now; None when it is held."""
+        try:
+            return await self.acquire(name, lease_ms=lease_ms, wait_ms=0)
+        except WaitTimeoutError:
+            return None
+
+    @contextlib.asynccontextmanager
+    async def lock(self, name: str, *, lease_ms: int = 0, wait_ms: float | None = None) -> AsyncIterator[Lock]:
+        """``async with client.lock(name, ...) as lock:`` acquires, and releases on exit."""
+        held = await self.acquire(name, lease_ms=lease_ms, wait_ms=wait_ms)
+        try:
+            yield held
+        finally:
+            await held.release()
+
+    async def close(self) -> None:
+        """Closes the session: the server releases owned locks (graceful); waits fail."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._reconnect_task is not None:
+            self._reconnect_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reconnect_task
+        session = self._session
+        if session is not None:
+            self._end_session(session, None)
+            with contextlib.suppress(Exception):
+                await session.writer.wait_closed()
+            if session.reader_task is not None and session.reader_task is not asyncio.current_task():
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await session.reader_task
+        self._fail_unsent(LockdConnectionError("The client is closed", retryable=False))
+
+    async def __aenter__(self) -> Client:
+        if self._session is None and not self._closed:
+            await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- connecting -------------------------------------------------------------
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            raise RuntimeError("A lockd Client is bound to the event loop it connected on")
+        return loop
+
+    async def _open_session(self) -> _Session:
+        """Dial, TLS, HELLO, WELCOME — all within ``connect_timeout_ms``."""
+        writer: asyncio.StreamWriter | None = None
+        try:
+            async with asyncio.timeout(self._connect_timeout_ms / 1000):
+                reader, writer = await asyncio.open_connection(
+                    self._host,
+                    self._port,
+                    ssl=self._ssl,
+                    server_hostname=(self._server_hostname or self._host) if self._ssl else None,
+                )
+                sock = writer.get_extra_info("socket")
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                writer.write(wire.encode(wire.Hello(wire.PROTOCOL_VERSION, self._client_name)))
+                frames = wire.FrameReader()
+                while True:
+                    message = frames.next()
+                    if message is None:
+                        data = await reader.read(64 * 1024)
+                        if not data:
+                            raise LockdConnectionError(f"{self.addr}: the server closed the connection before WELCOME")
+                        frames.push(data)
+                        continue
+                    if isinstance(message, wire.Welcome):
+                        break
+                    if isinstance(message, wire.Error):
+                        error = LockdError.from_wire(message.code, message.name, message.message)
+                        raise error
+                    raise LockdConnectionError(f"{self.addr}: expected WELCOME, got {type(message).__name__}")
+        except TimeoutError as error:
+            if writer is not None:
+                writer.close()
+            raise ConnectTimeoutError(
+                f"Cannot connect to lockd at {self.addr}: no WELCOME within {self._connect_timeout_ms:g} ms"
+            ) from error
+        except (LockdError, LockdConnectionError):
+            if writer is not None:
+                writer.close()
+            raise
+        except wire.MalformedFrame as error:
+            if writer is not None:
+                writer.close()
+            raise LockdConnectionError(f"Cannot connect to lockd at {self.addr}: {error}") from error
+        except (OSError, ssl.SSLError) as error:
+            if writer is not None:
+                writer.close()
+            raise LockdConnectionError(f"Cannot connect to lockd at {self.addr}: {error}") from error
+        return _Session(reader=reader, writer=writer, welcome=message, frames=frames)
+
+    def _attach(self, session: _Session) -> None:
+        loop = self._running_loop()
+        self._session = session
+        self.sessions_opened += 1
+        self._reconnect_attempt = 0  # reset only after a WELCOME
+        now = _now_ms(loop)
+        session.last_heartbeat_sent_ms = now
+        session.reader_task = loop.create_task(self._read_loop(session))
+        self._schedule_heartbeat(session)
+        unsent, self._unsent = self._unsent, []
+        for pending in unsent:
+            self._send_acquire(pending)
+
+    def _schedule_reconnect(self) -> None:
+        if self._closed or self._reconnect_task is not None:
+            return
+        self._reconnect_task = self._running_loop().create_task(self._reconnect_loop())
+
+    async def _reconnect_loop(self) -> None:
+        try:
+            while not self._closed:
+                delay_ms = backoff_delay_ms(self._reconnect_attempt)
+                self._reconnect_attempt += 1
+                await asyncio.sleep(delay_ms / 1000)
+                if self._closed:
+                    return
+                try:
+                    session = await self._open_session()
+                except (UnsupportedVersionError, InvalidArgumentError) as error:
+                    # Will fail every time: tell the waiting callers, keep trying for later ones.
+                    logger.error("lockd reconnect to %s refused: %s", self.addr, error)
+                    self._fail_unsent(error)
+                    continue
+                except (LockdError, LockdConnectionError) as error:
+                    logger.info("lockd reconnect to %s failed: %s", self.addr, error)
+                    continue
+                if self._closed:
+                    session.writer.close()
+                    return
+                self._reconnect_task = None
+                self._attach(session)
+                return
+        finally:
+            if self._reconnect_task is asyncio.current_task():
+                self._reconnect_task = None
+
+    # -- requests -------------------------------------------------------------------
+
+    def _new_request_id(self, session: _Session | None) -> int:
+        """Counts from 1, wraps from 2^32-1 to 1, skips ids still in use."""
+        while True:
+            request_id = self._next_request_id
+            self._next_request_id = 1 if request_id >= 0xFFFF_FFFF else request_id + 1
+            if session is None or not (
+                request_id in session.pending
+                or request_id in session.owned
+                or request_id in session.releases
+                or request_id in session.heartbeats
+            ):
+                return request_id
+
+    def _send(self, session: _Session, message: wire.Message) -> None:
+        if session.ended:
+            return
+        try:
+            session.writer.write(wire.encode(message))
+        except (OSError, RuntimeError) as error:  # the transport is closing
+            logger.debug("lockd write failed: %s", error)
+
+    def _send_acquire(self, pending: _PendingAcquire) -> None:
+        if pending.future.done() or pending.abandoned:
+            return
+        session = self._session
+        if session is None or session.ended:
+            self._unsent.append(pending)  # sent after the next WELCOME
+            return
+        loop = self._running_loop()
+        now = _now_ms(loop)
+        wait_ms = wire.WAIT_FOREVER
+        if pending.deadline_ms is not None:
+            wait_ms = max(0, min(wire.WAIT_MS_MAX, round(pending.deadline_ms - now)))
+        pending.request_id = self._new_request_id(session)
+        pending.sent_ms = now
+        session.pending[pending.request_id] = pending
+        self._send(session, wire.Acquire(pending.request_id, pending.lease_ms, wait_ms, pending.name))
+        self._schedule_heartbeat(session)  # a waiting claim's lease counts for the cadence
+
+    def _wait_bound_passed(self, pending: _PendingAcquire) -> None:
+        pending.wait_handle = None
+        if pending.future.done() or pending.abandoned:
+            return
+        self._abandon(
+            pending,
+            WaitTimeoutError(
+                f'Cannot acquire lock "{pending.name}": wait timed out after {pending.wait_ms:g} ms',
+                lock_name=pending.name,
+            ),
+        )
+
+    def _abandon(self, pending: _PendingAcquire, error: BaseException | None) -> None:
+        """The caller gave up (wait bound, cancellation): cancel the claim; a racing grant is released."""
+        if pending.abandoned:
+            return
+        pending.abandoned = True
+        if pending.wait_handle is not None:
+            pending.wait_handle.cancel()
+            pending.wait_handle = None
+        if pending in self._unsent:
+            self._unsent.remove(pending)
+        if error is not None and not pending.future.done():
+            pending.future.set_exception(error)
+        elif not pending.future.done():
+            pending.future.cancel()
+        session = self._session
+        if session is not None and session.pending.get(pending.request_id) is pending:
+            # Keep it in the table: its CANCELLED / WAIT_TIMEOUT / ACQUIRED still arrives.
+            self._send(session, wire.Release(self._new_request_id(session), 0, pending.name))
+
+    async def _release(self, lock: Lock) -> None:
+        session = lock._session
+        if lock._deadline_handle is not None:
+            lock._deadline_handle.cancel()
+            lock._deadline_handle = None
+        if session.owned.get(lock._acquire_id) is not lock:
+            return
+        del session.owned[lock._acquire_id]
+        if session.ended:
+            return  # the session that held it is gone, and so is the ownership
+        self._schedule_heartbeat(session)
+        request_id = self._new_request_id(session)
+        future: asyncio.Future[None] = self._running_loop().create_future()
+        session.releases[request_id] = future
+        self._send(session, wire.Release(request_id, lock.token, lock.name))
+        await future
+
+    def _deadline_passed(self, lock: Lock) -> None:
+        """The local lease deadline passed with no newer confirmation: the lock is lost."""
+        lock._deadline_handle = None
+        session = lock._session
+        if session.owned.get(lock._acquire_id) is not lock:
+            return
+        if _now_ms(self._running_loop()) < lock.deadline_ms:  # a late ACK moved it meanwhile
+            lock._arm_deadline(self._running_loop())
+            return
+        del session.owned[lock._acquire_id]
+        logger.warning("lockd lock %r lost: lease not confirmed by the server in time", lock.name)
+        lock._mark_lost("lease_unconfirmed")
+        # Best effort: if the server still counts it as ours, let the next waiter have it.
+        self._send(session, wire.Release(self._new_request_id(session), lock.token, lock.name))
+        self._schedule_heartbeat(session)
+
+    # -- heartbeats -----------------------------------------------------------------------
+
+    def _heartbeat_interval_ms(self, session: _Session) -> float:
+        welcome = session.welcome
+        shortest = float(welcome.io_timeout_ms)
+        for lock in session.owned.values():
+            shortest = min(shortest, lock.lease_ms)
+        for pending in session.pending.values():
+            if pending.abandoned:
+                continue
+            asked = pending.lease_ms or welcome.lease_default_ms
+            shortest = min(shortest, max(LEASE_MS_MIN, min(asked, welcome.lease_max_ms)))
+        return max(1.0, shortest / 3)
+
+    def _schedule_heartbeat(self, session: _Session) -> None:
+        if session.ended or self._closed:
+            return
+        loop = self._running_loop()
+        if session.heartbeat_handle is not None:
+            session.heartbeat_handle.cancel()
+        due_ms = session.last_heartbeat_sent_ms + self._heartbeat_interval_ms(session)
+        delay_s = max(0.0, (due_ms - _now_ms(loop)) / 1000)
+        session.heartbeat_handle = loop.call_later(delay_s, self._heartbeat_due, session)
+
+    def _heartbeat_due(self, session: _Session) -> None:
+        session.heartbeat_handle = None
+        if session.ended or self._closed:
+            return
+        now = _now_ms(self._running_loop())
+        oldest = min(session.heartbeats.values(), default=None)
+        if oldest is not None and now - oldest > session.welcome.io_timeout_ms:
+            # No answer for the I/O timeout: the server closed its side by now, or the path is dead.
+            logger.warning("lockd connection to %s unanswered for %d ms; reconnecting", self.addr, now - oldest)
+            self._end_session(session, None)
+            return
+        request_id = self._new_request_id(session)
+        session.heartbeats[request_id] = now
+        session.last_heartbeat_sent_ms = now
+        self._send(session, wire.Heartbeat(request_id))
+        self._schedule_heartbeat(session)
+
+    # -- reading --------------------------------------------------------------------------
+
+    async def _read_loop(self, session: _Session) -> None:
+        frames = session.frames
+        try:
+            while not session.ended:
+                message = frames.next()
+                if message is None:
+                    data = await session.reader.read(64 * 1024)
+                    if not data:
+                        break
+                    frames.push(data)
+                    continue
+                self._on_message(session, message)
+        except wire.MalformedFrame as error:
+            logger.error("lockd server %s sent a malformed frame: %s", self.addr, error)
+        except (OSError, ssl.SSLError) as error:
+            logger.info("lockd connection to %s failed: %s", self.addr, error)
+        except asyncio.CancelledError:
+            pass
+        self._end_session(session, None)
+
+    def _on_message(self, session: _Session, message: wire.Message) -> None:
+        if session.ended:
+            return  # frames after a closing ERROR are ignored
+        loop = self._running_loop()
+        if isinstance(message, wire.Acquired):
+            pending = session.pending.pop(message.request_id, None)
+            if pending is None:
+                return
+            if pending.wait_handle is not None:
+                pending.wait_handle.cancel()
+                pending.wait_handle = None
+            if pending.abandoned or pending.future.done():
+                # The caller gave up while the grant was on its way: hand it back at once.
+                self._send(session, wire.Release(self._new_request_id(session), message.token, message.name))
+                return
+            lock = Lock(self, session, message.name, message.token, message.lease_ms, message.request_id)
+            lock._confirmed_send_ms = max(pending.sent_ms, session.last_acked_heartbeat_send_ms)
+            session.owned[message.request_id] = lock
+            lock._arm_deadline(loop)
+            pending.future.set_result(lock)
+            self._schedule_heartbeat(session)
+        elif isinstance(message, wire.HeartbeatAck):
+            sent_ms = session.heartbeats.pop(message.request_id, None)
+            if sent_ms is None:
+                return
+            # Older heartbeats answered out of order? They cannot be: the ACKs keep send order.
+            for request_id in [rid for rid, at in session.heartbeats.items() if at < sent_ms]:
+                del session.heartbeats[request_id]
+            session.last_acked_heartbeat_send_ms = max(session.last_acked_heartbeat_send_ms, sent_ms)
+            for lock in session.owned.values():
+                if sent_ms > lock._confirmed_send_ms:
+                    lock._confirmed_send_ms = sent_ms
+                    lock._arm_deadline(loop)
+        elif isinstance(message, wire.Released):
+            future = session.releases.pop(message.request_id, None)
+            if future is not None and not future.done():
+                future.set_result(None)
+        elif isinstance(message, wire.Error):
+            self._on_error(session, message)
+        elif isinstance(message, wire.Queued):
+            pass  # informational; sent once, never updated
+        else:
+            logger.error("lockd server %s sent a %s frame; closing", self.addr, type(message).__name__)
+            self._end_session(session, None)
+
+    def _on_error(self, session: _Session, message: wire.Error) -> None:
+        if message.request_id == 0:
+            if message.code in _CLOSING_CODES:
+                logger.info("lockd server %s closes the session: %s", self.addr, message.message)
+                self._end_session(session, message.code)
+            else:
+                logger.warning("lockd server %s: %s", self.addr, message.message)
+            return
+        if message.code == LeaseExpiredError.code:
+            lock = session.owned.get(message.request_id)
+            if lock is not None and lock.name == message.name:
+                del session.owned[message.request_id]
+                lock._mark_lost("expired")
+                self._schedule_heartbeat(session)
+            return
+        error = LockdError.from_wire(message.code, message.name, message.message)
+        pending = session.pending.pop(message.request_id, None)
+        if pending is not None:
+            if pending.wait_handle is not None:
+                pending.wait_handle.cancel()
+                pending.wait_handle = None
+            if not pending.abandoned and not pending.future.done():
+                pending.future.set_exception(error)
+            self._schedule_heartbeat(session)
+            return
+        future = session.releases.pop(message.request_id, None)
+        if future is not None and not future.done():
+            future.set_exception(error)
+
+    # -- the end of a connection --------------------------------------------------------
+
+    def _end_session(self, session: _Session, close_code: int | None) -> None:
+        """The connection ended: owned locks are lost, waiting acquires wait for the next session."""
+        if session.ended:
+            return
+        session.ended = True
+        session.close_code = close_code
+        if session.heartbeat_handle is not None:
+            session.heartbeat_handle.cancel()
+        with contextlib.suppress(Exception):
+            session.writer.close()
+        reason = (
+            "force"
+            if close_code == ClosedByAdminError.code
+            else "io_timeout"
+            if close_code == IoTimeoutError.code
+            else "disconnected"
+        )
+        for lock in list(session.owned.values()):
+            lock._mark_lost(reason)
+        session.owned.clear()
+        for future in session.releases.values():
+            if not future.done():
+                future.set_result(None)  # the session is gone, and so is the ownership
+        session.releases.clear()
+        waiting = [p for p in session.pending.values() if not p.abandoned and not p.future.done()]
+        session.pending.clear()
+        if self._session is session:
+            self._session = None
+        if self._closed:
+            self._fail_unsent(LockdConnectionError("The client is closed", retryable=False), waiting)
+            return
+        if not self._reconnect:
+            self._fail_unsent(LockdConnectionError(f"The connection to lockd at {self.addr} was lost"), waiting)
+            return
+        # Waiting claims rejoin the tail of their queues on the next session.
+        self._unsent.extend(waiting)
+        self._schedule_reconnect()
+
+    def _fail_unsent(self, error: BaseException, extra: list[_PendingAcquire] | None = None) -> None:
+        failed, self._unsent = [*self._unsent, *(extra or [])], []
+        for pending in failed:
+            if pending.wait_handle is not None:
+                pending.wait_handle.cancel()
+            if not pending.future.done():
+                pending.future.set_exception(error)
+
+
+class _Connecting:
+    """What ``connect()`` returns: await it, or use it as ``async with``."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def __await__(self):  # type: ignore[no-untyped-def]
+        return self._client.connect().__await__()
+
+    async def __aenter__(self) -> Client:
+        return await self._client.connect()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._client.close()
+
+
+def connect(
+    addr: str = "127.0.0.1:7400",
+    *,
+    client_name: str | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
+    connect_timeout_ms: float = CONNECT_TIMEOUT_MS_DEFAULT,
+    reconnect: bool = True,
+) -> _Connecting:
+    """Connects to a lockd server: ``client = await connect(...)`` or ``async with connect(...) as client``.
+
+    ``ssl_context`` turns TLS on (see ``lockd.tls_context`` for mutual TLS). ``connect_timeout_ms``
+    bounds dial + TLS + HELLO/WELCOME, here and on every reconnect. With ``reconnect`` (default),
+    a lost connection is re-dialled with full-jitter back-off and waiting acquires are re-sent.
+    """
+    return _Connecting(
+        Client(
+            addr,
+            client_name=client_name,
+            ssl_context=ssl_context,
+            server_hostname=server_hostname,
+            connect_timeout_ms=connect_timeout_ms,
+            reconnect=reconnect,
+        )
+    )
+
+
+def tls_context(
+    *, ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None
+) -> ssl.SSLContext:
+    """A client TLS context: trusts ``ca_file`` (else the system CAs); presents ``cert_file`` + ``key_file`` for mutual TLS."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
+    if cert_file is not None:
+        context.load_cert_chain(cert_file, key_file)
+    elif key_file is not None:
+        raise ValueError("key_file needs cert_file")
+    return context

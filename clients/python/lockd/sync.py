@@ -1,0 +1,165 @@
+"""A thin synchronous wrapper around the asyncio client, for threaded code and scripts.
+
+    from lockd.sync import connect
+
+    with connect("127.0.0.1:7400") as client:
+        with client.lock("jobs/nightly", lease_ms=10_000, wait_ms=30_000) as lock:
+            do_work(lock.token)        # lock.lost.is_set() turns true if ownership ends
+
+The asyncio client runs on an event loop in a background thread (so heartbeats and the local
+lease deadline keep running while the caller's thread is busy); every method blocks until the
+loop has the answer. Exceptions are the same as the asyncio client's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+
+from ._client import CONNECT_TIMEOUT_MS_DEFAULT, Client, Lock
+from .errors import LockLostError
+
+__all__ = ["SyncClient", "SyncLock", "SyncLostEvent", "connect"]
+
+T = TypeVar("T")
+
+
+class SyncLostEvent(threading.Event):
+    """``lock.lost`` of the synchronous API: a ``threading.Event`` plus ``reason``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reason: str | None = None
+        self.error: LockLostError | None = None
+
+
+class SyncLock:
+    """An owned lock (synchronous view). ``token`` is the fencing token."""
+
+    def __init__(self, client: SyncClient, lock: Lock) -> None:
+        self._client = client
+        self._lock = lock
+        self.name = lock.name
+        self.token = lock.token
+        self.lease_ms = lock.lease_ms
+        #: Set (from the client's thread) when ownership ends without ``release()``.
+        self.lost = SyncLostEvent()
+        lock.add_lost_callback(self._on_lost)
+
+    def _on_lost(self, reason: str) -> None:
+        self.lost.reason = reason
+        self.lost.error = self._lock.lost.error
+        self.lost.set()
+
+    def check(self) -> None:
+        """Raises ``LockLostError`` when the lock was lost."""
+        self._lock.check()
+
+    def release(self) -> None:
+        """Ends the ownership; quiet when it was already lost or released."""
+        self._client._run(self._lock.release())
+
+    def __enter__(self) -> SyncLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return repr(self._lock).replace("<Lock", "<SyncLock", 1)
+
+
+class SyncClient:
+    """A lockd client driven from ordinary (non-async) code."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="lockd-client", daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    def _run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result(timeout_s)
+        except BaseException:
+            future.cancel()  # e.g. KeyboardInterrupt while waiting: leave the queue
+            raise
+
+    @property
+    def session_id(self) -> int:
+        return self._client.session_id
+
+    @property
+    def server_version(self) -> str:
+        return self._client.server_version
+
+    def acquire(self, name: str, *, lease_ms: int = 0, wait_ms: float | None = None) -> SyncLock:
+        """Blocks until the lock is owned (``wait_ms`` None = no bound; ``WaitTimeoutError`` after it)."""
+
+        async def acquire() -> SyncLock:
+            # Built on the loop's thread, so no loss can slip between the grant and the callback.
+            return SyncLock(self, await self._client.acquire(name, lease_ms=lease_ms, wait_ms=wait_ms))
+
+        return self._run(acquire())
+
+    def try_acquire(self, name: str, *, lease_ms: int = 0) -> SyncLock | None:
+        """The lock if it is free right now, else None."""
+
+        async def try_acquire() -> SyncLock | None:
+            lock = await self._client.try_acquire(name, lease_ms=lease_ms)
+            return None if lock is None else SyncLock(self, lock)
+
+        return self._run(try_acquire())
+
+    @contextlib.contextmanager
+    def lock(self, name: str, *, lease_ms: int = 0, wait_ms: float | None = None) -> Iterator[SyncLock]:
+        """``with client.lock(name, ...) as lock:`` acquires, and releases on exit."""
+        held = self.acquire(name, lease_ms=lease_ms, wait_ms=wait_ms)
+        try:
+            yield held
+        finally:
+            held.release()
+
+    def close(self) -> None:
+        """Closes the session and stops the background thread."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._run(self._client.close())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()
+
+    def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(
+    addr: str = "127.0.0.1:7400",
+    *,
+    connect_timeout_ms: float = CONNECT_TIMEOUT_MS_DEFAULT,
+    **options: Any,
+) -> SyncClient:
+    """Connects (blocking) and returns a ``SyncClient``; options as ``lockd.connect``."""
+    client = Client(addr, connect_timeout_ms=connect_timeout_ms, **options)
+    sync = SyncClient(client)
+    try:
+        sync._run(client.connect())
+    except BaseException:
+        sync._closed = True
+        sync._loop.call_soon_threadsafe(sync._loop.stop)
+        sync._thread.join()
+        sync._loop.close()
+        raise
+    return sync
+

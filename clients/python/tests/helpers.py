@@ -1,0 +1,292 @@
+"""Test helpers: a real lockd server on port 0, a stalling TCP proxy, a scripted fake server.
+
+The server is started the way an operator would (``deno run ... main.ts serve``) with every
+listener on 127.0.0.1 port 0; the bound addresses are read from its JSON diagnostic log on
+stderr. ``LOCKD_DENO`` names the deno binary (default ``deno``), ``LOCKD_REPO`` the checkout
+(default: three levels above this file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.client
+import json
+import os
+import shlex
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from urllib.parse import quote
+
+from lockd import _codec as wire
+
+REPO = Path(os.environ.get("LOCKD_REPO", Path(__file__).resolve().parents[3]))
+TLS_DIR = REPO / "tests" / "fixtures" / "tls"
+START_TIMEOUT_S = 60.0
+
+
+def deno_command() -> list[str]:
+    return shlex.split(os.environ.get("LOCKD_DENO", "deno"))
+
+
+class LockdServer:
+    """``with LockdServer("-io-timeout", "2s") as server:`` — a real server; ``server.addr``, ``server.admin_addr``."""
+
+    def __init__(self, *flags: str) -> None:
+        self.flags = list(flags)
+        self.addr = ""
+        self.admin_addr = ""
+        self.log_lines: list[str] = []
+        self._proc: subprocess.Popen[str] | None = None
+        self._tmp = tempfile.TemporaryDirectory(prefix="lockd-py-")
+        self.audit_log = Path(self._tmp.name) / "audit.jsonl"
+
+    def start(self) -> LockdServer:
+        command = [
+            *deno_command(),
+            "run",
+            "--allow-net",
+            "--allow-read",
+            "--allow-write",
+            "main.ts",
+            "serve",
+            "-listen",
+            "127.0.0.1:0",
+            "-admin-listen",
+            "127.0.0.1:0",
+            "-log-format",
+            "json",
+            "-audit-log",
+            str(self.audit_log),
+            *self.flags,
+        ]
+        self._proc = subprocess.Popen(
+            command,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+        started = threading.Event()
+
+        def read_log() -> None:  # drains stderr for the server's whole life
+            assert self._proc is not None and self._proc.stderr is not None
+            for line in self._proc.stderr:
+                self.log_lines.append(line)
+                with contextlib.suppress(ValueError):
+                    record = json.loads(line)
+                    if record.get("message") == "lockd started":
+                        self.addr = record["listen"]
+                        self.admin_addr = record["admin_listen"]
+                        started.set()
+            started.set()  # exited: let start() see it
+
+        self._log_thread = threading.Thread(target=read_log, daemon=True)
+        self._log_thread.start()
+        if not started.wait(START_TIMEOUT_S) or not self.addr:
+            self.stop()
+            raise RuntimeError("lockd did not start:\n" + "".join(self.log_lines[-20:]))
+        return self
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.terminate()  # by PID: SIGTERM runs the ordered shutdown
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
+            self._log_thread.join(5)  # EOF once the process is gone
+            if proc.stderr is not None:
+                proc.stderr.close()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> LockdServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def admin(self, method: str, path: str) -> tuple[int, object]:
+        """One admin API request; (status, parsed JSON body or None)."""
+        host, _, port = self.admin_addr.rpartition(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        try:
+            conn.request(method, path)
+            response = conn.getresponse()
+            body = response.read()
+            return response.status, json.loads(body) if body else None
+        finally:
+            conn.close()
+
+    async def admin_async(self, method: str, path: str) -> tuple[int, object]:
+        return await asyncio.to_thread(self.admin, method, path)
+
+    def lock_path(self, name: str) -> str:
+        return "/api/locks/" + quote(name, safe="")
+
+
+class StallProxy:
+    """A TCP proxy on 127.0.0.1 port 0 that can hold back bytes in either direction without closing.
+
+    Held bytes are kept, not dropped, and flow again (late) when the stall ends — a middlebox
+    whose path froze, not one that corrupts the stream.
+    """
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.addr = ""
+        self._upstream_open = asyncio.Event()
+        self._downstream_open = asyncio.Event()
+        self._upstream_open.set()
+        self._downstream_open.set()
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> StallProxy:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.addr = "127.0.0.1:%d" % self._server.sockets[0].getsockname()[1]
+        return self
+
+    def stall(self, upstream: bool = True, downstream: bool = True) -> None:
+        """Stops forwarding client → server (upstream) and/or server → client (downstream)."""
+        if upstream:
+            self._upstream_open.clear()
+        if downstream:
+            self._downstream_open.clear()
+
+    def resume(self) -> None:
+        self._upstream_open.set()
+        self._downstream_open.set()
+
+    async def _accept(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        host, _, port = self.target.rpartition(":")
+        server_reader, server_writer = await asyncio.open_connection(host, int(port))
+        self._writers.update((client_writer, server_writer))
+        for pump in (
+            self._pump(client_reader, server_writer, self._upstream_open),
+            self._pump(server_reader, client_writer, self._downstream_open),
+        ):
+            task = asyncio.get_running_loop().create_task(pump)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, open_: asyncio.Event) -> None:
+        held = bytearray()
+        try:
+            while True:
+                data = await reader.read(64 * 1024)
+                if not data:
+                    break
+                held += data
+                await open_.wait()  # a stalled direction keeps what it read
+                writer.write(bytes(held))
+                held.clear()
+                await writer.drain()
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for writer in self._writers:
+            with contextlib.suppress(Exception):
+                writer.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def __aenter__(self) -> StallProxy:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+Script = Callable[[wire.Message, Callable[[wire.Message], None]], Awaitable[None] | None]
+
+
+class FakeServer:
+    """A scripted lockd peer for client behaviour a real server shows only by chance.
+
+    Answers HELLO with WELCOME, then calls ``script(message, send)`` for every request;
+    ``send`` queues a frame. ``close_after_send`` closes the connection after the next write.
+    """
+
+    def __init__(self, script: Script, *, io_timeout_ms: int = 30_000, welcome: bool = True) -> None:
+        self.script = script
+        self.io_timeout_ms = io_timeout_ms
+        self.welcome = welcome
+        self.addr = ""
+        self.connections = 0
+        self.received: list[wire.Message] = []
+        self._server: asyncio.AbstractServer | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def __aenter__(self) -> FakeServer:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.addr = "127.0.0.1:%d" % self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            with contextlib.suppress(Exception):
+                writer.close()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self._writers.add(writer)
+        frames = wire.FrameReader()
+
+        def send(message: wire.Message | None) -> None:
+            if message is None:
+                writer.close()
+            else:
+                writer.write(wire.encode(message))
+
+        try:
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    return
+                frames.push(data)
+                while (message := frames.next()) is not None:
+                    self.received.append(message)
+                    if isinstance(message, wire.Hello):
+                        if self.welcome:
+                            send(wire.Welcome(1, "fake", self.connections, self.io_timeout_ms, 15_000, 300_000))
+                        continue
+                    result = self.script(message, send)
+                    if result is not None:
+                        await result
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+
+async def eventually(check: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
+    """Polls ``check`` until it holds; fails after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for: {what}")
+        await asyncio.sleep(0.005)
