@@ -210,6 +210,8 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
       "a\u009fb",
       ".",
       "..",
+      "e\u0301", // "é" decomposed: not NFC
+      "jobs/\u212b", // ANGSTROM SIGN, whose NFC is U+00C5
     ];
     const out: Observation[] = [];
     let requestId = 1;
@@ -219,7 +221,7 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
       requestId++;
     }
     // The edges of the rules are accepted.
-    for (const name of ["n".repeat(1024), "a\u00a0b", "a/b", "...", ".a", "a\u2028b"]) {
+    for (const name of ["n".repeat(1024), "a\u00a0b", "a/b", "...", ".a", "a\u2028b", "\u00e9"]) {
       const reply = await acquire(raw, requestId++, name);
       assert.equal(reply?.type, "acquired", `name ${JSON.stringify(name.slice(0, 20))}`);
     }

@@ -101,6 +101,10 @@ class RealServer(unittest.IsolatedAsyncioTestCase):
         with self.assertRaises(lockd.InvalidArgumentError) as raised:
             await client.acquire("a\u0085b")  # a C1 control character
         self.assertEqual((raised.exception.code, raised.exception.retryable), (0x0B, False))
+        with self.assertRaises(lockd.InvalidArgumentError):
+            await client.acquire("e\u0301")  # not NFC (docs/protocol.md, "Lock names")
+        nfc = await client.acquire("\u00e9")
+        await nfc.release()
         held = await client.acquire("py/dup")
         with self.assertRaises(lockd.DuplicateClaimError):
             await client.acquire("py/dup", wait_ms=0)
