@@ -21,6 +21,8 @@ export interface ServerProcOptions {
   /** Ask for admin and ops listeners on port 0. */
   http?: boolean;
   startTimeoutMs?: number;
+  /** Standard output (the audit log): discarded by default; "piped" gives `child.stdout` to read (or not). */
+  stdout?: "null" | "piped";
 }
 
 export async function startServerProc(options: ServerProcOptions = {}): Promise<ServerProc> {
@@ -44,11 +46,15 @@ export async function startServerProc(options: ServerProcOptions = {}): Promise<
     ? new Deno.Command("sh", {
       args: ["-c", `ulimit -n ${options.fdLimit}; exec "$0" "$@"`, denoPath, ...args],
       stdin: "null",
-      stdout: "null",
+      stdout: options.stdout ?? "null",
       stderr: "piped",
     }).spawn()
-    : new Deno.Command(denoPath, { args, stdin: "null", stdout: "null", stderr: "piped" })
-      .spawn();
+    : new Deno.Command(denoPath, {
+      args,
+      stdin: "null",
+      stdout: options.stdout ?? "null",
+      stderr: "piped",
+    }).spawn();
   const logLines: string[] = [];
   let resolveStarted: () => void = () => {};
   const started = new Promise<void>((r) => (resolveStarted = r));

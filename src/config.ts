@@ -1,4 +1,5 @@
 import {
+  AUDIT_WRITE_TIMEOUT_MS_DEFAULT,
   CLAIMS_PER_SESSION_MAX,
   FRAME_BYTES_MAX,
   HANDSHAKE_TIMEOUT_MS,
@@ -38,6 +39,8 @@ export interface ServerConfig {
   aclFile: string | null;
   /** "-" = standard output, else a file appended to. */
   auditLog: string;
+  /** An audit write pending longer counts as a failed sink (grants pause). */
+  auditWriteTimeoutMs: number;
   logLevel: LogLevel;
   logFormat: LogFormat;
 }
@@ -62,6 +65,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = {
   tlsClientCa: null,
   aclFile: null,
   auditLog: "-",
+  auditWriteTimeoutMs: AUDIT_WRITE_TIMEOUT_MS_DEFAULT,
   logLevel: "info",
   logFormat: "text",
 };

@@ -74,10 +74,25 @@ export const SHUTDOWN_GRACE_MS_DEFAULT = 5_000;
 export const ACCEPT_BACKOFF_MS_MIN = 5;
 export const ACCEPT_BACKOFF_MS_MAX = 1_000;
 
-/** Audit records kept in memory while the sink cannot be written; past it the server stops granting. */
+/** Audit records kept in memory while the sink cannot be written; past it records are dropped (counted). */
 export const AUDIT_PENDING_RECORDS_MAX = 100_000;
-/** How often a failed audit sink is retried. */
+/** Bytes of those records: a record can be ~7 KiB (escaped 1 KiB name and identity), so records alone do not bound memory. */
+export const AUDIT_PENDING_BYTES_MAX = 64 * 1024 * 1024;
+/** How often a failed audit write is retried. */
 export const AUDIT_RETRY_MS = 500;
+/**
+ * An audit write that has not completed after this long (a pipe nobody reads, a hung disk) counts
+ * as a failed sink: grants pause. Longer than any healthy write of one pipe buffer, short enough
+ * that clients see AUDIT_UNAVAILABLE instead of silence. Flag `-audit-write-timeout`.
+ */
+export const AUDIT_WRITE_TIMEOUT_MS_DEFAULT = 1_000;
+export const AUDIT_WRITE_TIMEOUT_MS_MIN = 1;
+/** Ten minutes: longer would hide a dead sink from clients and monitoring. */
+export const AUDIT_WRITE_TIMEOUT_MS_MAX = 600_000;
+/** Largest single audit write: one pipe buffer, so a slow reader's progress shows within the timeout. */
+export const AUDIT_WRITE_BYTES_MAX = 64 * 1024;
+/** At shutdown, how long the audit log keeps writing its backlog before counting the rest lost. */
+export const AUDIT_CLOSE_TIMEOUT_MS = 2_000;
 
 /** Client reconnect back-off bounds (with full jitter). */
 export const RECONNECT_BACKOFF_MS_MIN = 50;

@@ -5,7 +5,6 @@ import { DEFAULT_CONFIG, type ServerConfig } from "./config.ts";
 import { LockEngine } from "./core/engine.ts";
 import { parseHostPort } from "./host_port.ts";
 import type { HttpListener } from "./http/listen.ts";
-import { AUDIT_RETRY_MS } from "./limits.ts";
 import { AuditLog, type AuditSink, openAuditSink } from "./log/audit.ts";
 import { log } from "./log/diagnostic.ts";
 import { ServerCounters } from "./ops/counters.ts";
@@ -90,11 +89,10 @@ export async function startServer(
     claimsPerSessionMax: config.claimsPerSessionMax,
     waitersPerLockMax: config.waitersPerLockMax,
   });
-  const audit = new AuditLog(
-    deps.auditSink ?? openAuditSink(config.auditLog),
-    () => clock.wallMs(),
-    { batchWrites: true },
-  );
+  const audit = new AuditLog(deps.auditSink ?? openAuditSink(config.auditLog), {
+    wallMs: () => clock.wallMs(),
+    writeTimeoutMs: config.auditWriteTimeoutMs,
+  });
   const counters = new ServerCounters();
   const dispatcher = new Dispatcher({
     engine,
@@ -108,18 +106,15 @@ export async function startServer(
   dispatcher.acl = acl;
 
   let live = true;
-  let auditRetry: ReturnType<typeof setInterval> | undefined;
+  // The audit log retries by itself; the server only pauses grants while it cannot write.
   audit.onHealthChange = (failure) => {
     if (failure !== null) {
       logger.error("audit log cannot be written; grants paused", { error: failure });
       dispatcher.apply(engine.setGrantsPaused(true));
-      auditRetry ??= setInterval(() => audit.retry(), AUDIT_RETRY_MS);
     } else {
       logger.info("audit log writable again; grants resumed", {
         dropped_records: audit.droppedRecords,
       });
-      clearInterval(auditRetry);
-      auditRetry = undefined;
       dispatcher.apply(engine.setGrantsPaused(false));
     }
   };
@@ -140,7 +135,7 @@ export async function startServer(
   } catch (error) {
     // E.g. the port is taken: nothing listens yet, stop the timers and the sink.
     dispatcher.stop();
-    audit.close();
+    await audit.close();
     throw error;
   }
 
@@ -192,9 +187,8 @@ export async function startServer(
       await admin?.close();
       if (admin !== null) logger.info("shutdown: admin API closed");
       dispatcher.stop();
-      clearInterval(auditRetry);
-      audit.retry();
-      audit.close();
+      // Writes what it can of the backlog within AUDIT_CLOSE_TIMEOUT_MS; logs and counts the rest.
+      await audit.close();
       if (ops !== null) {
         const remainingMs = graceEndsMs - performance.now();
         if (remainingMs > 0) {

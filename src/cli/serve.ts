@@ -1,6 +1,12 @@
 import { DEFAULT_CONFIG, type ServerConfig } from "../config.ts";
 import { parseHostPort } from "../host_port.ts";
-import { IO_TIMEOUT_MS_MIN, LEASE_MS_MIN, LOCK_NAME_BYTES_MAX } from "../limits.ts";
+import {
+  AUDIT_WRITE_TIMEOUT_MS_MAX,
+  AUDIT_WRITE_TIMEOUT_MS_MIN,
+  IO_TIMEOUT_MS_MIN,
+  LEASE_MS_MIN,
+  LOCK_NAME_BYTES_MAX,
+} from "../limits.ts";
 import {
   configureDiagnosticLog,
   log,
@@ -110,6 +116,12 @@ export const SERVE_FLAGS: readonly FlagSpec[] = [
     defaultText: "-",
   },
   {
+    name: "audit-write-timeout",
+    kind: "duration",
+    help: "an audit write pending this long counts as a failed sink: grants pause",
+    defaultText: durationText(D.auditWriteTimeoutMs),
+  },
+  {
     name: "log-level",
     kind: "string",
     help: "diagnostic log level: debug, info, warn, error",
@@ -159,6 +171,7 @@ export function serveConfigFromArgs(args: readonly string[]): ServerConfig {
   config.tlsClientCa = str("tls-client-ca") ?? null;
   config.aclFile = str("acl-file") ?? null;
   config.auditLog = str("audit-log") ?? config.auditLog;
+  config.auditWriteTimeoutMs = num("audit-write-timeout") ?? config.auditWriteTimeoutMs;
   const level = str("log-level") ?? config.logLevel;
   if (!LOG_LEVELS.includes(level as LogLevel)) {
     throw new FlagError(
@@ -212,6 +225,16 @@ function validate(config: ServerConfig): void {
   if (config.frameBytesMax < frameMin) {
     throw new FlagError(
       `-max-frame-bytes must be at least ${frameMin} (a longest lock name must fit)`,
+    );
+  }
+  if (
+    config.auditWriteTimeoutMs < AUDIT_WRITE_TIMEOUT_MS_MIN ||
+    config.auditWriteTimeoutMs > AUDIT_WRITE_TIMEOUT_MS_MAX
+  ) {
+    throw new FlagError(
+      `-audit-write-timeout must be between ${AUDIT_WRITE_TIMEOUT_MS_MIN}ms and ${
+        AUDIT_WRITE_TIMEOUT_MS_MAX / 60_000
+      }m`,
     );
   }
   if ((config.tlsCert === null) !== (config.tlsKey === null)) {

@@ -1,9 +1,23 @@
-import { rfc3339 } from "../clock.ts";
-import { AUDIT_PENDING_RECORDS_MAX } from "../limits.ts";
+import { rfc3339, type Scheduler, systemScheduler, type Timer } from "../clock.ts";
+import {
+  AUDIT_CLOSE_TIMEOUT_MS,
+  AUDIT_PENDING_BYTES_MAX,
+  AUDIT_PENDING_RECORDS_MAX,
+  AUDIT_RETRY_MS,
+  AUDIT_WRITE_BYTES_MAX,
+  AUDIT_WRITE_TIMEOUT_MS_DEFAULT,
+} from "../limits.ts";
+import { log } from "./diagnostic.ts";
 
-/** Where audit lines go. `writeSync` may write part of the bytes, or throw. */
+const logger = log("audit");
+
+/**
+ * Where audit lines go. `write` resolves with how many bytes it wrote (at least 1; fewer than
+ * all is a partial write, e.g. a disk that filled up) or rejects. It may stay pending for as
+ * long as its reader does not read (a full pipe): the log never waits for it on the event loop.
+ */
 export interface AuditSink {
-  writeSync(bytes: Uint8Array): number;
+  write(bytes: Uint8Array): Promise<number>;
   close?(): void;
 }
 
@@ -31,100 +45,205 @@ export type AuditRecord =
     actor?: Actor;
   };
 
+/** Why records were lost (label `cause` of `lockd_audit_records_lost_total`). */
+export const AUDIT_LOSS_CAUSES = ["backlog_full", "exit"] as const;
+export type AuditLossCause = typeof AUDIT_LOSS_CAUSES[number];
+
+export interface AuditLogOptions {
+  /** Timers (write timeout, retries, the bound of `close()`); tests pass a ManualScheduler. */
+  scheduler?: Scheduler;
+  /** The `ts` of records; defaults to the scheduler's wall clock. */
+  wallMs?: () => number;
+  writeTimeoutMs?: number;
+  retryMs?: number;
+  closeTimeoutMs?: number;
+  pendingRecordsMax?: number;
+  pendingBytesMax?: number;
+}
+
 /**
- * The audit log: JSON Lines, one event per line, each written whole with a
- * single write. "All of this or nothing": a record that cannot be written is
- * kept (in order) and retried; until the backlog is written the log reports
- * itself unhealthy, the server pauses grants, and the reply that depends on a
- * record (ACQUIRED, RELEASED, ...) is sent only once its record is written.
+ * The state of the sink, with its legal moves:
+ * - `idle` → `writing` (records appended; the write starts at the end of the turn)
+ * - `writing` → `idle` (everything written) | `writing` (more records, or the rest of a
+ *   partial write) | `stalled` (the timeout passed, the write is still pending) | `failed`
+ * - `stalled` → `writing`/`idle` (the write completes at last) | `failed` (it rejects)
+ * - `failed` → `writing` (the retry timer fires)
+ * - every state → `closed` (`close()`; nothing is written after it)
+ * The log is unhealthy from `stalled` or `failed` until the backlog is written (`idle`).
+ */
+type SinkState = "idle" | "writing" | "stalled" | "failed" | "closed";
+
+/** Records taken from the queue for one write, and how far it got. */
+interface Chunk {
+  entries: AuditEntry[];
+  bytes: Uint8Array;
+  /** Bytes the sink took so far; the next write continues here, never repeating a byte. */
+  offset: number;
+  /** Entries wholly written (their callbacks ran), and where the next one starts. */
+  acknowledged: number;
+  acknowledgedBytes: number;
+}
+
+/**
+ * The audit log: JSON Lines, one event per line, every line whole.
+ *
+ * "All of this or nothing": the reply that depends on a record (ACQUIRED, RELEASED, ...) is
+ * sent by `onWritten`, which runs only once the record's last byte is written. Writes never
+ * block the event loop: records of one turn go out in one asynchronous write (up to
+ * AUDIT_WRITE_BYTES_MAX); records appended while it is in flight wait and go out together in
+ * the next. A write that rejects, or that has not completed after the write timeout, makes the
+ * log unhealthy (`onHealthChange`): the server pauses grants and `/readyz` answers 503. The
+ * records wait in memory, in order (bounded; the excess is dropped and counted), the write is
+ * retried every `retryMs`, and a partial write is finished from the byte where it stopped, so
+ * no fragment is ever glued to a repeated record. When the backlog is written the log is
+ * healthy again.
  */
 export class AuditLog {
   readonly #sink: AuditSink;
+  readonly #scheduler: Scheduler;
   readonly #wallMs: () => number;
+  readonly #writeTimeoutMs: number;
+  readonly #retryMs: number;
+  readonly #closeTimeoutMs: number;
+  readonly #pendingRecordsMax: number;
+  readonly #pendingBytesMax: number;
   readonly #encoder = new TextEncoder();
-  /** Records that could not be written yet, oldest first (the log is unhealthy while any). */
-  readonly #pending: AuditEntry[] = [];
-  /** With batching: records of this turn of the event loop, written together at its end. */
-  #batch: AuditEntry[] = [];
-  readonly #batching: boolean;
+  #state: SinkState = "idle";
+  /** Records not yet taken by a write, oldest first; `#queueHead` is the first one. */
+  #queue: AuditEntry[] = [];
+  #queueHead = 0;
+  /** The write in flight, or the one a failure interrupted (resumed from its offset). */
+  #chunk: Chunk | null = null;
+  #flushQueued = false;
+  /** Checks the write in flight against the write timeout; re-armed lazily, not per write. */
+  #timeoutTimer: Timer | null = null;
+  /** When the write in flight started (monotonic ms), or null when none is. */
+  #writeStartedMs: number | null = null;
+  /** Write-timeout periods the write in flight has been counted as failed for. */
+  #stalledPeriods = 0;
+  #retryTimer: Timer | null = null;
   #failure: string | null = null;
-  /** Records dropped because the backlog was full (AUDIT_PENDING_RECORDS_MAX). */
-  droppedRecords = 0;
+  #pendingRecords = 0;
+  #pendingBytes = 0;
+  #closing: Promise<void> | null = null;
+  #drained: (() => void) | null = null;
+  /** Writes that failed: each rejection, and each write timeout a write stays pending. */
+  writeFailures = 0;
+  readonly lostRecords: Record<AuditLossCause, number> = { backlog_full: 0, exit: 0 };
   /** Called when the log turns unhealthy (with the error) or healthy again (null). */
   onHealthChange: (failure: string | null) => void = () => {};
 
-  /**
-   * @param batchWrites write the records of one turn of the event loop with one write
-   *   (each record still whole and in order; callbacks still run only after the write).
-   *   The server uses it: a syscall per record was a large part of a grant's cost.
-   */
-  constructor(sink: AuditSink, wallMs: () => number = Date.now, { batchWrites = false } = {}) {
+  constructor(sink: AuditSink, options: AuditLogOptions = {}) {
     this.#sink = sink;
-    this.#wallMs = wallMs;
-    this.#batching = batchWrites;
+    this.#scheduler = options.scheduler ?? systemScheduler;
+    const scheduler = this.#scheduler;
+    this.#wallMs = options.wallMs ?? (() => scheduler.wallMs());
+    this.#writeTimeoutMs = options.writeTimeoutMs ?? AUDIT_WRITE_TIMEOUT_MS_DEFAULT;
+    this.#retryMs = options.retryMs ?? AUDIT_RETRY_MS;
+    this.#closeTimeoutMs = options.closeTimeoutMs ?? AUDIT_CLOSE_TIMEOUT_MS;
+    this.#pendingRecordsMax = options.pendingRecordsMax ?? AUDIT_PENDING_RECORDS_MAX;
+    this.#pendingBytesMax = options.pendingBytesMax ?? AUDIT_PENDING_BYTES_MAX;
   }
 
-  /** Whether every record so far is written (or about to be, at the end of this turn). */
+  /** False while a write failed or is stuck and the backlog is not written yet. */
   get healthy(): boolean {
-    return this.#pending.length === 0;
+    return this.#failure === null;
   }
 
-  /** The last write error while unhealthy. */
+  /** Why the log is unhealthy, or null. */
   get failure(): string | null {
     return this.#failure;
   }
 
+  /** Records appended and not yet wholly written (queued, or in the write in flight). */
   get pendingCount(): number {
-    return this.#pending.length;
+    return this.#pendingRecords;
   }
 
-  /** Whether the backlog is full: callers must stop producing records that grant anything. */
+  /** Whether the backlog is full: further records are dropped. */
   get full(): boolean {
-    return this.#pending.length >= AUDIT_PENDING_RECORDS_MAX;
+    return this.#pendingRecords >= this.#pendingRecordsMax ||
+      this.#pendingBytes >= this.#pendingBytesMax;
+  }
+
+  /** Records dropped because the backlog was full (reported when grants resume). */
+  get droppedRecords(): number {
+    return this.lostRecords.backlog_full;
   }
 
   /**
-   * Appends a record. `onWritten` runs once it is durable in the sink: at once
-   * when the sink is healthy (at the end of the turn when batching), else when
-   * a retry gets through.
+   * Appends a record. `onWritten` runs once its last byte is in the sink (never before the end
+   * of this turn, never if the record is lost).
    */
   append(record: AuditRecord, onWritten?: () => void): void {
-    const entry = {
-      line: this.#encoder.encode(formatAuditLine(this.#wallMs(), record)),
-      onWritten,
-    };
-    if (this.#pending.length > 0) {
-      if (this.#pending.length >= AUDIT_PENDING_RECORDS_MAX) {
-        // Memory stays bounded through a long outage; grants are paused, so only endings,
-        // refusals and admin actions arrive here. The loss is counted and reported.
-        this.droppedRecords++;
-        return;
+    if (this.#state === "closed") {
+      this.lostRecords.exit++;
+      return;
+    }
+    if (this.full) {
+      // Memory stays bounded through a long outage; grants are paused, so only endings,
+      // refusals and admin actions arrive here. The loss is counted and reported.
+      if (this.lostRecords.backlog_full++ === 0 || this.lostRecords.backlog_full % 10_000 === 0) {
+        logger.error("audit backlog full; records are being dropped", {
+          pending_records: this.#pendingRecords,
+          pending_bytes: this.#pendingBytes,
+          dropped_records: this.lostRecords.backlog_full,
+        });
       }
-      this.#pending.push(entry);
       return;
     }
-    if (this.#batching) {
-      if (this.#batch.length === 0) queueMicrotask(() => this.#flushBatch());
-      this.#batch.push(entry);
-      return;
+    const line = this.#encoder.encode(formatAuditLine(this.#wallMs(), record));
+    this.#queue.push({ line, onWritten });
+    this.#pendingRecords++;
+    this.#pendingBytes += line.length;
+    if (this.#state === "idle" && !this.#flushQueued) {
+      // The records of this turn go out together, in one write, at its end.
+      this.#flushQueued = true;
+      queueMicrotask(() => {
+        this.#flushQueued = false;
+        if (this.#state === "idle") this.#write();
+      });
     }
-    this.#writeEntries([entry]);
   }
 
-  /** Retries the backlog in order; returns true when it is empty. */
-  retry(): boolean {
-    this.#flushBatch();
-    if (this.#pending.length === 0) return true;
-    const entries = this.#pending.splice(0);
-    const written = this.#writeEntries(entries, false);
-    if (written < entries.length) return false;
-    this.#failure = null;
-    this.onHealthChange(null);
-    return true;
+  /**
+   * Stops the log: keeps writing the backlog for at most `closeTimeoutMs`, then counts what is
+   * left as lost (`lostRecords.exit`, an error line with the number) and closes the sink.
+   * Idempotent.
+   */
+  close(): Promise<void> {
+    this.#closing ??= this.#close();
+    return this.#closing;
   }
 
-  close(): void {
-    this.#flushBatch();
+  async #close(): Promise<void> {
+    if (this.#state === "idle" && this.#pendingRecords > 0) this.#write();
+    if (this.#pendingRecords > 0) {
+      const drained = Promise.withResolvers<void>();
+      this.#drained = drained.resolve;
+      const timer = this.#scheduler.setTimer(drained.resolve, this.#closeTimeoutMs);
+      await drained.promise;
+      timer.cancel();
+      this.#drained = null;
+    }
+    const partial = this.#chunk !== null && this.#chunk.offset > this.#chunk.acknowledgedBytes;
+    const lost = this.#pendingRecords;
+    this.#state = "closed";
+    this.#timeoutTimer?.cancel();
+    this.#retryTimer?.cancel();
+    this.#queue = [];
+    this.#queueHead = 0;
+    this.#chunk = null;
+    this.#pendingRecords = 0;
+    this.#pendingBytes = 0;
+    if (lost > 0) {
+      this.lostRecords.exit += lost;
+      logger.error("audit log closed with records not written; they are lost", {
+        lost_records: lost,
+        error: this.#failure ?? "",
+        torn_last_line: partial,
+      });
+    }
     try {
       this.#sink.close?.();
     } catch {
@@ -132,53 +251,138 @@ export class AuditLog {
     }
   }
 
-  #flushBatch(): void {
-    if (this.#batch.length === 0) return;
-    const batch = this.#batch;
-    this.#batch = [];
-    if (this.#pending.length > 0) this.#pending.push(...batch);
-    else this.#writeEntries(batch);
-  }
-
-  /**
-   * Writes entries in order with as few writes as possible and runs the callbacks of
-   * those written. The rest go (back) to the front of the backlog; returns how many
-   * were written.
-   */
-  #writeEntries(entries: AuditEntry[], announce = true): number {
-    const bytes = entries.length === 1 ? entries[0].line : concat(entries);
-    const writtenBytes = this.#tryWrite(bytes);
-    let done = 0;
-    for (let end = 0; done < entries.length; done++) {
-      end += entries[done].line.length;
-      if (end > writtenBytes) break;
-    }
-    for (let i = 0; i < done; i++) entries[i].onWritten?.();
-    if (done < entries.length) {
-      // A record cut by a failed write is written again whole: a torn line is followed by a
-      // complete copy rather than lost.
-      const wasHealthy = this.#pending.length === 0;
-      this.#pending.unshift(...entries.slice(done));
-      if (wasHealthy && announce) {
-        this.onHealthChange(this.#failure ?? "audit sink refused a write");
+  /** Starts one write: the rest of the current chunk, or a new chunk from the queue. */
+  #write(): void {
+    let chunk = this.#chunk;
+    if (chunk === null) {
+      chunk = this.#takeChunk();
+      if (chunk === null) {
+        this.#becomeIdle();
+        return;
       }
+      this.#chunk = chunk;
     }
-    return done;
-  }
-
-  /** Writes as much as the sink takes; returns the bytes written. */
-  #tryWrite(bytes: Uint8Array): number {
-    let written = 0;
+    this.#state = "writing";
+    this.#writeStartedMs = this.#scheduler.monotonicMs();
+    this.#stalledPeriods = 0;
+    // A timer per write would cost more than a short write (clearTimeout + setTimeout).
+    this.#timeoutTimer ??= this.#scheduler.setTimer(
+      () => this.#checkTimeout(),
+      this.#writeTimeoutMs,
+    );
+    let pending: Promise<number>;
     try {
-      while (written < bytes.length) {
-        const n = this.#sink.writeSync(written === 0 ? bytes : bytes.subarray(written));
-        if (n <= 0) throw new Error("audit sink wrote nothing");
-        written += n;
-      }
+      pending = this.#sink.write(chunk.bytes.subarray(chunk.offset));
     } catch (error) {
-      this.#failure = error instanceof Error ? error.message : String(error);
+      pending = Promise.reject(error);
     }
-    return written;
+    pending.then(
+      (n) => this.#wrote(chunk, n),
+      (error) => this.#writeFailed(chunk, errorText(error)),
+    );
+  }
+
+  #takeChunk(): Chunk | null {
+    const queue = this.#queue;
+    if (this.#queueHead === queue.length) return null;
+    let end = this.#queueHead;
+    let length = 0;
+    // At least one record; more while they fit in one write.
+    do {
+      length += queue[end].line.length;
+      end++;
+    } while (end < queue.length && length + queue[end].line.length <= AUDIT_WRITE_BYTES_MAX);
+    const entries = queue.slice(this.#queueHead, end);
+    if (end === queue.length) {
+      this.#queue = [];
+      this.#queueHead = 0;
+    } else {
+      this.#queueHead = end;
+      // Drop the taken prefix now and then, not on every write.
+      if (this.#queueHead > 1024 && this.#queueHead * 2 > queue.length) {
+        this.#queue = queue.slice(this.#queueHead);
+        this.#queueHead = 0;
+      }
+    }
+    const bytes = entries.length === 1 ? entries[0].line : concat(entries, length);
+    return { entries, bytes, offset: 0, acknowledged: 0, acknowledgedBytes: 0 };
+  }
+
+  #checkTimeout(): void {
+    this.#timeoutTimer = null;
+    const startedMs = this.#writeStartedMs;
+    if (startedMs === null || this.#state === "closed") return; // the next write re-arms it
+    const nowMs = this.#scheduler.monotonicMs();
+    const periods = Math.floor((nowMs - startedMs) / this.#writeTimeoutMs);
+    if (periods > this.#stalledPeriods) {
+      // Still pending: one failure per period keeps the failure rate (and its alert) up for as
+      // long as the sink is stuck.
+      this.writeFailures += periods - this.#stalledPeriods;
+      this.#stalledPeriods = periods;
+      this.#state = "stalled";
+      this.#fail(`audit write did not complete within ${this.#writeTimeoutMs} ms`);
+    }
+    const nextMs = startedMs + (this.#stalledPeriods + 1) * this.#writeTimeoutMs;
+    this.#timeoutTimer = this.#scheduler.setTimer(() => this.#checkTimeout(), nextMs - nowMs);
+  }
+
+  #wrote(chunk: Chunk, n: number): void {
+    if (this.#state === "closed" || chunk !== this.#chunk) return;
+    this.#writeStartedMs = null;
+    if (!(n >= 1)) {
+      this.#writeFailed(chunk, `audit sink wrote ${n} bytes`);
+      return;
+    }
+    chunk.offset = Math.min(chunk.bytes.length, chunk.offset + n);
+    this.#acknowledge(chunk);
+    if (chunk.offset === chunk.bytes.length) this.#chunk = null;
+    // The rest of a partial write, or the records that queued meanwhile.
+    this.#write();
+  }
+
+  /** Runs the callbacks of the records the sink now has whole, in order. */
+  #acknowledge(chunk: Chunk): void {
+    while (chunk.acknowledged < chunk.entries.length) {
+      const entry = chunk.entries[chunk.acknowledged];
+      if (chunk.acknowledgedBytes + entry.line.length > chunk.offset) break;
+      chunk.acknowledged++;
+      chunk.acknowledgedBytes += entry.line.length;
+      this.#pendingRecords--;
+      this.#pendingBytes -= entry.line.length;
+      try {
+        entry.onWritten?.();
+      } catch (error) {
+        // A reply that cannot be sent must not stop the records behind it.
+        logger.error("reply after an audit record failed", { error: errorText(error) });
+      }
+    }
+  }
+
+  #writeFailed(chunk: Chunk, failure: string): void {
+    if (this.#state === "closed" || chunk !== this.#chunk) return;
+    this.#writeStartedMs = null;
+    this.writeFailures++;
+    this.#state = "failed";
+    this.#fail(failure);
+    this.#retryTimer = this.#scheduler.setTimer(() => {
+      this.#retryTimer = null;
+      if (this.#state === "failed") this.#write();
+    }, this.#retryMs);
+  }
+
+  #fail(failure: string): void {
+    const wasHealthy = this.#failure === null;
+    this.#failure = failure;
+    if (wasHealthy) this.onHealthChange(failure);
+  }
+
+  #becomeIdle(): void {
+    this.#state = "idle";
+    if (this.#failure !== null) {
+      this.#failure = null;
+      this.onHealthChange(null);
+    }
+    this.#drained?.();
   }
 }
 
@@ -187,9 +391,7 @@ interface AuditEntry {
   onWritten?: () => void;
 }
 
-function concat(entries: AuditEntry[]): Uint8Array {
-  let length = 0;
-  for (const entry of entries) length += entry.line.length;
+function concat(entries: AuditEntry[], length: number): Uint8Array {
   const bytes = new Uint8Array(length);
   let offset = 0;
   for (const entry of entries) {
@@ -197,6 +399,10 @@ function concat(entries: AuditEntry[]): Uint8Array {
     offset += entry.line.length;
   }
   return bytes;
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
 }
 
 /** One JSON line with `ts` first. JSON.stringify escapes every control character. */
@@ -207,10 +413,114 @@ export function formatAuditLine(wallMs: number, record: AuditRecord): string {
 /** Opens the sink named by `-audit-log`: "-" is standard output, anything else a file opened for append. */
 export function openAuditSink(path: string): AuditSink {
   // Standard output is written to but never closed: the process may still print after shutdown.
-  if (path === "-" || path === "") return { writeSync: (bytes) => Deno.stdout.writeSync(bytes) };
+  if (path === "-" || path === "") return { write: (bytes) => Deno.stdout.write(bytes) };
+  repairTornAuditFile(path);
   const file = Deno.openSync(path, { append: true, create: true });
   return {
-    writeSync: (bytes) => file.writeSync(bytes),
+    write: (bytes) => file.write(bytes),
     close: () => file.close(),
   };
+}
+
+/** What {@link repairTornAuditFile} found at the end of the file. */
+export interface AuditFileRepair {
+  /** Bytes after the last newline (a record whose write never finished). */
+  fragmentBytes: number;
+  /** How it was dealt with: cut off, or (when the file cannot be truncated) a newline added. */
+  action: "none" | "truncated" | "newline";
+}
+
+/**
+ * A file that does not end with a newline ends with a record whose write never finished (the
+ * process died mid-write, or stopped while the disk was full). It is cut off at the last
+ * newline, so the next record starts a line of its own and every line stays one whole record.
+ * Nothing is lost that anyone relied on: a record's reply is sent only after its last byte is
+ * written, so no client was told of that event. The fragment goes to the diagnostic log. Where
+ * the file cannot be truncated (e.g. `chattr +a`), a newline ends the fragment instead.
+ * Only regular files are looked at (not /dev/null, pipes or terminals).
+ */
+export function repairTornAuditFile(path: string): AuditFileRepair {
+  let file: Deno.FsFile;
+  try {
+    file = Deno.openSync(path, { read: true });
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return { fragmentBytes: 0, action: "none" };
+    throw error;
+  }
+  let keepBytes: number;
+  let size: number;
+  let fragment: Uint8Array;
+  try {
+    const info = file.statSync();
+    size = info.size;
+    if (!info.isFile || size === 0) return { fragmentBytes: 0, action: "none" };
+    // Read backwards until a newline: a fragment is at most one record long.
+    const step = 64 * 1024;
+    let end = size;
+    let tail: Uint8Array = new Uint8Array(0);
+    keepBytes = 0;
+    for (;;) {
+      const start = Math.max(0, end - step);
+      const piece = new Uint8Array(end - start);
+      file.seekSync(start, Deno.SeekMode.Start);
+      readFully(file, piece);
+      const newline = piece.lastIndexOf(0x0a);
+      if (newline !== -1) {
+        keepBytes = start + newline + 1;
+        tail = concatBytes(piece.subarray(newline + 1), tail);
+        break;
+      }
+      tail = concatBytes(piece, tail);
+      if (start === 0) break;
+      end = start;
+    }
+    fragment = tail;
+  } finally {
+    file.close();
+  }
+  if (keepBytes === size) return { fragmentBytes: 0, action: "none" };
+  const fragmentBytes = size - keepBytes;
+  const shown = new TextDecoder().decode(fragment.subarray(0, 512));
+  try {
+    Deno.truncateSync(path, keepBytes);
+    logger.warn("audit log ended in a torn record; cut it off at the last whole line", {
+      audit_log: path,
+      fragment_bytes: fragmentBytes,
+      fragment: shown,
+    });
+    return { fragmentBytes, action: "truncated" };
+  } catch (error) {
+    const appender = Deno.openSync(path, { append: true });
+    try {
+      appender.writeSync(new Uint8Array([0x0a]));
+    } finally {
+      appender.close();
+    }
+    logger.warn(
+      "audit log ended in a torn record and cannot be truncated; ended it with a newline",
+      {
+        audit_log: path,
+        fragment_bytes: fragmentBytes,
+        error: errorText(error),
+      },
+    );
+    return { fragmentBytes, action: "newline" };
+  }
+}
+
+function readFully(file: Deno.FsFile, into: Uint8Array): void {
+  let done = 0;
+  while (done < into.length) {
+    const n = file.readSync(into.subarray(done));
+    if (n === null || n === 0) throw new Error("audit log shrank while it was read");
+    done += n;
+  }
+}
+
+function concatBytes(a: Uint8Array, b: Uint8Array): Uint8Array {
+  if (b.length === 0) return a;
+  const out = new Uint8Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
+  return out;
 }

@@ -11,6 +11,7 @@
  */
 
 import { END_REASONS } from "../core/types.ts";
+import { AUDIT_LOSS_CAUSES } from "../log/audit.ts";
 import { formatWireCode, WIRE_CODES } from "../protocol/codes.ts";
 import type { ServerContext } from "../server.ts";
 import type { MetricFamily } from "./prometheus.ts";
@@ -102,6 +103,25 @@ export function collectMetrics({ server, runtime }: MetricsSource): MetricFamily
       stats.holdSecondsSum,
       stats.holdSecondsCount,
     ),
+    gauge(
+      "lockd_audit_backlog_records",
+      "Audit records not yet written (queued or in the write in flight).",
+      server.audit.pendingCount,
+    ),
+    counter(
+      "lockd_audit_write_failures_total",
+      "Failed audit writes: each error, and each write timeout a write stays pending.",
+      server.audit.writeFailures,
+    ),
+    {
+      name: "lockd_audit_records_lost_total",
+      help: "Audit records never written: dropped with the backlog full, or still pending at exit.",
+      type: "counter",
+      samples: AUDIT_LOSS_CAUSES.map((cause) => ({
+        labels: { cause },
+        value: server.audit.lostRecords[cause],
+      })),
+    },
     gauge(
       "process_resident_memory_bytes",
       "Resident memory size in bytes.",

@@ -24,6 +24,9 @@ export const EXPECTED_FAMILIES: readonly string[] = [
   "lockd_wait_seconds",
   "lockd_hold_seconds",
   "lockd_build_info",
+  "lockd_audit_backlog_records",
+  "lockd_audit_write_failures_total",
+  "lockd_audit_records_lost_total",
   // runtime
   "process_resident_memory_bytes",
   "process_start_time_seconds",
@@ -36,6 +39,7 @@ export const EXPECTED_FAMILIES: readonly string[] = [
 /** Label values that the kit relies on, by family and label name. */
 export const EXPECTED_LABEL_VALUES: Readonly<Record<string, Readonly<Record<string, string[]>>>> = {
   lockd_releases_total: { reason: ["graceful", "expired", "io_timeout", "force"] },
+  lockd_audit_records_lost_total: { cause: ["backlog_full", "exit"] },
 };
 
 /** Suffixes of the samples of a summary (and a histogram) that belong to the base family. */

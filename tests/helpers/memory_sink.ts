@@ -9,13 +9,15 @@ export class MemorySink implements AuditSink {
   failing = false;
   readonly #decoder = new TextDecoder();
 
-  writeSync(bytes: Uint8Array): number {
-    if (this.failing) throw new Error("No space left on device (os error 28)");
+  write(bytes: Uint8Array): Promise<number> {
+    if (this.failing) return Promise.reject(new Error("No space left on device (os error 28)"));
     const text = this.#decoder.decode(bytes);
-    if (!text.endsWith("\n")) throw new Error("an audit write must end with a whole line");
+    if (!text.endsWith("\n")) {
+      return Promise.reject(new Error("an audit write must end with a whole line"));
+    }
     this.lines.push(...text.slice(0, -1).split("\n"));
     this.writes++;
-    return bytes.length;
+    return Promise.resolve(bytes.length);
   }
 
   /** Parsed records, in order. */

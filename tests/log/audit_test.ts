@@ -1,13 +1,16 @@
 import assert from "node:assert/strict";
 import { connect, LockdError, type LockLostError } from "../../mod.ts";
-import { AUDIT_PENDING_RECORDS_MAX, AUDIT_RETRY_MS } from "../../src/limits.ts";
+import { ManualScheduler } from "../../src/clock.ts";
+import { AUDIT_RETRY_MS } from "../../src/limits.ts";
 import {
   AuditLog,
+  type AuditLogOptions,
   type AuditRecord,
   type AuditSink,
   formatAuditLine,
   openAuditSink,
 } from "../../src/log/audit.ts";
+import { captureDiagnosticLog } from "./capture.ts";
 import { ChaosProxy } from "../helpers/chaos_proxy.ts";
 import { MemorySink } from "../helpers/memory_sink.ts";
 import { RawClient } from "../helpers/raw_client.ts";
@@ -109,50 +112,189 @@ Deno.test("audit line: quotes, newlines and control characters in any field cann
   assert.equal(parsed.event, "acl_deny");
 });
 
+/** Lets every pending promise callback run (the sinks here resolve at once or when told). */
+const settle = () => new Promise((resolve) => setTimeout(resolve, 0));
+
 /** A sink that takes at most `chunk` bytes per write, like a pipe that is nearly full. */
 class TrickleSink implements AuditSink {
   readonly bytes: number[] = [];
   constructor(readonly chunk: number) {}
-  writeSync(bytes: Uint8Array): number {
+  write(bytes: Uint8Array): Promise<number> {
     const n = Math.min(this.chunk, bytes.length);
     this.bytes.push(...bytes.subarray(0, n));
-    return n;
+    return Promise.resolve(n);
   }
 }
 
-Deno.test("AuditLog: a sink that takes a few bytes per write still gets whole lines", () => {
+/**
+ * A sink whose writes complete only when the test says so: a pipe nobody reads, a disk that
+ * fills up half-way through a write.
+ */
+class GateSink implements AuditSink {
+  readonly pending: {
+    bytes: Uint8Array;
+    resolve: (n: number) => void;
+    reject: (error: Error) => void;
+  }[] = [];
+  /** Every byte the sink took, in order. */
+  readonly taken: number[] = [];
+  writes = 0;
+
+  write(bytes: Uint8Array): Promise<number> {
+    this.writes++;
+    const { promise, resolve, reject } = Promise.withResolvers<number>();
+    this.pending.push({ bytes: bytes.slice(), resolve, reject });
+    return promise;
+  }
+
+  /** Completes the oldest pending write, taking `n` of its bytes (all by default). */
+  complete(n?: number): Uint8Array {
+    const write = this.pending.shift()!;
+    const count = n ?? write.bytes.length;
+    this.taken.push(...write.bytes.subarray(0, count));
+    write.resolve(count);
+    return write.bytes;
+  }
+
+  /** Fails the oldest pending write. */
+  fail(message = "No space left on device (os error 28)"): void {
+    this.pending.shift()!.reject(new Error(message));
+  }
+
+  text(): string {
+    return new TextDecoder().decode(new Uint8Array(this.taken));
+  }
+}
+
+function manualLog(sink: AuditSink, options: Partial<AuditLogOptions> = {}) {
+  const scheduler = new ManualScheduler(WALL_MS);
+  const audit = new AuditLog(sink, {
+    scheduler,
+    writeTimeoutMs: 1_000,
+    retryMs: 500,
+    closeTimeoutMs: 2_000,
+    ...options,
+  });
+  const health: (string | null)[] = [];
+  audit.onHealthChange = (failure) => health.push(failure);
+  const written: string[] = [];
+  const append = (i: number, tag = String(i)) =>
+    audit.append(EXAMPLES[i % EXAMPLES.length][1], () => written.push(tag));
+  return { scheduler, audit, health, written, append };
+}
+
+Deno.test("AuditLog: a sink that takes a few bytes per write still gets whole lines", async () => {
   const sink = new TrickleSink(7);
-  const audit = new AuditLog(sink, () => WALL_MS);
-  for (const [, record] of EXAMPLES) audit.append(record);
+  const { audit, written, append } = manualLog(sink);
+  for (let i = 0; i < EXAMPLES.length; i++) append(i);
+  for (let i = 0; i < 200 && written.length < EXAMPLES.length; i++) await settle();
   const text = new TextDecoder().decode(new Uint8Array(sink.bytes));
   assert.deepEqual(
     text.trimEnd().split("\n").map((line) => JSON.parse(line).event),
     EXAMPLES.map(([, r]) => r.event),
   );
+  assert.deepEqual(written, ["0", "1", "2", "3", "4"]);
   assert.equal(audit.healthy, true);
 });
 
-Deno.test("AuditLog: a failing sink keeps records in order, defers their callbacks and reports health once each way", () => {
+Deno.test("AuditLog: the records of one turn go out in one write, and callbacks run only after it", async () => {
+  const sink = new GateSink();
+  const { audit, written, append } = manualLog(sink);
+  append(0);
+  append(1);
+  assert.equal(sink.writes, 0, "the write starts at the end of the turn");
+  await settle();
+  assert.equal(sink.writes, 1, "one write for the turn");
+  // Records appended while a write is in flight wait for it and go out together next.
+  append(2);
+  append(3);
+  await settle();
+  assert.equal(sink.writes, 1);
+  assert.deepEqual(written, [], "nothing is acknowledged before its write completes");
+  assert.equal(audit.pendingCount, 4);
+  assert.equal(new TextDecoder().decode(sink.complete()).split("\n").length, 3, "two lines");
+  await settle();
+  assert.deepEqual(written, ["0", "1"]);
+  assert.equal(sink.writes, 2);
+  sink.complete();
+  await settle();
+  assert.deepEqual(written, ["0", "1", "2", "3"]);
+  assert.equal(audit.pendingCount, 0);
+  assert.equal(audit.healthy, true, "a slow write within the timeout is healthy");
+});
+
+Deno.test("AuditLog: a write that never completes turns the log unhealthy after the write timeout, never blocks, and recovers when it completes", async () => {
+  const sink = new GateSink();
+  const { scheduler, audit, health, written, append } = manualLog(sink);
+  append(0);
+  await settle();
+  assert.equal(sink.pending.length, 1);
+  scheduler.advance(999);
+  assert.equal(audit.healthy, true);
+  assert.equal(audit.writeFailures, 0);
+  scheduler.advance(1);
+  assert.equal(audit.healthy, false);
+  assert.deepEqual(health, ["audit write did not complete within 1000 ms"]);
+  assert.equal(audit.writeFailures, 1);
+  // The event loop is free: more records queue behind the stuck write.
+  append(1);
+  append(2);
+  await settle();
+  assert.equal(sink.writes, 1, "no second write while one is pending");
+  assert.equal(audit.pendingCount, 3);
+  // Each further period it stays stuck counts as a failure (the alert's rate stays up).
+  scheduler.advance(5_000);
+  assert.equal(audit.writeFailures, 6);
+  assert.equal(health.length, 1, "reported once");
+  assert.deepEqual(written, []);
+
+  // The reader resumes.
+  sink.complete();
+  await settle();
+  assert.deepEqual(written, ["0"]);
+  assert.equal(audit.healthy, false, "unhealthy until the backlog is written");
+  assert.equal(sink.writes, 2, "the backlog goes out at once, in one write");
+  sink.complete();
+  await settle();
+  assert.deepEqual(written, ["0", "1", "2"]);
+  assert.equal(audit.healthy, true);
+  assert.deepEqual(health, ["audit write did not complete within 1000 ms", null]);
+  scheduler.advance(2_000);
+  assert.equal(scheduler.pendingTimers, 0, "no timer left once idle");
+  assert.deepEqual(
+    sink.text().trimEnd().split("\n").map((line) => JSON.parse(line).event),
+    ["acquire", "release", "force_release"],
+  );
+});
+
+Deno.test("AuditLog: a failing sink keeps records in order, retries on the scheduler, defers callbacks and reports health once each way", async () => {
   const sink = new MemorySink();
-  const audit = new AuditLog(sink, () => WALL_MS);
-  const health: (string | null)[] = [];
-  audit.onHealthChange = (failure) => health.push(failure);
-  const written: string[] = [];
-  audit.append(EXAMPLES[0][1], () => written.push("a"));
+  const { scheduler, audit, health, written, append } = manualLog(sink);
+  append(0, "a");
+  await settle();
   sink.failing = true;
-  audit.append(EXAMPLES[1][1], () => written.push("b"));
-  audit.append(EXAMPLES[2][1], () => written.push("c"));
+  append(1, "b");
+  append(2, "c");
+  await settle();
   assert.deepEqual(written, ["a"]);
   assert.equal(audit.healthy, false);
   assert.equal(audit.pendingCount, 2);
   assert.deepEqual(health, ["No space left on device (os error 28)"]);
-  assert.equal(audit.retry(), false, "still failing");
-  assert.deepEqual(health.length, 1);
+  assert.equal(audit.writeFailures, 1);
+  scheduler.advance(500);
+  await settle();
+  assert.equal(audit.writeFailures, 2, "retried after retryMs, still failing");
+  assert.equal(health.length, 1);
   sink.failing = false;
   // A record appended while a backlog exists waits behind it, even if the sink works now.
-  audit.append(EXAMPLES[3][1], () => written.push("d"));
+  append(3, "d");
+  await settle();
   assert.deepEqual(written, ["a"]);
-  assert.equal(audit.retry(), true);
+  scheduler.advance(499);
+  await settle();
+  assert.deepEqual(written, ["a"]);
+  scheduler.advance(1);
+  await settle();
   assert.deepEqual(written, ["a", "b", "c", "d"]);
   assert.deepEqual(sink.records().map((r) => r.event), [
     "acquire",
@@ -161,8 +303,110 @@ Deno.test("AuditLog: a failing sink keeps records in order, defers their callbac
     "kick_waiter",
   ]);
   assert.deepEqual(health, ["No space left on device (os error 28)", null]);
-  assert.equal(audit.retry(), true, "a retry with nothing pending changes nothing");
-  assert.equal(health.length, 2);
+  scheduler.advance(1_000);
+  assert.equal(scheduler.pendingTimers, 0);
+});
+
+Deno.test("AuditLog: a partial write is finished from the byte where it stopped, so no line is ever torn or doubled", async () => {
+  const sink = new GateSink();
+  const { scheduler, audit, health, written, append } = manualLog(sink);
+  append(0);
+  append(1);
+  await settle();
+  const first = sink.pending[0].bytes;
+  const firstLine = first.indexOf(0x0a) + 1;
+  // The disk fills up half-way through the second record...
+  const cut = firstLine + 40;
+  sink.complete(cut);
+  await settle();
+  assert.deepEqual(written, ["0"], "the whole first record is acknowledged, not the second");
+  assert.equal(sink.pending.length, 1, "the rest is written at once");
+  assert.deepEqual(sink.pending[0].bytes, first.subarray(cut));
+  // ...and the next write fails outright.
+  sink.fail();
+  await settle();
+  assert.equal(audit.healthy, false);
+  append(2);
+  scheduler.advance(500);
+  await settle();
+  // The retry continues the torn record exactly where it stopped.
+  assert.deepEqual(sink.pending[0].bytes, first.subarray(cut));
+  sink.complete(3);
+  await settle();
+  sink.complete();
+  await settle();
+  sink.complete();
+  await settle();
+  assert.deepEqual(written, ["0", "1", "2"]);
+  assert.deepEqual(health, ["No space left on device (os error 28)", null]);
+  const lines = sink.text().split("\n");
+  assert.equal(lines.pop(), "", "ends with a newline");
+  assert.deepEqual(lines.map((line) => JSON.parse(line).event), [
+    "acquire",
+    "release",
+    "force_release",
+  ]);
+});
+
+Deno.test("AuditLog: a full backlog drops further records and counts them, keeping memory bounded", async () => {
+  const sink = new GateSink();
+  const { audit, written, append } = manualLog(sink, { pendingRecordsMax: 10 });
+  for (let i = 0; i < 15; i++) append(i);
+  assert.equal(audit.pendingCount, 10);
+  assert.equal(audit.full, true);
+  assert.deepEqual(audit.lostRecords, { backlog_full: 5, exit: 0 });
+  await settle();
+  sink.complete();
+  await settle();
+  assert.equal(written.length, 10);
+  assert.equal(audit.pendingCount, 0);
+  // The byte bound holds too (records with long names are large).
+  const bytes = manualLog(new GateSink(), { pendingBytesMax: 1_000 });
+  for (let i = 0; i < 10; i++) bytes.append(i);
+  assert.ok(bytes.audit.pendingCount < 10);
+  assert.equal(bytes.audit.lostRecords.backlog_full, 10 - bytes.audit.pendingCount);
+});
+
+Deno.test("AuditLog.close writes the backlog within its bound, then counts and logs what is left as lost", async () => {
+  using captured = captureDiagnosticLog("info", "json");
+  // A sink that recovers before the bound: everything is written.
+  const recovering = new MemorySink();
+  const a = manualLog(recovering);
+  recovering.failing = true;
+  a.append(0);
+  a.append(1);
+  await settle();
+  const closingA = a.audit.close();
+  recovering.failing = false;
+  a.scheduler.advance(500);
+  await closingA;
+  assert.deepEqual(a.written, ["0", "1"]);
+  assert.deepEqual(a.audit.lostRecords, { backlog_full: 0, exit: 0 });
+  assert.equal(a.scheduler.pendingTimers, 0);
+
+  // A sink that never completes: after the bound the records are lost, counted and logged.
+  const stuck = new GateSink();
+  const b = manualLog(stuck);
+  for (let i = 0; i < 3; i++) b.append(i);
+  await settle();
+  const closingB = b.audit.close();
+  b.scheduler.advance(1_999);
+  await settle();
+  b.append(3); // appended during the close: still written if the sink comes back in time
+  assert.equal(b.audit.lostRecords.exit, 0);
+  b.scheduler.advance(1);
+  await closingB;
+  assert.deepEqual(b.audit.lostRecords, { backlog_full: 0, exit: 4 });
+  b.append(4);
+  assert.equal(b.audit.lostRecords.exit, 5, "a record after the close is lost and counted");
+  assert.equal(b.scheduler.pendingTimers, 0);
+  stuck.complete(); // a write completing after the close changes nothing
+  await settle();
+  assert.deepEqual(b.written, []);
+  const errors = captured.records().filter((r) => r.level === "ERROR");
+  assert.equal(errors.length, 1, JSON.stringify(captured.records()));
+  assert.match(String(errors[0].message), /audit log closed with records not written/);
+  assert.equal(errors[0].lost_records, 4);
 });
 
 Deno.test("openAuditSink appends to an existing file and never truncates it", async () => {
@@ -171,9 +415,9 @@ Deno.test("openAuditSink appends to an existing file and never truncates it", as
     const path = `${dir}/audit.jsonl`;
     await Deno.writeTextFile(path, '{"earlier":true}\n');
     for (const [, record] of EXAMPLES.slice(0, 2)) {
-      const audit = new AuditLog(openAuditSink(path), () => WALL_MS);
+      const audit = new AuditLog(openAuditSink(path), { wallMs: () => WALL_MS });
       audit.append(record);
-      audit.close();
+      await audit.close();
     }
     const lines = (await Deno.readTextFile(path)).trimEnd().split("\n");
     assert.deepEqual(lines.map((line) => JSON.parse(line).event ?? "earlier"), [
@@ -405,55 +649,4 @@ Deno.test("mixed traffic: every audit line parses and every token has one acquir
   // The queue waited: the second and third owners of mix/handoff report waiting.
   const handoffWaits = acquires.filter((r) => r.lock === "mix/handoff").map((r) => r.waited_ms);
   assert.equal(handoffWaits[0], 0);
-});
-
-Deno.test("batched audit writes: one write per turn, callbacks only after it, backlog kept in order", async () => {
-  const writes: string[] = [];
-  let failing = false;
-  const sink = {
-    writeSync(bytes: Uint8Array): number {
-      if (failing) throw new Error("EPIPE");
-      writes.push(new TextDecoder().decode(bytes));
-      return bytes.length;
-    },
-  };
-  const audit = new AuditLog(sink, () => WALL_MS, { batchWrites: true });
-  const written: string[] = [];
-  audit.append(EXAMPLES[0][1], () => written.push("a"));
-  audit.append(EXAMPLES[1][1], () => written.push("b"));
-  assert.equal(written.length, 0, "nothing is acknowledged before the write");
-  await Promise.resolve();
-  assert.equal(writes.length, 1, "one write for the turn");
-  assert.equal(writes[0].split("\n").filter((l) => l).length, 2);
-  assert.deepEqual(written, ["a", "b"]);
-  const health: (string | null)[] = [];
-  audit.onHealthChange = (failure) => health.push(failure);
-  failing = true;
-  audit.append(EXAMPLES[2][1], () => written.push("c"));
-  await Promise.resolve();
-  assert.equal(audit.healthy, false);
-  assert.deepEqual(health, ["EPIPE"]);
-  audit.append(EXAMPLES[3][1], () => written.push("d"));
-  failing = false;
-  assert.equal(audit.retry(), true);
-  assert.deepEqual(written, ["a", "b", "c", "d"]);
-  assert.deepEqual(health, ["EPIPE", null]);
-  assert.equal(writes.join("").split("\n").filter((l) => l).length, 4);
-});
-
-Deno.test("a full backlog drops further records and counts them, keeping memory bounded", () => {
-  let failing = true;
-  const sink = {
-    writeSync(bytes: Uint8Array): number {
-      if (failing) throw new Error("ENOSPC");
-      return bytes.length;
-    },
-  };
-  const audit = new AuditLog(sink, () => WALL_MS);
-  for (let i = 0; i < AUDIT_PENDING_RECORDS_MAX + 5; i++) audit.append(EXAMPLES[0][1]);
-  assert.equal(audit.pendingCount, AUDIT_PENDING_RECORDS_MAX);
-  assert.equal(audit.droppedRecords, 5);
-  failing = false;
-  assert.equal(audit.retry(), true);
-  assert.equal(audit.pendingCount, 0);
 });

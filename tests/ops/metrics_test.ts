@@ -57,6 +57,10 @@ function expected(changes: Record<string, number>, version: string): Record<stri
     "lockd_wait_seconds_count": 0,
     "lockd_hold_seconds_count": 0,
     [`lockd_build_info{version="${version}"}`]: 1,
+    "lockd_audit_backlog_records": 0,
+    "lockd_audit_write_failures_total": 0,
+    'lockd_audit_records_lost_total{cause="backlog_full"}': 0,
+    'lockd_audit_records_lost_total{cause="exit"}': 0,
   });
   for (const [key, value] of Object.entries(changes)) {
     assert.ok(key in base, `unknown sample ${key}`);
