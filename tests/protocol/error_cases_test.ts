@@ -433,6 +433,18 @@ Deno.test("the error case table has a scenario for every row and a row for every
   assert.deepEqual(rows.map((row) => row.case).sort(), Object.keys(scenarios).sort());
 });
 
+Deno.test("a client can tell a closing ERROR from the frame: request id 0 and not INVALID_ARGUMENT after HELLO", () => {
+  for (const row of rows) {
+    const beforeWelcome = /HELLO|first frame|with or without a session/.test(row.case);
+    if (row.connection === "closed") {
+      assert.equal(row.requestId, "0", row.case);
+      if (!beforeWelcome) assert.notEqual(row.code, "INVALID_ARGUMENT", row.case);
+    } else {
+      assert.ok(row.requestId !== "0" || row.code === "INVALID_ARGUMENT", row.case);
+    }
+  }
+});
+
 Deno.test("every wire code appears in the error case table", () => {
   const inTable = new Set(rows.map((row) => row.code));
   assert.deepEqual(Object.keys(WIRE_CODES).filter((code) => !inTable.has(code)), []);
@@ -505,4 +517,22 @@ Deno.test("QUEUED is sent once: the position is not updated as the queue moves",
   // C moved to position 1 but hears nothing until its own grant.
   await c.send({ type: "heartbeat", requestId: 2 });
   assert.deepEqual(await c.next(), { type: "heartbeat_ack", requestId: 2, renewed: 0 });
+});
+
+Deno.test("requests sent right behind HELLO, before WELCOME arrives, are served", async () => {
+  await using t = await server();
+  await using raw = await RawClient.connect(t.addr);
+  await raw.send(
+    { type: "hello", version: 1, clientName: "eager" },
+    { type: "acquire", requestId: 1, name: "eager", leaseMs: 0, waitMs: 0 },
+    { type: "heartbeat", requestId: 2 },
+  );
+  assert.equal((await raw.next())?.type, "welcome");
+  // Matched by request id: the ACK may come first (it needs no audit record).
+  const replies = [await raw.next(), await raw.next()];
+  const byId = new Map(
+    replies.map((reply) => [reply && "requestId" in reply ? reply.requestId : -1, reply]),
+  );
+  assert.equal(byId.get(1)?.type, "acquired");
+  assert.equal(byId.get(2)?.type, "heartbeat_ack");
 });

@@ -42,8 +42,6 @@ RECONNECT_BACKOFF_MS_MIN = 50
 RECONNECT_BACKOFF_MS_MAX = 5_000
 #: The server's shortest lease (leases are clamped to [50, leaseMaxMs]).
 LEASE_MS_MIN = 50
-#: Codes after which the server closes the connection when they come with request id 0.
-_CLOSING_CODES = frozenset({0x01, 0x02, 0x03, 0x09, 0x0A, 0x0B, 0x0D, 0x0E})
 
 logger = logging.getLogger("lockd")
 logger.addHandler(logging.NullHandler())  # the application decides where lockd's log goes
@@ -653,11 +651,13 @@ class Client:
 
     def _on_error(self, session: _Session, message: wire.Error) -> None:
         if message.request_id == 0:
-            if message.code in _CLOSING_CODES:
+            # After WELCOME, request id 0 closes the session unless it answers a request whose
+            # own id was 0 (INVALID_ARGUMENT), which this client never sends.
+            if message.code == InvalidArgumentError.code:
+                logger.warning("lockd server %s: %s", self.addr, message.message)
+            else:
                 logger.info("lockd server %s closes the session: %s", self.addr, message.message)
                 self._end_session(session, message.code)
-            else:
-                logger.warning("lockd server %s: %s", self.addr, message.message)
             return
         if message.code == LeaseExpiredError.code:
             lock = session.owned.get(message.request_id)

@@ -57,6 +57,20 @@ class RepliesByRequestId(unittest.IsolatedAsyncioTestCase):
                 self.assertEqual(owned.lost.reason, "disconnected")
 
 
+    async def test_request_id_0_closes_the_session_unless_it_is_invalid_argument(self) -> None:
+        def script(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
+            if isinstance(message, wire.Acquire):
+                send(grant(message))
+                send(wire.Error(0, 0x0B, "", "Request id 0 is reserved for the server"))
+
+        async with FakeServer(script) as fake:
+            async with lockd.connect(fake.addr, reconnect=False) as client:
+                lock = await client.acquire("kept", lease_ms=60_000)
+                await asyncio.sleep(0.05)
+                self.assertFalse(lock.lost.is_set())
+                self.assertTrue(client.connected)
+
+
 class LostReasons(unittest.IsolatedAsyncioTestCase):
     async def lost_reason(self, after_grant: list[wire.Message]) -> lockd.Lock:
         def script(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
