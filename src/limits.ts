@@ -94,6 +94,17 @@ export const AUDIT_WRITE_BYTES_MAX = 64 * 1024;
 /** At shutdown, how long the audit log keeps writing its backlog before counting the rest lost. */
 export const AUDIT_CLOSE_TIMEOUT_MS = 2_000;
 
-/** Client reconnect back-off bounds (with full jitter). */
+/**
+ * Client reconnect back-off with full jitter: attempt n waits random(0, min(MAX, MIN * 2^n)) ms,
+ * so clients cut off together come back spread out; n restarts at 0 only after a WELCOME.
+ */
 export const RECONNECT_BACKOFF_MS_MIN = 50;
 export const RECONNECT_BACKOFF_MS_MAX = 5_000;
+/** Client dial + TLS + HELLO/WELCOME bound (option `connectTimeoutMs`): a mute server cannot hang connect(). */
+export const CONNECT_TIMEOUT_MS_DEFAULT = 5_000;
+/**
+ * Floor of the client's safety margin before its local lease deadline (the margin is
+ * max(lease / 10, min(50 ms, lease / 4))): covers timer lateness and clock-rate drift; a quarter
+ * of the lease at most, so the 50 ms shortest lease keeps a usable deadline.
+ */
+export const LEASE_MARGIN_MS_MIN = 50;

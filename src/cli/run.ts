@@ -2,6 +2,7 @@ import { type Client, connect, type Lock } from "../client/client.ts";
 import { LockdError, LockLostError } from "../client/errors.ts";
 import { WIRE_CODES } from "../protocol/codes.ts";
 import { loadClientTls } from "../security/tls.ts";
+import { type ProcessGroup, spawnInGroup } from "./process_group.ts";
 import { FlagError, type FlagSpec, formatFlagHelp, parseFlags } from "./flags.ts";
 
 /** Exit status when `-wait` ran out before the lock was granted (EX_TEMPFAIL: try again later). */
@@ -33,7 +34,7 @@ export const RUN_FLAGS: readonly FlagSpec[] = [
   {
     name: "kill-grace",
     kind: "duration",
-    help: "after a lost lock, time between SIGTERM and SIGKILL",
+    help: "after a lost lock, time between SIGTERM and SIGKILL to the command's process group",
     defaultText: "5s",
   },
   { name: "ca", kind: "string", help: "CA certificate (PEM) of the server; turns TLS on" },
@@ -43,10 +44,13 @@ export const RUN_FLAGS: readonly FlagSpec[] = [
 
 export const RUN_USAGE = `Usage: lockd run NAME [flags] -- CMD [ARGS...]
 
-Waits for the lock NAME, runs CMD with LOCKD_LOCK and LOCKD_TOKEN in its
-environment, releases the lock when CMD exits and exits with CMD's status.
-If the lock is lost while CMD runs, CMD gets SIGTERM (then SIGKILL after
--kill-grace) and lockd run exits ${EXIT_LOCK_LOST}. If -wait runs out it exits ${EXIT_WAIT_TIMEOUT}.
+Waits for the lock NAME, runs CMD in its own process group with LOCKD_LOCK and
+LOCKD_TOKEN in its environment, releases the lock when CMD and every process it
+started in its group have exited, and exits with CMD's status. If the lock is
+lost (expired, force-released, session closed, or the lease could not be
+confirmed in time), the whole group gets SIGTERM, then SIGKILL after
+-kill-grace; once no process of the group is left, lockd run says why and exits
+${EXIT_LOCK_LOST}. If -wait runs out it exits ${EXIT_WAIT_TIMEOUT}; ${EXIT_ERROR} when the server cannot be reached.
 
 Flags:
 ${formatFlagHelp(RUN_FLAGS)}`;
@@ -117,56 +121,71 @@ export async function runCommand(
   }
 }
 
+/**
+ * Runs the command in its own process group while the lock is held. On a loss (any reason,
+ * the local lease deadline included) the whole group gets SIGTERM, then SIGKILL after
+ * `killGraceMs`; the loss is reported, and the status returned, only once every process of the
+ * group is gone. When the command exits by itself, processes it left running in its group
+ * (background jobs) keep the lock held until they exit too.
+ */
 async function runHolding(
   lock: Lock,
   command: string[],
   killGraceMs: number,
   io: RunIo,
 ): Promise<number> {
+  if (lock.lost.aborted) {
+    io.stderr(
+      `lockd run: ${(lock.lost.reason as LockLostError).message}; the command was not started`,
+    );
+    return EXIT_LOCK_LOST;
+  }
   let child: Deno.ChildProcess;
+  let group: ProcessGroup;
   try {
-    child = new Deno.Command(command[0], {
-      args: command.slice(1),
-      env: { LOCKD_LOCK: lock.name, LOCKD_TOKEN: String(lock.token) },
-      stdin: "inherit",
-      stdout: "inherit",
-      stderr: "inherit",
-    }).spawn();
+    ({ child, group } = spawnInGroup(command, {
+      LOCKD_LOCK: lock.name,
+      LOCKD_TOKEN: String(lock.token),
+    }));
   } catch (error) {
     await lock.release();
     io.stderr(`lockd run: cannot run "${command[0]}": ${(error as Error).message}`);
     return 127;
   }
   let killTimer: ReturnType<typeof setTimeout> | undefined;
+  let killed = false;
   const onLost = () => {
-    const reason = lock.lost.reason as LockLostError;
-    io.stderr(`lockd run: ${reason.message}; stopping the command`);
-    trySignal(child, "SIGTERM");
-    killTimer = setTimeout(() => trySignal(child, "SIGKILL"), killGraceMs);
+    group.signal("SIGTERM");
+    killTimer = setTimeout(() => {
+      killed = true;
+      group.signal("SIGKILL");
+    }, killGraceMs);
   };
   lock.lost.addEventListener("abort", onLost, { once: true });
-  // Forward the operator's Ctrl-C / SIGTERM to the command; the lock is released after it exits.
-  const forwarded: [Deno.Signal, () => void][] = (["SIGINT", "SIGTERM"] as const).map((
+  // Forward the operator's Ctrl-C / SIGTERM to the whole group; the lock is released after it.
+  const forwarded: [Deno.Signal, () => void][] = (["SIGINT", "SIGTERM", "SIGHUP"] as const).map((
     signal,
-  ) => [signal, () => trySignal(child, signal)]);
+  ) => [signal, () => group.signal(signal)]);
   for (const [signal, handler] of forwarded) Deno.addSignalListener(signal, handler);
   try {
     const status = await child.status;
-    if (lock.lost.aborted) return EXIT_LOCK_LOST;
+    await group.gone();
+    if (lock.lost.aborted) {
+      io.stderr(
+        `lockd run: ${
+          (lock.lost.reason as LockLostError).message
+        }; the command group was stopped (${
+          killed ? `SIGKILL after ${killGraceMs} ms` : "SIGTERM"
+        })`,
+      );
+      return EXIT_LOCK_LOST;
+    }
     return status.signal ? 128 + signalNumber(status.signal) : status.code;
   } finally {
     clearTimeout(killTimer);
     lock.lost.removeEventListener("abort", onLost);
     for (const [signal, handler] of forwarded) Deno.removeSignalListener(signal, handler);
     await lock.release().catch(() => {});
-  }
-}
-
-function trySignal(child: Deno.ChildProcess, signal: Deno.Signal): void {
-  try {
-    child.kill(signal);
-  } catch {
-    // already exited
   }
 }
 

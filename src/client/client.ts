@@ -1,142 +1,319 @@
-import { RECONNECT_BACKOFF_MS_MAX, RECONNECT_BACKOFF_MS_MIN } from "../limits.ts";
+/**
+ * The lockd client: requests matched to replies by request id, heartbeats, the local lease
+ * deadline of every owned lock, the client-side wait bound, and reconnects with full-jitter
+ * back-off. Every timer runs on an injected {@link Scheduler}; the network is behind one
+ * {@link Dial} (transport.ts), so the same code runs on Deno, Node and Bun.
+ *
+ * @module
+ */
+
+import { type Scheduler, systemScheduler, type Timer } from "../clock.ts";
+import { CONNECT_TIMEOUT_MS_DEFAULT } from "../limits.ts";
 import { WIRE_CODES } from "../protocol/codes.ts";
-import { type Message, WAIT_FOREVER } from "../protocol/messages.ts";
+import { type ErrorMessage, type ServerMessage, WAIT_FOREVER } from "../protocol/messages.ts";
 import { VERSION } from "../version.ts";
-import { type ClientTlsOptions, Connection } from "./connection.ts";
-import { ConnectionError, LockdError, LockLostError, type LostReason } from "./errors.ts";
+import { Connection } from "./connection.ts";
+import { ConnectionError, LockdError, type LostReason } from "./errors.ts";
+import { type Lock, LockHandle } from "./lock_handle.ts";
+import {
+  effectiveLeaseMs,
+  heartbeatIntervalMs,
+  localDeadlineMs,
+  reconnectDelayMs,
+} from "./timing.ts";
+import { type ClientTlsOptions, type Dial, dialNodeSocket } from "./transport.ts";
+
+export type { Lock } from "./lock_handle.ts";
 
 /** Options of {@link connect}. */
 export interface ConnectOptions {
   /** Server address, `host:port` (IPv6 as `[::1]:7400`). */
   addr: string;
-  /** Sent in HELLO; shows in the server's debug log. */
+  /** Sent in HELLO; shows in the server's debug log. Default `lockd-ts/<version>`. */
   clientName?: string;
   /** TLS (and mutual TLS with `cert` + `key`); plain TCP when absent. */
   tls?: ClientTlsOptions;
   /**
-   * Reconnect after the server closed the session (ERROR 0x02, shutdown, I/O
-   * timeout, network loss). Waiting claims rejoin the tail of the queue;
-   * owned locks report `lost`. Default true.
+   * Reconnect after the server closed the session (ERROR 0x02, shutdown, I/O timeout, network
+   * loss), with full-jitter exponential back-off: attempt n waits a random time between 0 and
+   * min(5000, 50 × 2^n) ms, and n goes back to 0 only after a WELCOME. Waiting claims rejoin
+   * the tail of their queues on the new session; owned locks report `lost`. Default true.
    */
   reconnect?: boolean;
+  /**
+   * Bound on dialling, the TLS handshake and HELLO/WELCOME, for `connect()` and for every
+   * reconnect attempt, in milliseconds. Default 5000.
+   */
+  connectTimeoutMs?: number;
+  /**
+   * Aborting it stops the client: a `connect()` in progress rejects with the signal's reason,
+   * a connected client closes as with `close()`, and no reconnect is attempted any more.
+   */
+  signal?: AbortSignal;
+  /**
+   * Testing hook: the clock and timers of the heartbeats, the lease deadlines, the wait bound,
+   * the reconnect back-off and the connect timeout. Default: the process clock with real
+   * timers. A test can pass a scheduler whose time it moves by hand.
+   */
+  scheduler?: Scheduler;
 }
 
 /** Options of {@link Client.acquire}. */
 export interface AcquireOptions {
-  /** Lease length; 0 or absent = the server's default. Heartbeats keep it alive. */
+  /** Lease in milliseconds; 0 or absent = the server's default. Heartbeats keep it alive. */
   leaseMs?: number;
-  /** How long to wait in the queue; absent = forever. */
+  /**
+   * How long to wait in the queue, in milliseconds; absent or `Infinity` = without bound.
+   * The bound holds on the client's clock: when it passes, `acquire` rejects with a
+   * {@link LockdError} WAIT_TIMEOUT (0x07) even if the server is slow to answer, and the
+   * claim is cancelled on the server. 0 is a try-lock (the server answers at once).
+   */
   waitMs?: number;
-  /** Aborting leaves the queue. */
+  /** Aborting it gives up the wait (rejecting with the signal's reason) and leaves the queue. */
   signal?: AbortSignal;
 }
 
-/** An owned lock. Release it, or `await using` it. */
-export interface Lock extends AsyncDisposable {
-  readonly name: string;
-  /** The fencing token: pass it to the guarded resource with every write. */
-  readonly token: number;
-  /** The effective lease (after the server's clamping). */
-  readonly leaseMs: number;
-  /** Aborted when ownership ends without `release()`; its reason is a {@link LockLostError}. */
-  readonly lost: AbortSignal;
-  /** Ends the ownership. Resolves quietly when the lock was already lost. */
-  release(): Promise<void>;
-}
-
-interface PendingAcquire {
-  name: string;
-  leaseMs: number;
-  /** Absolute deadline (performance.now() ms) or null for forever. */
-  deadlineMs: number | null;
-  requestId: number;
-  resolve(lock: Lock): void;
-  reject(error: unknown): void;
-  signal?: AbortSignal;
-  onAbort?: () => void;
-  /** The caller gave up; if a grant still arrives it is released at once. */
-  abandoned: boolean;
-}
-
-interface OwnedLock {
-  handle: LockHandle;
-  acquireRequestId: number;
+/** A session with a lockd server; create it with {@link connect}. */
+export interface Client extends AsyncDisposable {
+  /** The server's session id of the current connection (changes after a reconnect; 0 while reconnecting). */
+  readonly sessionId: number;
+  /** The server's version, from WELCOME ("" while reconnecting). */
+  readonly serverVersion: string;
+  /**
+   * Waits for the lock in its FIFO queue and resolves once it is owned. Rejects with a
+   * {@link LockdError} (e.g. WAIT_TIMEOUT when `waitMs` ran out, ACL_DENIED,
+   * DUPLICATE_CLAIM) or a {@link ConnectionError} (client closed, connection lost without
+   * reconnect).
+   */
+  acquire(name: string, options?: AcquireOptions): Promise<Lock>;
+  /** Takes the lock if it is free right now; resolves to null when it is held by someone. */
+  tryAcquire(name: string, options?: Omit<AcquireOptions, "waitMs">): Promise<Lock | null>;
+  /**
+   * Closes the session: the server releases the owned locks (their `lost` fires with reason
+   * `disconnected`) and pending acquires reject. Resolves once the socket is closed.
+   */
+  close(): Promise<void>;
 }
 
 /**
- * Connects to a lockd server.
+ * Connects to a lockd server and completes the handshake (within `connectTimeoutMs`).
  *
  * ```ts
- * await using client = await connect({ addr: "127.0.0.1:7400" });
- * await using lock = await client.acquire("jobs/nightly", { leaseMs: 10_000 });
- * await writeWithFence(lock.token);
+ * import { connect } from "./mod.ts";
+ *
+ * async function nightly(write: (token: number) => Promise<void>) {
+ *   await using client = await connect({ addr: "127.0.0.1:7400" });
+ *   await using lock = await client.acquire("jobs/nightly", { leaseMs: 10_000, waitMs: 30_000 });
+ *   lock.lost.throwIfAborted();
+ *   await write(lock.token); // the guarded resource checks the fencing token
+ * }
  * ```
  */
-export async function connect(options: ConnectOptions): Promise<Client> {
-  const connection = await Connection.open(
-    options.addr,
-    options.clientName ?? `lockd-ts/${VERSION}`,
-    options.tls,
-  );
-  return new Client(options, connection);
+export function connect(options: ConnectOptions): Promise<Client> {
+  return connectWith(options);
 }
 
-/** A session with a lockd server. Create with {@link connect}. */
-export class Client implements AsyncDisposable {
-  readonly #options: ConnectOptions;
-  #connection: Connection | null;
+/** Internals a test may replace: the transport and the source of jitter. */
+export interface ClientInternals {
+  dial?: Dial;
+  random?: () => number;
+}
+
+/** {@link connect} with replaceable internals (tests only; not exported by mod.ts). */
+export async function connectWith(
+  options: ConnectOptions,
+  internals: ClientInternals = {},
+): Promise<Client> {
+  const timeoutMs = options.connectTimeoutMs ?? CONNECT_TIMEOUT_MS_DEFAULT;
+  if (!(timeoutMs > 0 && timeoutMs <= 2 ** 31 - 1)) {
+    throw new RangeError(
+      `connectTimeoutMs must be a positive number of milliseconds: ${timeoutMs}`,
+    );
+  }
+  const scheduler = options.scheduler ?? systemScheduler;
+  const dial = internals.dial ?? dialNodeSocket;
+  const settings: Settings = {
+    addr: options.addr,
+    clientName: options.clientName ?? `lockd-ts/${VERSION}`,
+    tls: options.tls,
+    reconnect: options.reconnect ?? true,
+    timeoutMs,
+    signal: options.signal,
+    scheduler,
+    dial,
+    random: internals.random ?? Math.random,
+  };
+  const connection = await Connection.open({ ...settings, signal: options.signal });
+  return new LockdClient(settings, connection);
+}
+
+interface Settings {
+  readonly addr: string;
+  readonly clientName: string;
+  readonly tls?: ClientTlsOptions;
+  readonly reconnect: boolean;
+  readonly timeoutMs: number;
+  readonly signal?: AbortSignal;
+  readonly scheduler: Scheduler;
+  readonly dial: Dial;
+  readonly random: () => number;
+}
+
+/**
+ * An ACQUIRE the caller still waits for. Legal transitions: `unsent` (no connection) ↔ `sent`
+ * (a reconnect puts a sent claim back to `unsent`); `sent` → `abandoned` (the caller gave up:
+ * wait bound, abort; a grant that still arrives is released at once). Settled acquires leave
+ * the client's maps.
+ */
+interface PendingAcquire {
+  readonly name: string;
+  readonly requestedLeaseMs: number;
+  /** Client-clock end of the wait; null = no client-side bound (forever, or a try-lock). */
+  readonly waitEndMs: number | null;
+  /** waitMs for the wire: WAIT_FOREVER, 0 (try-lock) or the bound. */
+  readonly waitMs: number;
+  state: "unsent" | "sent" | "abandoned";
+  requestId: number;
+  sentAtMs: number;
+  readonly resolve: (lock: Lock) => void;
+  readonly reject: (error: unknown) => void;
+  readonly signal?: AbortSignal;
+  onAbort?: () => void;
+  waitTimer?: Timer;
+}
+
+interface PendingRelease {
+  readonly handle: LockHandle;
+  readonly resolve: () => void;
+  readonly reject: (error: unknown) => void;
+}
+
+/** What the client knows about its current connection; a reconnect starts a new one. */
+class Session {
+  readonly connection: Connection;
+  readonly ioTimeoutMs: number;
+  /** Send time of the newest HEARTBEAT whose HEARTBEAT_ACK has arrived. */
+  lastAckedHeartbeatSendMs = -Infinity;
+  /** Unanswered heartbeats, request id → send time, oldest first. */
+  readonly heartbeats = new Map<number, number>();
+  lastHeartbeatSentMs: number;
+  lastFrameAtMs: number;
+  heartbeatTimer: Timer | null = null;
+  heartbeatDueMs = Infinity;
+  deadlineTimer: Timer | null = null;
+  deadlineDueMs = Infinity;
+
+  constructor(connection: Connection, nowMs: number) {
+    this.connection = connection;
+    this.ioTimeoutMs = connection.welcome.ioTimeoutMs;
+    this.lastHeartbeatSentMs = nowMs;
+    this.lastFrameAtMs = nowMs;
+  }
+
+  cancelTimers(): void {
+    this.heartbeatTimer?.cancel();
+    this.heartbeatTimer = null;
+    this.heartbeatDueMs = Infinity;
+    this.deadlineTimer?.cancel();
+    this.deadlineTimer = null;
+    this.deadlineDueMs = Infinity;
+  }
+}
+
+class LockdClient implements Client {
+  readonly #settings: Settings;
+  readonly #scheduler: Scheduler;
+  #session: Session | null = null;
   #nextRequestId = 1;
+  /** Sent ACQUIREs of the current session by request id (abandoned ones included). */
   readonly #pending = new Map<number, PendingAcquire>();
-  readonly #owned = new Map<string, OwnedLock>();
-  readonly #releases = new Map<number, { resolve(): void; reject(error: unknown): void }>();
-  #heartbeatTimer: ReturnType<typeof setTimeout> | undefined;
-  #reconnectTimer: ReturnType<typeof setTimeout> | undefined;
-  #reconnectAttempt = 0;
-  #closed = false;
-  /** Acquires waiting for a (re)connection before they can be sent. */
+  /** ACQUIREs waiting for a connection. */
   readonly #unsent = new Set<PendingAcquire>();
+  /** Owned locks of the current session by the request id of their ACQUIRE. */
+  readonly #owned = new Map<number, LockHandle>();
+  readonly #releases = new Map<number, PendingRelease>();
+  #reconnectTimer: Timer | null = null;
+  #reconnectAttempt = 0;
+  #reconnecting: Promise<void> | null = null;
+  /** Aborted by close(): ends a reconnect attempt in progress. */
+  readonly #lifetime = new AbortController();
+  #closed = false;
+  /** The connection ended and `reconnect` is off: the client is of no more use. */
+  #failed = false;
+  #closing: Promise<void> | null = null;
+  readonly #onOuterAbort = () => void this.close();
 
-  /** @internal use {@link connect} */
-  constructor(options: ConnectOptions, connection: Connection) {
-    this.#options = options;
-    this.#connection = connection;
+  constructor(settings: Settings, connection: Connection) {
+    this.#settings = settings;
+    this.#scheduler = settings.scheduler;
+    settings.signal?.addEventListener("abort", this.#onOuterAbort, { once: true });
     this.#attach(connection);
+    if (settings.signal?.aborted) void this.close();
   }
 
-  /** The server's session id of the current connection (changes after a reconnect). */
   get sessionId(): number {
-    return this.#connection?.welcome.sessionId ?? 0;
+    return this.#session?.connection.welcome.sessionId ?? 0;
   }
 
-  /** The server's version string. */
   get serverVersion(): string {
-    return this.#connection?.welcome.serverVersion ?? "";
+    return this.#session?.connection.welcome.serverVersion ?? "";
   }
 
-  /** Waits for the lock and resolves once it is owned. */
   acquire(name: string, options: AcquireOptions = {}): Promise<Lock> {
     if (this.#closed) return Promise.reject(new ConnectionError("The client is closed"));
-    options.signal?.throwIfAborted();
+    if (this.#failed) {
+      return Promise.reject(new ConnectionError("The connection to the lockd server was lost"));
+    }
+    const leaseMs = options.leaseMs ?? 0;
+    if (!(Number.isInteger(leaseMs) && leaseMs >= 0 && leaseMs <= 0xffff_ffff)) {
+      return Promise.reject(new RangeError(`leaseMs must be a whole number of ms: ${leaseMs}`));
+    }
+    const waitMs = options.waitMs ?? Infinity;
+    if (!(waitMs >= 0)) {
+      return Promise.reject(new RangeError(`waitMs must be 0 or more: ${waitMs}`));
+    }
+    if (options.signal?.aborted) return Promise.reject(options.signal.reason);
+    const bounded = waitMs > 0 && Number.isFinite(waitMs);
     return new Promise<Lock>((resolve, reject) => {
       const pending: PendingAcquire = {
         name,
-        leaseMs: options.leaseMs ?? 0,
-        deadlineMs: options.waitMs === undefined ? null : performance.now() + options.waitMs,
+        requestedLeaseMs: leaseMs,
+        waitEndMs: bounded ? this.#scheduler.monotonicMs() + waitMs : null,
+        waitMs: waitMs === 0
+          ? 0
+          : bounded
+          ? Math.min(WAIT_FOREVER - 1, Math.ceil(waitMs))
+          : WAIT_FOREVER,
+        state: "unsent",
         requestId: 0,
+        sentAtMs: 0,
         resolve,
         reject,
         signal: options.signal,
-        abandoned: false,
       };
+      if (bounded) {
+        pending.waitTimer = this.#scheduler.setTimer(
+          () =>
+            this.#giveUp(
+              pending,
+              new LockdError(
+                WIRE_CODES.WAIT_TIMEOUT.code,
+                name,
+                `Cannot acquire lock "${name}": wait timed out after ${waitMs} ms`,
+              ),
+            ),
+          waitMs,
+        );
+      }
       if (options.signal) {
-        pending.onAbort = () => this.#abandon(pending, options.signal!.reason);
-        options.signal.addEventListener("abort", pending.onAbort, { once: true });
+        const signal = options.signal;
+        pending.onAbort = () => this.#giveUp(pending, signal.reason);
+        signal.addEventListener("abort", pending.onAbort, { once: true });
       }
       this.#sendAcquire(pending);
     });
   }
 
-  /** Takes the lock if it is free right now; null when it is held. */
   async tryAcquire(
     name: string,
     options: Omit<AcquireOptions, "waitMs"> = {},
@@ -149,271 +326,388 @@ export class Client implements AsyncDisposable {
     }
   }
 
-  /** Closes the session: owned locks are released by the server (graceful), waits are abandoned. */
   close(): Promise<void> {
-    if (this.#closed) return Promise.resolve();
+    if (this.#closing !== null) return this.#closing;
     this.#closed = true;
-    clearTimeout(this.#reconnectTimer);
-    clearTimeout(this.#heartbeatTimer);
-    const connection = this.#connection;
-    this.#connection = null;
-    connection?.close();
-    this.#failAll(new ConnectionError("The client is closed"), "disconnected");
-    return Promise.resolve();
+    this.#settings.signal?.removeEventListener("abort", this.#onOuterAbort);
+    this.#lifetime.abort(new ConnectionError("The client is closed"));
+    this.#reconnectTimer?.cancel();
+    this.#reconnectTimer = null;
+    const session = this.#session;
+    this.#session = null;
+    session?.cancelTimers();
+    session?.connection.close();
+    this.#endAll(new ConnectionError("The client is closed"), "disconnected");
+    this.#closing = Promise.all([session?.connection.socketClosed, this.#reconnecting]).then(
+      () => {},
+    );
+    return this.#closing;
   }
 
   [Symbol.asyncDispose](): Promise<void> {
     return this.close();
   }
 
-  // ---- internals ----------------------------------------------------------
+  // ---- connection life ------------------------------------------------------------------
 
   #attach(connection: Connection): void {
-    connection.onMessage = (message) => this.#onMessage(message);
-    connection.onClose = (code) => this.#onConnectionClosed(connection, code);
+    const session = new Session(connection, this.#scheduler.monotonicMs());
+    this.#session = session;
+    connection.onMessage = (message) => this.#onMessage(session, message);
+    connection.onClose = (closingError) => this.#onConnectionClosed(session, closingError);
     connection.start();
-    this.#scheduleHeartbeat();
+    if (this.#session !== session) return; // closed while delivering what came with WELCOME
     const unsent = [...this.#unsent];
     this.#unsent.clear();
     for (const pending of unsent) this.#sendAcquire(pending);
+    this.#armHeartbeat();
   }
 
-  #sendAcquire(pending: PendingAcquire): void {
-    const connection = this.#connection;
-    if (connection === null || connection.closed) {
-      // Reconnecting: sent when the new session is up (a bound that ran out meanwhile
-      // becomes a try-lock, waitMs 0).
+  #onConnectionClosed(session: Session, closingError: ErrorMessage | null): void {
+    if (this.#session !== session) return;
+    this.#expireOverdue(this.#scheduler.monotonicMs());
+    this.#session = null;
+    session.cancelTimers();
+    const reason: LostReason = closingError?.code === WIRE_CODES.CLOSED_BY_ADMIN.code
+      ? "force"
+      : closingError?.code === WIRE_CODES.IO_TIMEOUT.code
+      ? "io_timeout"
+      : "disconnected";
+    this.#endOwnerships(reason);
+    const waiting = [...this.#pending.values()];
+    this.#pending.clear();
+    if (!this.#settings.reconnect) {
+      this.#failed = true;
+      for (const pending of [...waiting, ...this.#unsent]) {
+        if (pending.state !== "abandoned") {
+          this.#settle(pending);
+          pending.reject(new ConnectionError("The connection to the lockd server was lost"));
+        }
+      }
+      this.#unsent.clear();
+      return;
+    }
+    // Waiting claims rejoin the tail of their queues on the next session.
+    for (const pending of waiting) {
+      if (pending.state === "abandoned") continue;
+      pending.state = "unsent";
       pending.requestId = 0;
+      this.#unsent.add(pending);
+    }
+    this.#scheduleReconnect();
+  }
+
+  #scheduleReconnect(): void {
+    const delayMs = reconnectDelayMs(this.#reconnectAttempt, this.#settings.random);
+    this.#reconnectAttempt++;
+    this.#reconnectTimer = this.#scheduler.setTimer(() => {
+      this.#reconnectTimer = null;
+      this.#reconnecting = this.#reconnect().finally(() => this.#reconnecting = null);
+    }, delayMs);
+  }
+
+  async #reconnect(): Promise<void> {
+    if (this.#closed) return;
+    let connection: Connection;
+    try {
+      connection = await Connection.open({ ...this.#settings, signal: this.#lifetime.signal });
+    } catch {
+      if (!this.#closed) this.#scheduleReconnect();
+      return;
+    }
+    if (this.#closed) {
+      connection.close();
+      await connection.socketClosed;
+      return;
+    }
+    this.#reconnectAttempt = 0; // only a WELCOME resets the back-off
+    this.#attach(connection);
+  }
+
+  // ---- requests ---------------------------------------------------------------------------
+
+  #sendAcquire(pending: PendingAcquire): void {
+    const session = this.#session;
+    if (session === null) {
+      pending.state = "unsent";
       this.#unsent.add(pending);
       return;
     }
-    let waitMs = WAIT_FOREVER;
-    if (pending.deadlineMs !== null) {
-      waitMs = Math.max(
-        0,
-        Math.min(WAIT_FOREVER - 1, Math.round(pending.deadlineMs - performance.now())),
-      );
+    const nowMs = this.#scheduler.monotonicMs();
+    let waitMs = pending.waitMs;
+    if (pending.waitEndMs !== null) {
+      waitMs = Math.max(0, Math.min(WAIT_FOREVER - 1, Math.ceil(pending.waitEndMs - nowMs)));
     }
+    pending.state = "sent";
     pending.requestId = this.#nextRequestId++;
+    pending.sentAtMs = nowMs;
     this.#pending.set(pending.requestId, pending);
-    connection.send({
+    session.connection.send({
       type: "acquire",
       requestId: pending.requestId,
       name: pending.name,
-      leaseMs: pending.leaseMs,
+      leaseMs: pending.requestedLeaseMs,
       waitMs,
+    });
+    this.#armHeartbeat();
+  }
+
+  /** The caller stops waiting (wait bound, abort); a queued claim is cancelled on the server. */
+  #giveUp(pending: PendingAcquire, error: unknown): void {
+    if (pending.state === "abandoned") return;
+    this.#settle(pending);
+    if (pending.state === "unsent") {
+      this.#unsent.delete(pending);
+    } else if (this.#pending.get(pending.requestId) === pending) {
+      // Kept until the server's own answer: a grant that crossed the cancel is released then.
+      pending.state = "abandoned";
+      this.#sendUntracked({ type: "release", name: pending.name, token: 0 });
+    }
+    pending.reject(error);
+  }
+
+  /** Stops the wait timer and the abort listener of an acquire that is being settled. */
+  #settle(pending: PendingAcquire): void {
+    pending.waitTimer?.cancel();
+    if (pending.onAbort) pending.signal?.removeEventListener("abort", pending.onAbort);
+  }
+
+  #release(handle: LockHandle): Promise<void> {
+    const session = this.#session;
+    if (session === null || this.#owned.get(handle.acquireRequestId) !== handle) {
+      handle.markReleased();
+      return Promise.resolve();
+    }
+    return new Promise<void>((resolve, reject) => {
+      const requestId = this.#nextRequestId++;
+      this.#releases.set(requestId, { handle, resolve, reject });
+      session.connection.send({
+        type: "release",
+        requestId,
+        name: handle.name,
+        token: handle.token,
+      });
     });
   }
 
-  #abandon(pending: PendingAcquire, reason: unknown): void {
-    if (pending.abandoned) return;
-    pending.abandoned = true;
-    this.#unsent.delete(pending);
-    pending.reject(reason);
-    if (pending.requestId !== 0 && this.#connection && !this.#connection.closed) {
-      // Cancel the queued claim; a grant racing with this is released when it arrives.
-      this.#connection.send({
-        type: "release",
-        requestId: this.#nextRequestId++,
-        name: pending.name,
-        token: 0,
-      });
-    }
+  /** A request whose reply nobody waits for (its request id is not tracked, so it is ignored). */
+  #sendUntracked(request: { type: "release"; name: string; token: number }): void {
+    this.#session?.connection.send({ ...request, requestId: this.#nextRequestId++ });
   }
 
-  #onMessage(message: Message): void {
+  // ---- replies ----------------------------------------------------------------------------
+
+  #onMessage(session: Session, message: ServerMessage): void {
+    if (this.#session !== session) return;
+    const nowMs = this.#scheduler.monotonicMs();
+    session.lastFrameAtMs = nowMs;
+    // A deadline that has passed is final, whatever this frame says.
+    this.#expireOverdue(nowMs);
     switch (message.type) {
-      case "acquired": {
-        const pending = this.#pending.get(message.requestId);
-        if (pending === undefined) return;
-        this.#pending.delete(message.requestId);
-        this.#detachSignal(pending);
-        const handle = new LockHandle(this, message.name, message.token, message.leaseMs);
-        this.#owned.set(message.name, { handle, acquireRequestId: message.requestId });
-        this.#scheduleHeartbeat();
-        if (pending.abandoned) handle.release().catch(() => {});
-        else pending.resolve(handle);
-        return;
-      }
+      case "acquired":
+        this.#onAcquired(message.requestId, message.name, message.token, message.leaseMs);
+        break;
       case "released": {
         const release = this.#releases.get(message.requestId);
+        if (release === undefined) break;
         this.#releases.delete(message.requestId);
-        release?.resolve();
-        return;
+        this.#owned.delete(release.handle.acquireRequestId);
+        release.handle.markReleased();
+        release.resolve();
+        break;
       }
+      case "heartbeat_ack":
+        this.#onHeartbeatAck(session, message.requestId);
+        break;
       case "error":
-        this.#onError(message.requestId, message.code, message.name, message.message);
-        return;
+        this.#onError(message);
+        break;
+      case "queued":
+        break; // the position is informative only
       default:
-        // QUEUED and HEARTBEAT_ACK need no action.
-        return;
+        break; // the connection lets only server replies through
     }
+    this.#armDeadline();
   }
 
-  #onError(requestId: number, code: number, name: string, text: string): void {
-    if (requestId === 0) return; // session-level: the connection is about to close
+  #onAcquired(requestId: number, name: string, token: number, leaseMs: number): void {
+    const pending = this.#pending.get(requestId);
+    if (pending === undefined) return;
+    this.#pending.delete(requestId);
+    if (pending.state === "abandoned") {
+      this.#sendUntracked({ type: "release", name, token });
+      return;
+    }
+    this.#settle(pending);
+    const handle = new LockHandle(
+      { name, token, leaseMs, acquireRequestId: requestId, acquireSentAtMs: pending.sentAtMs },
+      (h) => this.#release(h),
+    );
+    this.#owned.set(requestId, handle);
+    // A grant whose lease cannot be confirmed any more (heartbeats unanswered for too long)
+    // arrives already lost.
+    this.#expireOverdue(this.#scheduler.monotonicMs());
+    this.#armHeartbeat();
+    pending.resolve(handle);
+  }
+
+  #onHeartbeatAck(session: Session, requestId: number): void {
+    const sentAtMs = session.heartbeats.get(requestId);
+    if (sentAtMs === undefined) return;
+    // Replies come in order: an ACK also answers every older heartbeat.
+    for (const [id] of session.heartbeats) {
+      session.heartbeats.delete(id);
+      if (id === requestId) break;
+    }
+    session.lastAckedHeartbeatSendMs = Math.max(session.lastAckedHeartbeatSendMs, sentAtMs);
+  }
+
+  #onError(error: ErrorMessage): void {
+    const { requestId, code } = error;
     if (code === WIRE_CODES.LEASE_EXPIRED.code) {
-      const owned = this.#owned.get(name);
-      if (owned && owned.acquireRequestId === requestId) {
-        this.#owned.delete(name);
-        owned.handle.markLost("expired");
-      }
+      const handle = this.#owned.get(requestId);
+      if (handle !== undefined) this.#endOwnership(handle, "expired");
       return;
     }
     const pending = this.#pending.get(requestId);
     if (pending !== undefined) {
       this.#pending.delete(requestId);
-      this.#detachSignal(pending);
-      if (!pending.abandoned) pending.reject(new LockdError(code, name, text));
+      if (pending.state === "abandoned") return;
+      this.#settle(pending);
+      pending.reject(new LockdError(code, error.name, error.message));
       return;
     }
     const release = this.#releases.get(requestId);
     if (release !== undefined) {
       this.#releases.delete(requestId);
-      release.reject(new LockdError(code, name, text));
+      this.#owned.delete(release.handle.acquireRequestId);
+      release.handle.markReleased();
+      release.reject(new LockdError(code, error.name, error.message));
     }
   }
 
-  /** @internal used by LockHandle */
-  releaseLock(handle: LockHandle): Promise<void> {
-    const owned = this.#owned.get(handle.name);
-    if (owned === undefined || owned.handle !== handle) return Promise.resolve();
-    this.#owned.delete(handle.name);
-    const connection = this.#connection;
-    if (connection === null || connection.closed) return Promise.resolve();
-    return new Promise<void>((resolve, reject) => {
-      const requestId = this.#nextRequestId++;
-      this.#releases.set(requestId, { resolve, reject });
-      connection.send({ type: "release", requestId, name: handle.name, token: handle.token });
-    });
+  // ---- ownerships and deadlines -----------------------------------------------------------
+
+  #deadlineOf(session: Session, handle: LockHandle): number {
+    const confirmedSendMs = Math.max(handle.acquireSentAtMs, session.lastAckedHeartbeatSendMs);
+    return localDeadlineMs(confirmedSendMs, handle.leaseMs, session.ioTimeoutMs);
   }
 
-  #onConnectionClosed(connection: Connection, lastErrorCode: number | null): void {
-    if (this.#connection !== connection) return;
-    this.#connection = null;
-    clearTimeout(this.#heartbeatTimer);
-    const reason: LostReason = lastErrorCode === WIRE_CODES.CLOSED_BY_ADMIN.code
-      ? "force"
-      : lastErrorCode === WIRE_CODES.IO_TIMEOUT.code
-      ? "io_timeout"
-      : "disconnected";
-    for (const [name, owned] of this.#owned) {
-      this.#owned.delete(name);
-      owned.handle.markLost(reason);
+  /** Ends every ownership whose local deadline has passed (reason `lease_unconfirmed`). */
+  #expireOverdue(nowMs: number): void {
+    const session = this.#session;
+    if (session === null) return;
+    for (const handle of this.#owned.values()) {
+      if (nowMs >= this.#deadlineOf(session, handle)) {
+        this.#endOwnership(handle, "lease_unconfirmed");
+      }
     }
+  }
+
+  /**
+   * The ownership is over for this client: `lost` fires (a held lock) or `release()` resolves
+   * (a lock being released). After a local deadline the server may still think it owned, so
+   * it is released there too.
+   */
+  #endOwnership(handle: LockHandle, reason: LostReason): void {
+    this.#owned.delete(handle.acquireRequestId);
     for (const [requestId, release] of this.#releases) {
+      if (release.handle !== handle) continue;
       this.#releases.delete(requestId);
+      handle.markReleased();
+      release.resolve();
+    }
+    if (handle.markLost(reason) && reason === "lease_unconfirmed") {
+      this.#sendUntracked({ type: "release", name: handle.name, token: handle.token });
+    }
+  }
+
+  #endOwnerships(reason: LostReason): void {
+    for (const handle of [...this.#owned.values()]) this.#endOwnership(handle, reason);
+    for (const release of this.#releases.values()) {
+      release.handle.markReleased();
       release.resolve(); // the session is gone, so is the ownership
     }
-    if (this.#closed) return;
-    if (this.#options.reconnect === false) {
-      this.#failAll(new ConnectionError("The connection to the lockd server was lost"), reason);
-      return;
-    }
-    // Waiting claims rejoin the tail of the queue on the new session.
-    const waiting = [...this.#pending.values()];
-    this.#pending.clear();
-    for (const pending of waiting) this.#sendAcquire(pending);
-    this.#scheduleReconnect();
-  }
-
-  #scheduleReconnect(): void {
-    const capMs = Math.min(
-      RECONNECT_BACKOFF_MS_MAX,
-      RECONNECT_BACKOFF_MS_MIN * 2 ** Math.min(this.#reconnectAttempt, 16),
-    );
-    this.#reconnectAttempt++;
-    const delayMs = RECONNECT_BACKOFF_MS_MIN / 2 + Math.random() * capMs; // full jitter
-    this.#reconnectTimer = setTimeout(async () => {
-      this.#reconnectTimer = undefined;
-      if (this.#closed) return;
-      try {
-        const connection = await Connection.open(
-          this.#options.addr,
-          this.#options.clientName ?? `lockd-ts/${VERSION}`,
-          this.#options.tls,
-        );
-        if (this.#closed) {
-          connection.close();
-          return;
-        }
-        this.#reconnectAttempt = 0;
-        this.#connection = connection;
-        this.#attach(connection);
-      } catch {
-        if (!this.#closed) this.#scheduleReconnect();
-      }
-    }, delayMs);
-  }
-
-  #failAll(error: Error, reason: LostReason): void {
-    for (const pending of [...this.#pending.values(), ...this.#unsent]) {
-      this.#detachSignal(pending);
-      if (!pending.abandoned) pending.reject(error);
-    }
-    this.#pending.clear();
-    this.#unsent.clear();
-    for (const [name, owned] of this.#owned) {
-      this.#owned.delete(name);
-      owned.handle.markLost(reason);
-    }
-    for (const release of this.#releases.values()) release.resolve();
     this.#releases.clear();
   }
 
-  #detachSignal(pending: PendingAcquire): void {
-    if (pending.onAbort) pending.signal?.removeEventListener("abort", pending.onAbort);
-  }
-
-  /** One timer: heartbeats well inside the shortest lease and the I/O timeout. */
-  #scheduleHeartbeat(): void {
-    const connection = this.#connection;
-    if (connection === null || this.#closed) return;
-    let intervalMs = connection.welcome.ioTimeoutMs / 3;
-    for (const owned of this.#owned.values()) {
-      intervalMs = Math.min(intervalMs, owned.handle.leaseMs / 3);
+  /** One timer at the earliest local deadline of the session's ownerships. */
+  #armDeadline(): void {
+    const session = this.#session;
+    if (session === null) return;
+    let dueMs = Infinity;
+    for (const handle of this.#owned.values()) {
+      dueMs = Math.min(dueMs, this.#deadlineOf(session, handle));
     }
-    clearTimeout(this.#heartbeatTimer);
-    this.#heartbeatTimer = setTimeout(() => {
-      this.#heartbeatTimer = undefined;
-      if (this.#connection !== connection || connection.closed) return;
-      connection.send({ type: "heartbeat", requestId: this.#nextRequestId++ });
-      this.#scheduleHeartbeat();
-    }, Math.max(10, intervalMs));
-  }
-}
-
-class LockHandle implements Lock {
-  readonly name: string;
-  readonly token: number;
-  readonly leaseMs: number;
-  readonly #client: Client;
-  readonly #lost = new AbortController();
-  #released = false;
-
-  constructor(client: Client, name: string, token: number, leaseMs: number) {
-    this.#client = client;
-    this.name = name;
-    this.token = token;
-    this.leaseMs = leaseMs;
+    if (dueMs === session.deadlineDueMs) return;
+    session.deadlineTimer?.cancel();
+    session.deadlineTimer = null;
+    session.deadlineDueMs = dueMs;
+    if (dueMs === Infinity) return;
+    session.deadlineTimer = this.#scheduler.setTimer(() => {
+      session.deadlineTimer = null;
+      session.deadlineDueMs = Infinity;
+      if (this.#session !== session) return;
+      this.#expireOverdue(this.#scheduler.monotonicMs());
+      this.#armDeadline();
+    }, dueMs - this.#scheduler.monotonicMs());
   }
 
-  get lost(): AbortSignal {
-    return this.#lost.signal;
+  // ---- heartbeats -------------------------------------------------------------------------
+
+  /** Leases the session owns or waits for (each sets an upper bound on the heartbeat period). */
+  *#leasesInPlay(session: Session): Iterable<number> {
+    for (const handle of this.#owned.values()) yield handle.leaseMs;
+    for (const pending of this.#pending.values()) {
+      yield effectiveLeaseMs(pending.requestedLeaseMs, session.connection.welcome);
+    }
   }
 
-  release(): Promise<void> {
-    if (this.#released || this.#lost.signal.aborted) return Promise.resolve();
-    this.#released = true;
-    return this.#client.releaseLock(this);
+  #armHeartbeat(): void {
+    const session = this.#session;
+    if (session === null) return;
+    const intervalMs = heartbeatIntervalMs(session.ioTimeoutMs, this.#leasesInPlay(session));
+    const dueMs = session.lastHeartbeatSentMs + intervalMs;
+    if (session.heartbeatTimer !== null && session.heartbeatDueMs <= dueMs) return;
+    session.heartbeatTimer?.cancel();
+    session.heartbeatDueMs = dueMs;
+    session.heartbeatTimer = this.#scheduler.setTimer(
+      () => this.#heartbeat(session),
+      dueMs - this.#scheduler.monotonicMs(),
+    );
   }
 
-  markLost(reason: LostReason): void {
-    if (this.#released || this.#lost.signal.aborted) return;
-    this.#lost.abort(new LockLostError(this.name, this.token, reason));
+  #heartbeat(session: Session): void {
+    session.heartbeatTimer = null;
+    session.heartbeatDueMs = Infinity;
+    if (this.#session !== session) return;
+    const nowMs = this.#scheduler.monotonicMs();
+    // A connection that answered nothing for the I/O timeout is dead (a stalled path, a
+    // vanished server): the server would have closed a session as silent as that.
+    const oldest = session.heartbeats.values().next();
+    if (
+      !oldest.done && nowMs - oldest.value >= session.ioTimeoutMs &&
+      nowMs - session.lastFrameAtMs >= session.ioTimeoutMs
+    ) {
+      session.connection.close();
+      return;
+    }
+    const requestId = this.#nextRequestId++;
+    session.heartbeats.set(requestId, nowMs);
+    session.lastHeartbeatSentMs = nowMs;
+    session.connection.send({ type: "heartbeat", requestId });
+    this.#armHeartbeat();
   }
 
-  [Symbol.asyncDispose](): Promise<void> {
-    return this.release();
+  /** close(): everything still waiting rejects; owned locks are lost. */
+  #endAll(error: Error, reason: LostReason): void {
+    for (const pending of [...this.#pending.values(), ...this.#unsent]) {
+      if (pending.state === "abandoned") continue;
+      this.#settle(pending);
+      pending.reject(error);
+    }
+    this.#pending.clear();
+    this.#unsent.clear();
+    this.#endOwnerships(reason);
   }
 }

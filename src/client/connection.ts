@@ -1,180 +1,271 @@
+/**
+ * One connection to a lockd server: dial, HELLO/WELCOME within a time bound, then frames in
+ * both directions. It knows the wire, not locks: the client (client.ts) decides what frames
+ * mean.
+ *
+ * @module
+ */
+
+import type { Scheduler } from "../clock.ts";
 import { parseHostPort } from "../host_port.ts";
-import { READ_BUFFER_BYTES } from "../limits.ts";
+import { ProtocolError, wireCodeInfo } from "../protocol/codes.ts";
 import { FrameWriter } from "../protocol/frame.ts";
 import { FrameReader } from "../protocol/frame_reader.ts";
 import {
   type ClientMessage,
-  type Message,
+  type ErrorMessage,
   PROTOCOL_VERSION,
+  type ServerMessage,
   type Welcome,
 } from "../protocol/messages.ts";
 import { ConnectionError, LockdError } from "./errors.ts";
+import type { ClientSocket, ClientTlsOptions, Dial } from "./transport.ts";
 
-/** TLS settings of a client: PEM text, not paths (the CLI reads the files). */
-export interface ClientTlsOptions {
-  /** CA certificates (PEM) that sign the server certificate; system roots when absent. */
-  ca?: string;
-  /** Client certificate (PEM) for mutual TLS. */
-  cert?: string;
-  /** Client private key (PEM) for mutual TLS. */
-  key?: string;
-  /** Server name to verify; defaults to the host of `addr`. */
-  serverName?: string;
+export type { ClientTlsOptions } from "./transport.ts";
+
+/** How to open a connection. */
+export interface ConnectionOptions {
+  readonly addr: string;
+  readonly clientName: string;
+  readonly tls?: ClientTlsOptions;
+  /** Bound on dial + TLS + HELLO/WELCOME. */
+  readonly timeoutMs: number;
+  /** Aborting it abandons the attempt (rejects with its reason). */
+  readonly signal?: AbortSignal;
+  readonly scheduler: Scheduler;
+  readonly dial: Dial;
 }
 
 /**
- * One connection to a lockd server: dials, says HELLO, then reads frames
- * and hands them to `onMessage`. Writes are coalesced: every frame sent in
- * one turn of the event loop goes out in one write.
+ * Legal transitions: `handshaking` → `open` (WELCOME) → `closed`; `handshaking` → `closed`
+ * (error, timeout, abort). Once `closed`, nothing more is delivered.
+ */
+type ConnectionState = "handshaking" | "open" | "closed";
+
+/**
+ * A connection after its WELCOME. Frames sent in one turn of the event loop go out in one
+ * write. An ERROR that ends the session (request id 0, or a code that closes the connection)
+ * is the last frame delivered: whatever follows it on the wire is ignored.
  */
 export class Connection {
-  readonly welcome: Welcome;
-  readonly #conn: Deno.Conn;
-  readonly #reader: FrameReader;
+  #welcome: Welcome | undefined;
+  #state: ConnectionState = "handshaking";
+  /** False until `start()`: frames wait in the reader so none is lost between WELCOME and wiring. */
+  #started = false;
+  #socket: ClientSocket | null = null;
+  readonly #reader = new FrameReader();
   readonly #writer = new FrameWriter({ initialBytes: 256 });
   #flushScheduled = false;
-  #writing = false;
-  #closed = false;
-  onMessage: (message: Message) => void = () => {};
-  /** Called once when the connection ends, with the server's last ERROR code if it sent one. */
-  onClose: (lastErrorCode: number | null) => void = () => {};
-  #lastErrorCode: number | null = null;
+  #closingError: ErrorMessage | null = null;
+  #onHandshake: ((error: Error | null) => void) | null = null;
+  readonly #socketClosed: Promise<void>;
+  #resolveSocketClosed: () => void = () => {};
 
-  private constructor(conn: Deno.Conn, reader: FrameReader, welcome: Welcome) {
-    this.#conn = conn;
-    this.#reader = reader;
-    this.welcome = welcome;
+  /** Every server frame after WELCOME, in order, up to and including a session-ending ERROR. */
+  onMessage: (message: ServerMessage) => void = () => {};
+  /** Called once when the connection ends, with the ERROR that ended it, if the server sent one. */
+  onClose: (closingError: ErrorMessage | null) => void = () => {};
+
+  private constructor() {
+    this.#socketClosed = new Promise((resolve) => this.#resolveSocketClosed = resolve);
   }
 
-  /** Dials `addr` and completes the handshake. */
-  static async open(addr: string, clientName: string, tls?: ClientTlsOptions): Promise<Connection> {
-    const at = parseHostPort(addr);
-    let conn: Deno.Conn;
-    try {
-      if (tls) {
-        conn = await Deno.connectTls({
-          hostname: at.hostname,
-          port: at.port,
-          caCerts: tls.ca ? [tls.ca] : undefined,
-          cert: tls.cert,
-          key: tls.key,
-          serverName: tls.serverName,
-        } as Deno.ConnectTlsOptions);
-      } else {
-        const tcp = await Deno.connect({ hostname: at.hostname, port: at.port });
-        tcp.setNoDelay(true);
-        conn = tcp;
-      }
-    } catch (error) {
-      throw new ConnectionError(`Cannot connect to lockd at ${addr}: ${messageOf(error)}`, {
-        cause: error,
-      });
-    }
-    const reader = new FrameReader();
-    try {
-      const hello = new FrameWriter();
-      hello.push({ type: "hello", version: PROTOCOL_VERSION, clientName });
-      await writeAll(conn, hello.take());
-      const buffer = new Uint8Array(READ_BUFFER_BYTES);
-      for (;;) {
-        const message = reader.next();
-        if (message !== null) {
-          if (message.type === "welcome") return new Connection(conn, reader, message);
-          if (message.type === "error") {
-            throw new LockdError(message.code, message.name, message.message);
-          }
-          throw new ConnectionError(`Unexpected ${message.type} before WELCOME`);
+  /** Dials and completes the handshake within `options.timeoutMs`. */
+  static open(options: ConnectionOptions): Promise<Connection> {
+    const target = parseHostPort(options.addr);
+    const connection = new Connection();
+    return new Promise<Connection>((resolve, reject) => {
+      const attempt = new AbortController();
+      const onOuterAbort = () => attempt.abort(options.signal!.reason);
+      const timer = options.scheduler.setTimer(
+        () =>
+          attempt.abort(
+            new ConnectionError(
+              `Cannot connect to lockd at ${options.addr}: no WELCOME within ${options.timeoutMs} ms`,
+            ),
+          ),
+        options.timeoutMs,
+      );
+      let settled = false;
+      const settle = (error: Error | null) => {
+        if (settled) return;
+        settled = true;
+        timer.cancel();
+        options.signal?.removeEventListener("abort", onOuterAbort);
+        attempt.signal.removeEventListener("abort", onAttemptAbort);
+        connection.#onHandshake = null;
+        if (error === null) {
+          connection.#state = "open";
+          resolve(connection);
+        } else {
+          connection.#shut();
+          reject(error);
         }
-        const n = await conn.read(buffer);
-        if (n === null) throw new ConnectionError(`lockd at ${addr} closed the connection`);
-        reader.push(buffer.subarray(0, n));
-      }
-    } catch (error) {
-      try {
-        conn.close();
-      } catch {
-        // already closed
-      }
-      if (error instanceof LockdError || error instanceof ConnectionError) throw error;
-      throw new ConnectionError(`Handshake with lockd at ${addr} failed: ${messageOf(error)}`, {
-        cause: error,
-      });
-    }
+      };
+      const onAttemptAbort = () => settle(attempt.signal.reason);
+      connection.#onHandshake = settle;
+      attempt.signal.addEventListener("abort", onAttemptAbort, { once: true });
+      if (options.signal?.aborted) attempt.abort(options.signal.reason);
+      else options.signal?.addEventListener("abort", onOuterAbort, { once: true });
+      if (settled) return;
+      options.dial(
+        { hostname: target.hostname, port: target.port, tls: options.tls },
+        {
+          onData: (bytes) => connection.#onData(bytes),
+          onClose: () => connection.#onSocketClosed(),
+        },
+        attempt.signal,
+      ).then(
+        (socket) => {
+          if (settled) {
+            socket.close();
+            return;
+          }
+          connection.#socket = socket;
+          const hello = new FrameWriter();
+          hello.push({ type: "hello", version: PROTOCOL_VERSION, clientName: options.clientName });
+          socket.write(hello.take());
+        },
+        (error) =>
+          settle(
+            new ConnectionError(`Cannot connect to lockd at ${options.addr}: ${messageOf(error)}`, {
+              cause: error,
+            }),
+          ),
+      );
+    });
   }
 
+  /** The server's WELCOME. */
+  get welcome(): Welcome {
+    return this.#welcome!;
+  }
+
+  /** True once the connection has ended (nothing more is sent or delivered). */
   get closed(): boolean {
-    return this.#closed;
+    return this.#state === "closed";
   }
 
-  /** Starts the read loop; call once after wiring the callbacks. */
+  /** Resolves once the socket is closed at the operating-system level. */
+  get socketClosed(): Promise<void> {
+    return this.#socketClosed;
+  }
+
+  /** Starts delivering frames (those that came with WELCOME first); call once after wiring. */
   start(): void {
-    // Frames that arrived together with WELCOME.
+    this.#started = true;
     this.#drain();
-    this.#readLoop();
+    if (this.#state === "closed") this.onClose(this.#closingError);
   }
 
+  /** Queues a frame; every frame queued in this turn goes out in one write. */
   send(message: ClientMessage): void {
-    if (this.#closed) return;
+    if (this.#state !== "open") return;
     this.#writer.push(message);
-    if (!this.#flushScheduled && !this.#writing) {
+    if (!this.#flushScheduled) {
       this.#flushScheduled = true;
       queueMicrotask(() => this.#flush());
     }
   }
 
+  /** Closes the connection; `onClose` runs at once (not again later). */
   close(): void {
-    if (this.#closed) return;
-    this.#closed = true;
-    try {
-      this.#conn.close();
-    } catch {
-      // already closed
-    }
-    this.onClose(this.#lastErrorCode);
+    if (this.#state === "closed") return;
+    this.#shut();
+    if (this.#started) this.onClose(this.#closingError);
   }
 
-  async #readLoop(): Promise<void> {
-    const buffer = new Uint8Array(READ_BUFFER_BYTES);
-    try {
-      while (!this.#closed) {
-        const n = await this.#conn.read(buffer);
-        if (n === null) break;
-        this.#reader.push(buffer.subarray(0, n));
-        this.#drain();
-      }
-    } catch {
-      // reset or closed locally: either way the connection is over
+  #shut(): void {
+    this.#state = "closed";
+    if (this.#socket === null) this.#resolveSocketClosed();
+    else this.#socket.close();
+  }
+
+  #onSocketClosed(): void {
+    this.#resolveSocketClosed();
+    if (this.#state === "handshaking") {
+      this.#onHandshake?.(new ConnectionError("lockd closed the connection during the handshake"));
+      return;
     }
     this.close();
   }
 
+  #onData(bytes: Uint8Array): void {
+    if (this.#state === "closed") return;
+    this.#reader.push(bytes);
+    if (this.#state === "handshaking") this.#handshakeStep();
+    if (this.#state === "open" && this.#started) this.#drain();
+  }
+
+  #handshakeStep(): void {
+    let message;
+    try {
+      message = this.#reader.next();
+    } catch (error) {
+      this.#onHandshake?.(new ConnectionError(`lockd sent a malformed frame: ${messageOf(error)}`));
+      return;
+    }
+    if (message === null) return;
+    if (message.type === "welcome") {
+      this.#welcome = message;
+      this.#onHandshake?.(null);
+    } else if (message.type === "error") {
+      this.#onHandshake?.(new LockdError(message.code, message.name, message.message));
+    } else {
+      this.#onHandshake?.(new ConnectionError(`lockd sent ${message.type} before WELCOME`));
+    }
+  }
+
   #drain(): void {
-    for (;;) {
-      const message = this.#reader.next();
+    while (this.#state === "open") {
+      let message;
+      try {
+        message = this.#reader.next();
+      } catch (error) {
+        if (!(error instanceof ProtocolError)) throw error;
+        this.close(); // a server that sends garbage: the session cannot be trusted
+        return;
+      }
       if (message === null) return;
-      if (message.type === "error" && message.requestId === 0) this.#lastErrorCode = message.code;
+      if (!isServerReply(message)) {
+        this.close(); // WELCOME again or a client-side type: a protocol violation
+        return;
+      }
+      if (message.type === "error" && endsSession(message)) {
+        this.#closingError = message;
+        this.close();
+        return;
+      }
       this.onMessage(message);
     }
   }
 
-  async #flush(): Promise<void> {
+  #flush(): void {
     this.#flushScheduled = false;
-    this.#writing = true;
-    try {
-      while (this.#writer.byteLength > 0 && !this.#closed) {
-        await writeAll(this.#conn, this.#writer.take());
-      }
-    } catch {
-      this.close();
-    } finally {
-      this.#writing = false;
-    }
+    if (this.#state !== "open" || this.#writer.byteLength === 0) return;
+    this.#socket!.write(this.#writer.take());
   }
 }
 
-async function writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
-  let offset = 0;
-  while (offset < bytes.length) offset += await conn.write(bytes.subarray(offset));
+function isServerReply(message: { type: string }): message is ServerMessage {
+  switch (message.type) {
+    case "queued":
+    case "acquired":
+    case "released":
+    case "heartbeat_ack":
+    case "error":
+      return true;
+    default:
+      return false;
+  }
+}
+
+/**
+ * An ERROR ends the session when the server sends it on its own (request id 0: this client
+ * never uses id 0) or when its code closes the connection.
+ */
+function endsSession(error: ErrorMessage): boolean {
+  return error.requestId === 0 || wireCodeInfo(error.code).closes;
 }
 
 function messageOf(error: unknown): string {

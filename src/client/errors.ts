@@ -11,6 +11,7 @@ export class LockdError extends Error {
   /** The lock the error is about ("" when none). */
   readonly lockName: string;
 
+  /** Builds the error for wire code `code` (its name and retryability come from the code table). */
   constructor(code: number, lockName: string, message: string) {
     super(message);
     const info = wireCodeInfo(code);
@@ -22,15 +23,27 @@ export class LockdError extends Error {
   }
 }
 
-/** Why an owned lock was lost. */
-export type LostReason = "expired" | "force" | "io_timeout" | "disconnected";
+/**
+ * Why an owned lock was lost (the same strings in every lockd client):
+ * - `expired`: the server ended the ownership because its lease ran out (ERROR 0x05).
+ * - `force`: an operator force-released it, or removed a waiter of the same session (0x02).
+ * - `io_timeout`: the server timed the session out (0x0e).
+ * - `disconnected`: the connection ended (network, server shutdown, the client was closed).
+ * - `lease_unconfirmed`: no heartbeat was acknowledged in time to be sure the lease still
+ *   runs (the local lease deadline passed); the server may already have given the lock away.
+ */
+export type LostReason = "expired" | "force" | "io_timeout" | "disconnected" | "lease_unconfirmed";
 
 /** The reason of `lock.lost` once it is aborted. */
 export class LockLostError extends Error {
+  /** Why the ownership ended. */
   readonly reason: LostReason;
+  /** The lock that was lost. */
   readonly lockName: string;
+  /** The fencing token of the lost ownership. */
   readonly token: number;
 
+  /** Builds the error; the client creates these, applications only read them. */
   constructor(lockName: string, token: number, reason: LostReason) {
     super(`Lost lock "${lockName}" (token ${token}): ${describeLoss(reason)}`);
     this.name = "LockLostError";
@@ -40,8 +53,9 @@ export class LockLostError extends Error {
   }
 }
 
-/** The client was closed, or could not connect. */
+/** The client was closed, could not connect in time, or lost its connection for good. */
 export class ConnectionError extends Error {
+  /** Builds the error; `options.cause` keeps the underlying failure. */
   constructor(message: string, options?: ErrorOptions) {
     super(message, options);
     this.name = "ConnectionError";
@@ -58,5 +72,7 @@ function describeLoss(reason: LostReason): string {
       return "the server timed the session out";
     case "disconnected":
       return "the connection to the server was lost";
+    case "lease_unconfirmed":
+      return "no heartbeat was acknowledged in time to be sure the lease still runs";
   }
 }

@@ -3,7 +3,8 @@ import { fileURLToPath } from "node:url";
 import { connect } from "../../mod.ts";
 import { EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT } from "../../src/cli/run.ts";
 import { certPath, keyPath, serverTlsConfig } from "../fixtures/tls/certs.ts";
-import { startTestServer } from "../helpers/start_server.ts";
+import { ChaosProxy } from "../helpers/chaos_proxy.ts";
+import { eventually, startTestServer } from "../helpers/start_server.ts";
 
 const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
 
@@ -96,4 +97,178 @@ Deno.test("lockd run speaks mutual TLS with -ca -cert -key and the identity show
   assert.equal(output.code, 0, new TextDecoder().decode(output.stderr));
   const acquire = t.audit.records().find((r) => r.event === "acquire");
   assert.equal(acquire?.identity, "spiffe://example.org/worker");
+});
+
+// ---- the command's process group --------------------------------------------------------
+
+/** Force-releases `name` through the admin API, as an operator would. */
+async function forceRelease(t: { server: { adminAddr: string | null } }, name: string) {
+  const response = await fetch(
+    `http://${t.server.adminAddr}/api/locks/${encodeURIComponent(name)}/release`,
+    { method: "POST" },
+  );
+  assert.equal(response.status, 200, await response.text());
+}
+
+/** Whether `pid` is a live process (a zombie is not: it cannot run or write). */
+function processAlive(pid: number): boolean {
+  try {
+    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+    return !/^[ZX]/.test(stat.slice(stat.lastIndexOf(")") + 2));
+  } catch {
+    return false;
+  }
+}
+
+async function waitForFile(path: string, check: (text: string) => boolean): Promise<string> {
+  const deadline = performance.now() + 10_000;
+  for (;;) {
+    const text = await Deno.readTextFile(path).catch(() => "");
+    if (check(text)) return text;
+    assert.ok(performance.now() < deadline, `${path} never got there: ${JSON.stringify(text)}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+Deno.test("after a loss, lockd run stops the background grandchild too: nothing writes once it has reported the loss", async () => {
+  await using t = await startTestServer({ adminListen: "127.0.0.1:0" });
+  const dir = await Deno.makeTempDir();
+  try {
+    const out = `${dir}/writes`;
+    const pidFile = `${dir}/grandchild.pid`;
+    // The README's shape: work in the background, the foreground sleeps.
+    const grandchild =
+      `echo $$ > ${pidFile}; while :; do echo "$LOCKD_TOKEN" >> ${out}; sleep 0.01; done`;
+    const run = lockdRun([
+      "x",
+      "-addr",
+      t.addr,
+      "--",
+      "sh",
+      "-c",
+      `sh -c '${grandchild}' & sleep 30`,
+    ]);
+    await waitForFile(out, (text) => text.split("\n").length > 3);
+    await forceRelease(t, "x");
+    const output = await run.output();
+    const reportedAt = (await Deno.stat(out)).size;
+    assert.equal(output.code, EXIT_LOCK_LOST);
+    assert.match(
+      new TextDecoder().decode(output.stderr),
+      /an operator force-released it; the command group was stopped \(SIGTERM\)/,
+    );
+    const pid = Number((await Deno.readTextFile(pidFile)).trim());
+    assert.equal(processAlive(pid), false, "the grandchild is gone when lockd run exits");
+    await new Promise((resolve) => setTimeout(resolve, 100)); // ten write periods
+    assert.equal((await Deno.stat(out)).size, reportedAt, "no write after the report");
+    const tokens = new Set((await Deno.readTextFile(out)).trim().split("\n"));
+    assert.equal(tokens.size, 1, "every write carried the one token");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a group that ignores SIGTERM gets SIGKILL after -kill-grace; lockd run waits for it and never exits 0 after a loss", async () => {
+  await using t = await startTestServer({ adminListen: "127.0.0.1:0" });
+  const dir = await Deno.makeTempDir();
+  try {
+    const out = `${dir}/writes`;
+    // The grandchild ignores SIGTERM; the command itself exits 0 on SIGTERM.
+    const grandchild = `trap "" TERM; while :; do echo w >> ${out}; sleep 0.01; done`;
+    const run = lockdRun([
+      "x",
+      "-addr",
+      t.addr,
+      "-kill-grace",
+      "300ms",
+      "--",
+      "sh",
+      "-c",
+      `sh -c '${grandchild}' & trap "exit 0" TERM; while :; do sleep 0.05; done`,
+    ]);
+    await waitForFile(out, (text) => text.length > 0);
+    const lostAt = performance.now();
+    await forceRelease(t, "x");
+    const output = await run.output();
+    const exitedAt = performance.now();
+    const size = (await Deno.stat(out)).size;
+    assert.equal(output.code, EXIT_LOCK_LOST, new TextDecoder().decode(output.stderr));
+    assert.match(new TextDecoder().decode(output.stderr), /stopped \(SIGKILL after 300 ms\)/);
+    assert.ok(exitedAt - lostAt >= 300, "waited for the SIGKILL");
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.equal((await Deno.stat(out)).size, size, "no write after lockd run exited");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("background processes the command leaves in its group keep the lock until they exit", async () => {
+  await using t = await startTestServer();
+  const dir = await Deno.makeTempDir();
+  try {
+    const out = `${dir}/writes`;
+    const run = lockdRun([
+      "x",
+      "-addr",
+      t.addr,
+      "--",
+      "sh",
+      "-c",
+      `(sleep 0.3; echo "late $LOCKD_TOKEN" >> ${out}) & exit 3`,
+    ]);
+    const output = await run.output();
+    assert.equal(output.code, 3, new TextDecoder().decode(output.stderr));
+    assert.match(await Deno.readTextFile(out), /^late \d+\n$/, "written before lockd run exited");
+    await using other = await connect({ addr: t.addr });
+    const next = await other.acquire("x");
+    const [, token] = (await Deno.readTextFile(out)).trim().split(" ");
+    assert.ok(next.token > Number(token));
+    await next.release();
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("over a stalled path, lockd run stops its command group before the next owner's command starts", async () => {
+  await using t = await startTestServer();
+  await using proxy = new ChaosProxy(t.addr);
+  const dir = await Deno.makeTempDir();
+  try {
+    const out = `${dir}/writes`;
+    const first = lockdRun([
+      "x",
+      "-addr",
+      proxy.addr,
+      "-lease",
+      "2s",
+      "--",
+      "sh",
+      "-c",
+      `sh -c 'while :; do echo "A $LOCKD_TOKEN" >> ${out}; sleep 0.01; done' & sleep 60`,
+    ]);
+    await waitForFile(out, (text) => text.startsWith("A "));
+    const second = lockdRun([
+      "x",
+      "-addr",
+      t.addr,
+      "--",
+      "sh",
+      "-c",
+      `echo "B $LOCKD_TOKEN" >> ${out}`,
+    ]);
+    await eventually(() => t.server.context.engine.getLock("x")?.waiters.length === 1, "queued");
+    proxy.hold(); // no FIN, no RST: the first holder's heartbeats and acks just stop
+    const [a, b] = await Promise.all([first.output(), second.output()]);
+    await proxy.resume();
+    assert.equal(a.code, EXIT_LOCK_LOST, new TextDecoder().decode(a.stderr));
+    assert.match(new TextDecoder().decode(a.stderr), /no heartbeat was acknowledged in time/);
+    assert.equal(b.code, 0, new TextDecoder().decode(b.stderr));
+    const lines = (await Deno.readTextFile(out)).trim().split("\n");
+    const firstB = lines.findIndex((line) => line.startsWith("B "));
+    assert.equal(firstB, lines.length - 1, "B's write comes after every A write");
+    assert.ok(lines.slice(0, firstB).every((line) => line.startsWith("A ")));
+    assert.ok(Number(lines[firstB].split(" ")[1]) > Number(lines[0].split(" ")[1]));
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });

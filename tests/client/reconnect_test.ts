@@ -58,8 +58,9 @@ Deno.test("closing the client rejects pending acquires and reports owned locks l
   const owned = await b.acquire("y");
   const waiting = b.acquire("x");
   await eventually(() => t.server.context.engine.getLock("x")!.waiters.length === 1, "b queued");
+  const rejected = assert.rejects(waiting, /The client is closed/);
   await b.close();
-  await assert.rejects(waiting, /The client is closed/);
+  await rejected;
   assert.equal((owned.lost.reason as LockLostError).reason, "disconnected");
   await eventually(() => t.server.context.engine.getLock("y") === undefined, "y released");
 });

@@ -2,7 +2,9 @@ import { formatHostPort, parseHostPort } from "../../src/host_port.ts";
 
 /**
  * A TCP proxy on loopback port 0 that can misbehave like a real middlebox:
- * stall one direction (bytes are swallowed), or cut every connection.
+ * stall one direction (bytes are swallowed), hold both directions without
+ * closing (bytes are kept and delivered late on `resume()`), or cut every
+ * connection.
  */
 export class ChaosProxy implements AsyncDisposable {
   readonly addr: string;
@@ -10,6 +12,10 @@ export class ChaosProxy implements AsyncDisposable {
   stallUpstream = false;
   /** When true, server → client bytes are dropped. */
   stallDownstream = false;
+  /** Monotonic time (performance.now()) of the last `hold()`, or null. */
+  heldSinceMs: number | null = null;
+  /** Bytes kept while held, per direction of each connection, in order. */
+  readonly #held = new Map<Deno.Conn, Uint8Array[]>();
   readonly #listener: Deno.TcpListener;
   readonly #conns = new Set<Deno.Conn>();
   readonly #pumps = new Set<Promise<void>>();
@@ -35,6 +41,32 @@ export class ChaosProxy implements AsyncDisposable {
         }
       }
     })();
+  }
+
+  /**
+   * Stops forwarding in both directions without closing anything: what arrives is kept, as a
+   * stalled path would keep it in flight. `resume()` delivers it, late, in order.
+   */
+  hold(): void {
+    this.heldSinceMs ??= performance.now();
+  }
+
+  /** Delivers what was kept while held and forwards again. */
+  async resume(): Promise<void> {
+    this.heldSinceMs = null;
+    const writes = [...this.#held].map(async ([to, chunks]) => {
+      try {
+        // Bytes that arrive meanwhile join `chunks`, so the order holds.
+        while (chunks.length > 0) {
+          await writeAll(to, chunks[0]);
+          chunks.shift();
+        }
+      } catch {
+        // the connection was cut meanwhile
+      }
+      this.#held.delete(to);
+    });
+    await Promise.all(writes);
   }
 
   /** Closes every proxied connection in both directions. */
@@ -68,8 +100,14 @@ export class ChaosProxy implements AsyncDisposable {
         const n = await from.read(buffer);
         if (n === null) break;
         if (stalled()) continue;
-        let offset = 0;
-        while (offset < n) offset += await to.write(buffer.subarray(offset, n));
+        const pending = this.#held.get(to);
+        if (this.heldSinceMs !== null || pending !== undefined) {
+          // Held, or still delivering what was held: keep the order.
+          if (pending === undefined) this.#held.set(to, [buffer.slice(0, n)]);
+          else pending.push(buffer.slice(0, n));
+          continue;
+        }
+        await writeAll(to, buffer.subarray(0, n));
       }
     } catch {
       // a cut or a reset ends the pump
@@ -84,4 +122,9 @@ export class ChaosProxy implements AsyncDisposable {
       }
     }
   }
+}
+
+async function writeAll(to: Deno.Conn, bytes: Uint8Array): Promise<void> {
+  let offset = 0;
+  while (offset < bytes.length) offset += await to.write(bytes.subarray(offset));
 }

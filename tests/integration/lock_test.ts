@@ -68,7 +68,8 @@ for (const transport of TRANSPORTS) {
     const nextLock = await next;
     assert.ok(nextLock.token > lock.token);
     const reason = await lost;
-    assert.equal(reason.reason, "expired");
+    // The holder's local lease deadline passes before the server's lease ends.
+    assert.equal(reason.reason, "lease_unconfirmed");
     await nextLock.release();
   });
 
@@ -87,7 +88,11 @@ for (const transport of TRANSPORTS) {
       return true;
     });
     assert.ok(performance.now() - started >= 95);
-    assert.deepEqual(t.server.context.engine.getLock("x")?.waiters, []);
+    // The client's own bound rejected; its cancel (RELEASE token 0) follows on the wire.
+    await eventually(
+      () => t.server.context.engine.getLock("x")?.waiters.length === 0,
+      "the claim left the queue",
+    );
     await lock.release();
     const free = await b.tryAcquire("x");
     assert.ok(free !== null && free.token > lock.token);
