@@ -44,6 +44,7 @@ export class ManualClock implements Clock {
 
 /** A pending timer of a {@link Scheduler}; `cancel()` may be called any number of times. */
 export interface Timer {
+  /** Stops the timer if it has not run yet. */
   cancel(): void;
 }
 

@@ -99,8 +99,6 @@ export interface Client extends AsyncDisposable {
  * Connects to a lockd server and completes the handshake (within `connectTimeoutMs`).
  *
  * ```ts
- * import { connect } from "./mod.ts";
- *
  * async function nightly(write: (token: number) => Promise<void>) {
  *   await using client = await connect({ addr: "127.0.0.1:7400" });
  *   await using lock = await client.acquire("jobs/nightly", { leaseMs: 10_000, waitMs: 30_000 });

@@ -3,9 +3,11 @@
  *
  * The default, {@link dialNodeSocket}, uses `node:net` and `node:tls`, which Deno, Node and
  * Bun all implement, so the client runs unchanged on each of them (no `Deno.*` call anywhere
- * in the client). In Deno, `node:net` costs the client about what `Deno.connect` does (figures
- * in docs/architecture.md), and `node:tls` speaks mutual TLS with PEM text. Tests put an
- * in-memory {@link Dial} here to drive the client with manual time.
+ * in the client). Measured in Deno 2.9 against a lockd server, the client's CPU per HEARTBEAT
+ * round trip was the same with `node:net` as with `Deno.connect` within the run-to-run noise
+ * (17-44 µs one at a time, 0.3-1.0 µs pipelined 64 deep, for both), and `node:tls` speaks
+ * mutual TLS with PEM text. Tests put an in-memory {@link Dial} here to drive the client with
+ * manual time.
  *
  * @module
  */

@@ -4,9 +4,13 @@
  * produced by some case.
  */
 
+/** One wire ERROR code: its number, name, meaning and how a client should treat it. */
 export interface WireCodeInfo {
+  /** The byte on the wire, e.g. 0x07. */
   readonly code: number;
+  /** The code's name, e.g. "WAIT_TIMEOUT". */
   readonly name: string;
+  /** What the code means, as docs/protocol.md says it. */
   readonly meaning: string;
   /** Whether a well-behaved client may try the same thing again later. */
   readonly retryable: boolean;
@@ -24,6 +28,7 @@ function entry(
   return { code, name, retryable, closes, meaning };
 }
 
+/** Every wire ERROR code by name (numbers are never reused; docs/protocol.md renders this table). */
 export const WIRE_CODES = {
   MALFORMED_FRAME: entry(
     0x01,
@@ -132,6 +137,7 @@ export const WIRE_CODES = {
   ),
 } as const;
 
+/** The name of a wire ERROR code, e.g. "WAIT_TIMEOUT". */
 export type WireCodeName = keyof typeof WIRE_CODES;
 
 const BY_NUMBER = new Map<number, WireCodeInfo>(

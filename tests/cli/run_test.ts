@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { connect } from "../../mod.ts";
-import { EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT } from "../../src/cli/run.ts";
+import { EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT, RUN_FLAGS } from "../../src/cli/run.ts";
 import { certPath, keyPath, serverTlsConfig } from "../fixtures/tls/certs.ts";
 import { ChaosProxy } from "../helpers/chaos_proxy.ts";
 import { eventually, startTestServer } from "../helpers/start_server.ts";
@@ -271,4 +271,10 @@ Deno.test("over a stalled path, lockd run stops its command group before the nex
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("docs/operations.md lists every lockd run flag", async () => {
+  const doc = await Deno.readTextFile(new URL("../../docs/operations.md", import.meta.url));
+  const missing = RUN_FLAGS.filter((flag) => !doc.includes(`| \`-${flag.name}\``));
+  assert.deepEqual(missing.map((flag) => flag.name), []);
 });
