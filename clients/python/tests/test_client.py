@@ -254,6 +254,20 @@ class ConnectTimeout(unittest.IsolatedAsyncioTestCase):
             await lockd.connect(addr, connect_timeout_ms=2_000)
 
 
+class ServerTls(unittest.IsolatedAsyncioTestCase):
+    async def test_tls_without_client_certificates_verifies_the_server_by_name(self) -> None:
+        with LockdServer("-tls-cert", str(TLS_DIR / "server.pem"), "-tls-key", str(TLS_DIR / "server-key.pem")) as server:
+            context = lockd.tls_context(ca_file=str(TLS_DIR / "ca.pem"))
+            port = server.addr.rpartition(":")[2]
+            # The certificate names localhost, 127.0.0.1 and ::1; the address's host is checked.
+            async with lockd.connect(f"localhost:{port}", ssl_context=context) as client:
+                lock = await client.acquire("py/tls-only")
+                self.assertGreater(lock.token, 2**32)
+                await lock.release()
+            with self.assertRaises(lockd.LockdConnectionError):
+                await lockd.connect(server.addr, ssl_context=context, server_hostname="lockd.example.org")
+
+
 class MutualTls(unittest.IsolatedAsyncioTestCase):
     server: LockdServer
 
