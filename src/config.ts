@@ -3,6 +3,9 @@ import {
   CLAIMS_PER_SESSION_MAX,
   FRAME_BYTES_MAX,
   HANDSHAKE_TIMEOUT_MS,
+  HTTP_CONNECTIONS_MAX_DEFAULT,
+  HTTP_HEADER_TIMEOUT_MS_DEFAULT,
+  HTTP_IDLE_TIMEOUT_MS_DEFAULT,
   IO_TIMEOUT_MS_DEFAULT,
   LEASE_MS_DEFAULT,
   LEASE_MS_MAX_DEFAULT,
@@ -20,6 +23,8 @@ export interface ServerConfig {
   adminListen: string | null;
   /** File holding the bearer token the admin API requires; off when null. */
   adminTokenFile: string | null;
+  /** Extra Host names (or IP literals) the admin API answers besides its own address and localhost. */
+  adminAllowedHosts: readonly string[];
   /** Metrics and health probes; off when null. */
   opsListen: string | null;
   /** Keeps the fencing-token high-water mark; null = clock-derived floor. */
@@ -33,6 +38,12 @@ export interface ServerConfig {
   claimsPerSessionMax: number;
   waitersPerLockMax: number;
   frameBytesMax: number;
+  /** HTTP listeners: a request must be complete this long after the accept or its first byte. */
+  httpHeaderTimeoutMs: number;
+  /** HTTP listeners: a connection without a byte either way this long is closed. */
+  httpIdleTimeoutMs: number;
+  /** HTTP listeners: open connections per listener. */
+  httpConnectionsMax: number;
   tlsCert: string | null;
   tlsKey: string | null;
   tlsClientCa: string | null;
@@ -49,6 +60,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = {
   listen: "127.0.0.1:7400",
   adminListen: null,
   adminTokenFile: null,
+  adminAllowedHosts: [],
   opsListen: null,
   dataDir: null,
   ioTimeoutMs: IO_TIMEOUT_MS_DEFAULT,
@@ -60,6 +72,9 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = {
   claimsPerSessionMax: CLAIMS_PER_SESSION_MAX,
   waitersPerLockMax: WAITERS_PER_LOCK_MAX,
   frameBytesMax: FRAME_BYTES_MAX,
+  httpHeaderTimeoutMs: HTTP_HEADER_TIMEOUT_MS_DEFAULT,
+  httpIdleTimeoutMs: HTTP_IDLE_TIMEOUT_MS_DEFAULT,
+  httpConnectionsMax: HTTP_CONNECTIONS_MAX_DEFAULT,
   tlsCert: null,
   tlsKey: null,
   tlsClientCa: null,

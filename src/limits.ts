@@ -70,6 +70,47 @@ export const TOKEN_MAX = Number.MAX_SAFE_INTEGER;
 /** Window in which probes answer 503 and /metrics stays up during shutdown. Flag `-shutdown-grace`. */
 export const SHUTDOWN_GRACE_MS_DEFAULT = 5_000;
 
+// ---- HTTP listeners (admin API, ops server): src/http/listen.ts -----------------------------
+
+/**
+ * The first request of an HTTP connection must be complete (head and body) this long after the
+ * accept, every later one this long after its first byte: ends slowloris heads and connections
+ * that send nothing. Probes, scrapers and `lockd admin` send a request in one write. Flag
+ * `-http-header-timeout`.
+ */
+export const HTTP_HEADER_TIMEOUT_MS_DEFAULT = 10_000;
+export const HTTP_HEADER_TIMEOUT_MS_MIN = 100;
+/** Longer is no protection any more. */
+export const HTTP_HEADER_TIMEOUT_MS_MAX = 600_000;
+/**
+ * An HTTP connection with no byte in either direction this long is closed. Above Prometheus'
+ * default 1-minute scrape interval (its keep-alive connection is reused, not raced against the
+ * close) and far above the 15 s comments of a server-sent event stream. Flag
+ * `-http-idle-timeout`.
+ */
+export const HTTP_IDLE_TIMEOUT_MS_DEFAULT = 90_000;
+export const HTTP_IDLE_TIMEOUT_MS_MIN = 1_000;
+/** One hour: an idle connection is a descriptor; nobody needs one open longer without a byte. */
+export const HTTP_IDLE_TIMEOUT_MS_MAX = 3_600_000;
+/**
+ * Open connections per HTTP listener (each listener has its own budget, so a flood of the admin
+ * port leaves probes on the ops port alone). Far above what probes, a scraper and operators
+ * open; each costs up to three descriptors (client, guard-to-server, server side) and about
+ * 80 KiB while a request is served. Flag `-max-http-connections`.
+ */
+export const HTTP_CONNECTIONS_MAX_DEFAULT = 128;
+export const HTTP_CONNECTIONS_MAX_MAX = 65_536;
+/**
+ * Longest request head (request line and headers). Fits a `?match=` glob at its 4 KiB limit
+ * fully percent-encoded (12 KiB) plus ordinary headers; longer heads get 431.
+ */
+export const HTTP_HEAD_BYTES_MAX = 32 * 1024;
+/**
+ * Largest request body. No admin or ops route reads a body; a small one (a client that sends
+ * `{}`) is tolerated, a larger one gets 413 and chunked bodies get 411.
+ */
+export const HTTP_BODY_BYTES_MAX = 1024;
+
 /** First and last delay of the acceptor's back-off after a failed accept (descriptor exhaustion). */
 export const ACCEPT_BACKOFF_MS_MIN = 5;
 export const ACCEPT_BACKOFF_MS_MAX = 1_000;

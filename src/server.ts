@@ -4,7 +4,9 @@ import { type Clock, systemClock } from "./clock.ts";
 import { DEFAULT_CONFIG, type ServerConfig } from "./config.ts";
 import { LockEngine } from "./core/engine.ts";
 import { parseHostPort } from "./host_port.ts";
-import type { HttpListener } from "./http/listen.ts";
+import { parseAllowedHosts } from "./http/host_policy.ts";
+import type { HttpLimits, HttpListener } from "./http/listen.ts";
+import { HTTP_BODY_BYTES_MAX, HTTP_HEAD_BYTES_MAX } from "./limits.ts";
 import { AuditLog, type AuditSink, openAuditSink } from "./log/audit.ts";
 import { log } from "./log/diagnostic.ts";
 import { ServerCounters } from "./ops/counters.ts";
@@ -73,6 +75,7 @@ export async function startServer(
   // Bad addresses and an unusable admin token file fail before anything listens.
   const adminAt = config.adminListen === null ? null : parseHostPort(config.adminListen);
   const opsAt = config.opsListen === null ? null : parseHostPort(config.opsListen);
+  const adminAllowedHosts = parseAllowedHosts(config.adminAllowedHosts.join(","));
   const adminToken = config.adminTokenFile === null
     ? null
     : await readAdminToken(config.adminTokenFile);
@@ -204,9 +207,16 @@ export async function startServer(
     return shutdownPromise;
   };
 
+  const httpLimits: HttpLimits = {
+    headerTimeoutMs: config.httpHeaderTimeoutMs,
+    idleTimeoutMs: config.httpIdleTimeoutMs,
+    connectionsMax: config.httpConnectionsMax,
+    headBytesMax: HTTP_HEAD_BYTES_MAX,
+    bodyBytesMax: HTTP_BODY_BYTES_MAX,
+  };
   try {
     if (opsAt !== null) {
-      ops = startOpsServer(opsAt, context);
+      ops = startOpsServer(opsAt, context, httpLimits);
       logger.info("ops server started", { ops_listen: ops.addr });
     }
     if (adminAt !== null) {
@@ -215,6 +225,8 @@ export async function startServer(
         server: context,
         opsAddr: ops?.addr ?? null,
         token: adminToken,
+        allowedHosts: adminAllowedHosts,
+        limits: httpLimits,
       });
       logger.info("admin API started", {
         admin_listen: admin.addr,

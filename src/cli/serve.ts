@@ -1,8 +1,14 @@
 import { DEFAULT_CONFIG, type ServerConfig } from "../config.ts";
 import { parseHostPort } from "../host_port.ts";
+import { parseAllowedHosts } from "../http/host_policy.ts";
 import {
   AUDIT_WRITE_TIMEOUT_MS_MAX,
   AUDIT_WRITE_TIMEOUT_MS_MIN,
+  HTTP_CONNECTIONS_MAX_MAX,
+  HTTP_HEADER_TIMEOUT_MS_MAX,
+  HTTP_HEADER_TIMEOUT_MS_MIN,
+  HTTP_IDLE_TIMEOUT_MS_MAX,
+  HTTP_IDLE_TIMEOUT_MS_MIN,
   IO_TIMEOUT_MS_MIN,
   LEASE_MS_MIN,
   LOCK_NAME_BYTES_MAX,
@@ -32,6 +38,11 @@ export const SERVE_FLAGS: readonly FlagSpec[] = [
     name: "admin-token-file",
     kind: "string",
     help: "file with the bearer token the admin API requires",
+  },
+  {
+    name: "admin-allowed-hosts",
+    kind: "string",
+    help: "comma-separated Host names the admin API also answers (DNS-rebinding guard)",
   },
   {
     name: "ops-listen",
@@ -97,6 +108,25 @@ export const SERVE_FLAGS: readonly FlagSpec[] = [
     help: "largest frame a client may send",
     defaultText: String(D.frameBytesMax),
   },
+  {
+    name: "http-header-timeout",
+    kind: "duration",
+    help: "admin/ops HTTP: close a connection whose request is not complete this long after " +
+      "the accept (or its first byte)",
+    defaultText: durationText(D.httpHeaderTimeoutMs),
+  },
+  {
+    name: "http-idle-timeout",
+    kind: "duration",
+    help: "admin/ops HTTP: close a connection with no byte in either direction this long",
+    defaultText: durationText(D.httpIdleTimeoutMs),
+  },
+  {
+    name: "max-http-connections",
+    kind: "int",
+    help: "admin/ops HTTP: open connections per listener",
+    defaultText: String(D.httpConnectionsMax),
+  },
   { name: "tls-cert", kind: "string", help: "server certificate (PEM); turns TLS on" },
   { name: "tls-key", kind: "string", help: "server private key (PEM)" },
   {
@@ -155,6 +185,11 @@ export function serveConfigFromArgs(args: readonly string[]): ServerConfig {
   config.listen = str("listen") ?? config.listen;
   config.adminListen = str("admin-listen") ?? null;
   config.adminTokenFile = str("admin-token-file") ?? null;
+  try {
+    config.adminAllowedHosts = parseAllowedHosts(str("admin-allowed-hosts") ?? "");
+  } catch (error) {
+    throw new FlagError(`invalid value for flag -admin-allowed-hosts: ${(error as Error).message}`);
+  }
   config.opsListen = str("ops-listen") ?? null;
   config.dataDir = str("data-dir") ?? null;
   config.ioTimeoutMs = num("io-timeout") ?? config.ioTimeoutMs;
@@ -166,6 +201,9 @@ export function serveConfigFromArgs(args: readonly string[]): ServerConfig {
   config.claimsPerSessionMax = num("max-claims-per-session") ?? config.claimsPerSessionMax;
   config.waitersPerLockMax = num("max-waiters-per-lock") ?? config.waitersPerLockMax;
   config.frameBytesMax = num("max-frame-bytes") ?? config.frameBytesMax;
+  config.httpHeaderTimeoutMs = num("http-header-timeout") ?? config.httpHeaderTimeoutMs;
+  config.httpIdleTimeoutMs = num("http-idle-timeout") ?? config.httpIdleTimeoutMs;
+  config.httpConnectionsMax = num("max-http-connections") ?? config.httpConnectionsMax;
   config.tlsCert = str("tls-cert") ?? null;
   config.tlsKey = str("tls-key") ?? null;
   config.tlsClientCa = str("tls-client-ca") ?? null;
@@ -188,6 +226,18 @@ export function serveConfigFromArgs(args: readonly string[]): ServerConfig {
   config.logFormat = format as LogFormat;
   validate(config);
   return config;
+}
+
+function checkRange(
+  flag: string,
+  value: number,
+  min: number,
+  max: number,
+  show: (value: number) => string,
+): void {
+  if (value < min || value > max) {
+    throw new FlagError(`-${flag} must be between ${show(min)} and ${show(max)}`);
+  }
 }
 
 function validate(config: ServerConfig): void {
@@ -221,6 +271,27 @@ function validate(config: ServerConfig): void {
     throw new FlagError("-max-claims-per-session must be at least 1");
   }
   if (config.waitersPerLockMax < 1) throw new FlagError("-max-waiters-per-lock must be at least 1");
+  checkRange(
+    "http-header-timeout",
+    config.httpHeaderTimeoutMs,
+    HTTP_HEADER_TIMEOUT_MS_MIN,
+    HTTP_HEADER_TIMEOUT_MS_MAX,
+    durationText,
+  );
+  checkRange(
+    "http-idle-timeout",
+    config.httpIdleTimeoutMs,
+    HTTP_IDLE_TIMEOUT_MS_MIN,
+    HTTP_IDLE_TIMEOUT_MS_MAX,
+    durationText,
+  );
+  checkRange(
+    "max-http-connections",
+    config.httpConnectionsMax,
+    1,
+    HTTP_CONNECTIONS_MAX_MAX,
+    String,
+  );
   const frameMin = LOCK_NAME_BYTES_MAX + 64;
   if (config.frameBytesMax < frameMin) {
     throw new FlagError(

@@ -19,6 +19,7 @@ export const PROBLEM_CONTENT_TYPE = "application/problem+json";
 
 /** Every problem lockd's HTTP servers answer with: status and fixed title, by slug. */
 export const PROBLEMS = {
+  "bad-request": { status: 400, title: "Bad request" },
   "invalid-path-encoding": { status: 400, title: "Invalid path encoding" },
   "invalid-glob": { status: 400, title: "Invalid glob" },
   "invalid-lock-name": { status: 400, title: "Invalid lock name" },
@@ -28,8 +29,14 @@ export const PROBLEMS = {
   "lock-not-found": { status: 404, title: "Lock not found" },
   "waiter-not-found": { status: 404, title: "Waiter not found" },
   "method-not-allowed": { status: 405, title: "Method not allowed" },
+  "host-not-allowed": { status: 421, title: "Host not allowed" },
   "lock-has-no-owner": { status: 409, title: "Lock has no owner" },
+  "length-required": { status: 411, title: "Length required" },
+  "body-too-large": { status: 413, title: "Content too large" },
+  "headers-too-large": { status: 431, title: "Request header fields too large" },
   "internal-error": { status: 500, title: "Internal error" },
+  "too-many-connections": { status: 503, title: "Too many connections" },
+  "unavailable": { status: 503, title: "Service unavailable" },
 } as const satisfies Record<string, { status: number; title: string }>;
 
 export type ProblemSlug = keyof typeof PROBLEMS;
@@ -67,4 +74,19 @@ export function jsonResponse(value: unknown, status = 200): Response {
     status,
     headers: { "content-type": "application/json" },
   });
+}
+
+/**
+ * A problem as a complete HTTP/1.1 response that closes the connection, for
+ * the connection guard, which answers some requests itself (before
+ * `Deno.serve` sees them) and writes bytes, not `Response` objects.
+ */
+export function problemResponseBytes(slug: ProblemSlug, detail: string): Uint8Array {
+  const body = JSON.stringify(problemBody(slug, detail));
+  const { status, title } = PROBLEMS[slug];
+  const bodyBytes = new TextEncoder().encode(body);
+  return new TextEncoder().encode(
+    `HTTP/1.1 ${status} ${title}\r\ncontent-type: ${PROBLEM_CONTENT_TYPE}\r\n` +
+      `content-length: ${bodyBytes.length}\r\nconnection: close\r\n\r\n${body}`,
+  );
 }

@@ -4,13 +4,65 @@
  */
 export class ServerCounters {
   connectionsAccepted = 0;
+  /** Failed accepts of every listener (the spec's unlabelled `lockd_accept_errors_total`). */
   acceptErrors = 0;
+  /** The same failed accepts by listener. */
+  readonly acceptErrorsByListener: Record<ListenerName, number> = { protocol: 0, admin: 0, ops: 0 };
   tlsHandshakeErrors = 0;
   aclDenials = 0;
   /** ERROR frames sent, by wire code. */
   readonly protocolErrors = new Map<number, number>();
+  /** Connection counts of the two HTTP listeners. */
+  readonly http: Record<HttpListenerName, HttpListenerStats> = {
+    admin: new HttpListenerStats(),
+    ops: new HttpListenerStats(),
+  };
 
   countError(code: number): void {
     this.protocolErrors.set(code, (this.protocolErrors.get(code) ?? 0) + 1);
   }
+
+  countAcceptError(listener: ListenerName): void {
+    this.acceptErrors++;
+    this.acceptErrorsByListener[listener]++;
+  }
+}
+
+/** lockd's listeners, as the `listener` label of the per-listener metrics names them. */
+export type ListenerName = "protocol" | "admin" | "ops";
+export type HttpListenerName = "admin" | "ops";
+
+/**
+ * Why the connection guard closed an HTTP connection itself (the `reason` label of
+ * `lockd_http_connections_dropped_total`): `header_timeout` (a request head, or its body,
+ * not complete in time), `idle_timeout` (no byte either way), `evicted` (the oldest
+ * connection that never completed a request, closed for a new one at the cap), `limit` (a
+ * new connection at the cap with none to evict), `invalid_request` (a head the guard
+ * refuses: too large, malformed, a body too large or chunked), `unavailable` (the internal
+ * server could not be reached: descriptors exhausted, or restarting).
+ */
+export const HTTP_DROP_REASONS = [
+  "header_timeout",
+  "idle_timeout",
+  "evicted",
+  "limit",
+  "invalid_request",
+  "unavailable",
+] as const;
+export type HttpDropReason = typeof HTTP_DROP_REASONS[number];
+
+/** Connection counts of one HTTP listener. */
+export class HttpListenerStats {
+  /** Connections open now. */
+  open = 0;
+  readonly dropped: Record<HttpDropReason, number> = {
+    header_timeout: 0,
+    idle_timeout: 0,
+    evicted: 0,
+    limit: 0,
+    invalid_request: 0,
+    unavailable: 0,
+  };
+  /** Times the internal `Deno.serve` stopped by itself and was started again. */
+  serverRestarts = 0;
 }

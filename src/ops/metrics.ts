@@ -14,6 +14,7 @@ import { END_REASONS } from "../core/types.ts";
 import { AUDIT_LOSS_CAUSES } from "../log/audit.ts";
 import { formatWireCode, WIRE_CODES } from "../protocol/codes.ts";
 import type { ServerContext } from "../server.ts";
+import { listenerFamilies } from "./listener_metrics.ts";
 import type { MetricFamily } from "./prometheus.ts";
 import type { RuntimeSample } from "./runtime.ts";
 
@@ -82,7 +83,7 @@ export function collectMetrics({ server, runtime }: MetricsSource): MetricFamily
     ),
     counter(
       "lockd_accept_errors_total",
-      "Failed accepts on the protocol listener, including descriptor-exhaustion back-off.",
+      "Failed accepts on every listener, including descriptor-exhaustion back-off.",
       counters.acceptErrors,
     ),
     counter(
@@ -91,6 +92,7 @@ export function collectMetrics({ server, runtime }: MetricsSource): MetricFamily
       counters.tlsHandshakeErrors,
     ),
     counter("lockd_heartbeats_total", "Handled HEARTBEAT messages.", stats.heartbeatsTotal),
+    ...listenerFamilies(counters),
     summary(
       "lockd_wait_seconds",
       "Time from ACQUIRE to ACQUIRED.",

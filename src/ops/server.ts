@@ -1,5 +1,5 @@
 import type { HostPort } from "../host_port.ts";
-import { type HttpListener, listenHttp } from "../http/listen.ts";
+import { type HttpLimits, type HttpListener, listenHttp } from "../http/listen.ts";
 import { createRouter, route } from "../http/router.ts";
 import type { ServerContext } from "../server.ts";
 import { healthz, readyz } from "./health.ts";
@@ -26,11 +26,19 @@ const OPS_ROUTES = [
 ];
 
 /** Starts the ops server (`-ops-listen`) and its runtime probe; `close()` stops both. */
-export function startOpsServer(at: HostPort, server: ServerContext): HttpListener {
+export function startOpsServer(
+  at: HostPort,
+  server: ServerContext,
+  limits: HttpLimits,
+): HttpListener {
   const probe = new RuntimeProbe();
   const router = createRouter(OPS_ROUTES);
   const context: OpsContext = { server, probe };
-  const listener = listenHttp(at, "ops", (request) => router(request, context));
+  const listener = listenHttp(
+    at,
+    { name: "ops", limits, counters: server.counters },
+    (request) => router(request, context),
+  );
   probe.start();
   return {
     addr: listener.addr,

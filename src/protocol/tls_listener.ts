@@ -136,7 +136,7 @@ export async function listenTls(
 
   // After listening, an error is a failed accept (e.g. descriptor exhaustion); the server keeps listening.
   server.on("error", (error: Error) => {
-    counters.acceptErrors++;
+    counters.countAcceptError("protocol");
     logger.warn("accept failed", { error: error.message });
   });
 

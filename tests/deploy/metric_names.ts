@@ -27,6 +27,11 @@ export const EXPECTED_FAMILIES: readonly string[] = [
   "lockd_audit_backlog_records",
   "lockd_audit_write_failures_total",
   "lockd_audit_records_lost_total",
+  // per listener (issue 9 items 5, 6)
+  "lockd_listener_accept_errors_total",
+  "lockd_http_connections_open",
+  "lockd_http_connections_dropped_total",
+  "lockd_http_server_restarts_total",
   // runtime
   "process_resident_memory_bytes",
   "process_start_time_seconds",

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { connect, LockdError, type LockLostError } from "../../mod.ts";
+import { HTTP_DROP_REASONS } from "../../src/ops/counters.ts";
 import { PROMETHEUS_CONTENT_TYPE } from "../../src/ops/prometheus.ts";
 import { WIRE_CODES } from "../../src/protocol/codes.ts";
 import { http, problemText, queue } from "../admin/admin_helpers.ts";
@@ -26,6 +27,8 @@ function lockdCounts(samples: Map<string, number>): Record<string, number> {
   const out: Record<string, number> = {};
   for (const [key, value] of samples) {
     if (!key.startsWith("lockd_") || key.endsWith("_sum")) continue;
+    // Counts the test's own HTTP connections (keep-alive): checked in tests/http/.
+    if (key.startsWith("lockd_http_connections_open")) continue;
     out[key] = value;
   }
   return out;
@@ -46,6 +49,15 @@ function expected(changes: Record<string, number>, version: string): Record<stri
     'lockd_releases_total{reason="io_timeout"}': 0,
     'lockd_releases_total{reason="force"}': 0,
   };
+  for (const listener of ["protocol", "admin", "ops"]) {
+    base[`lockd_listener_accept_errors_total{listener="${listener}"}`] = 0;
+  }
+  for (const listener of ["admin", "ops"]) {
+    base[`lockd_http_server_restarts_total{listener="${listener}"}`] = 0;
+    for (const reason of HTTP_DROP_REASONS) {
+      base[`lockd_http_connections_dropped_total{listener="${listener}",reason="${reason}"}`] = 0;
+    }
+  }
   for (const code of ERROR_CODES) {
     base[`lockd_protocol_errors_total{code="0x${code.toString(16).padStart(2, "0")}"}`] = 0;
   }
