@@ -14,6 +14,8 @@ async function refuses(addr: string): Promise<boolean> {
     return false;
   } catch (error) {
     if (error instanceof Deno.errors.ConnectionRefused) return true;
+    // Connected to the backlog of a listener that was closing: not refused yet, ask again.
+    if (error instanceof Deno.errors.ConnectionReset) return false;
     throw error;
   }
 }
