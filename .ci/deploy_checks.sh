@@ -13,6 +13,9 @@
 #     init script. promtool is a static Go binary, so the extracted copy runs on its own.
 #     It is copied to /usr/local/bin (or $LOCKD_TOOLS_DIR) so later runs skip the download.
 #   - systemd-analyze: from Debian's `systemd` package (already on these machines).
+#   - openssl: Debian's `openssl` package, for the tests that run the TLS recipe of
+#     docs/operations.md (tests/deploy/tls_recipe_test.ts, install_steps_test.ts) and make
+#     odd certificates (tests/security/cert_checks_test.ts); OpenSSL 3.0 or later.
 #
 # Exits non-zero if any check fails. Prints each command before it runs.
 set -uo pipefail
@@ -64,6 +67,14 @@ if ! command -v systemd-analyze >/dev/null; then
   apt_update || exit 2
   echo "+ apt-get install -y --no-install-recommends systemd"
   apt-get install -y -qq --no-install-recommends systemd >/dev/null || exit 2
+fi
+
+# --- openssl (for deno task test) -----------------------------------------------------------
+if ! command -v openssl >/dev/null; then
+  need_root openssl
+  apt_update || exit 2
+  echo "+ apt-get install -y --no-install-recommends openssl"
+  apt-get install -y -qq --no-install-recommends openssl >/dev/null || exit 2
 fi
 
 # --- checks -------------------------------------------------------------------------------

@@ -19,6 +19,7 @@
 import type { HolderJson, InfoJson, LockJson, WaiterJson } from "../admin/views.ts";
 import { formatHostPort, parseHostPort } from "../host_port.ts";
 import { FlagError, type FlagSpec, formatFlagHelp, HelpRequested, parseFlags } from "./flags.ts";
+import { describeFetchError } from "./http_errors.ts";
 
 /** Default admin API address (matches the documented `-admin-listen`). */
 export const ADMIN_ADDR_DEFAULT = "127.0.0.1:7401";
@@ -172,10 +173,16 @@ export async function adminCommand(
     contentType = response.headers.get("content-type") ?? "";
     body = await response.text();
   } catch (error) {
+    const target = {
+      what: "the admin API",
+      addr: adminAddr,
+      clientFlag: "-admin",
+      serverFlag: "-admin-listen",
+    };
     const why = controller.signal.aborted
-      ? `no answer within ${REQUEST_TIMEOUT_MS} ms`
-      : messageOf(error);
-    out.stderr(`lockd admin: cannot reach the admin API at ${adminAddr}: ${why}\n`);
+      ? describeFetchError(new DOMException("timeout", "TimeoutError"), target, REQUEST_TIMEOUT_MS)
+      : describeFetchError(error, target, REQUEST_TIMEOUT_MS);
+    out.stderr(`lockd admin: ${why}\n`);
     return 1;
   } finally {
     clearTimeout(timer);

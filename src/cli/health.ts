@@ -1,41 +1,99 @@
-import { FlagError, parseFlags } from "./flags.ts";
+import { formatHostPort, parseHostPort } from "../host_port.ts";
+import { FlagError, type FlagSpec, formatFlagHelp, HelpRequested, parseFlags } from "./flags.ts";
+import { describeFetchError } from "./http_errors.ts";
 
-/** How long `lockd health` waits for an answer. */
+/** How long `lockd health` waits for one answer. */
 const HEALTH_TIMEOUT_MS = 2_000;
+/** With `-wait`, how long between two probes. */
+const HEALTH_RETRY_MS = 250;
+const OPS_ADDR_DEFAULT = "127.0.0.1:7402";
+
+const FLAGS: readonly FlagSpec[] = [
+  { name: "ops", kind: "string", help: "ops listener host:port", defaultText: OPS_ADDR_DEFAULT },
+  {
+    name: "wait",
+    kind: "duration",
+    help: "probe again until healthy or this long has passed (e.g. right after a start)",
+    defaultText: "0s",
+  },
+];
+
+export const HEALTH_USAGE = `Usage: lockd health [-ops HOST:PORT] [-wait DURATION]
+
+GETs /healthz on the ops listener (lockd serve -ops-listen). Exit status 0 when it
+answers 200, 1 when it does not (the reason on standard error), 2 for a usage error.
+
+Flags:
+${formatFlagHelp(FLAGS)}`;
+
+/** Where `lockd health` writes; tests capture it. */
+export interface HealthIo {
+  stderr(text: string): void;
+}
 
 /**
- * `lockd health [-ops host:port]`: GETs /healthz; exit 0 on 200, 1 otherwise.
- * For container health checks where no curl is available.
+ * `lockd health [-ops host:port] [-wait D]`: GETs /healthz; exit 0 on 200,
+ * 1 otherwise, 2 on a usage error. For container health checks where no curl
+ * is available, and for install scripts (`-wait`: the server may still be
+ * starting).
  */
-export async function healthCommand(args: readonly string[]): Promise<number> {
+export async function healthCommand(
+  args: readonly string[],
+  io: HealthIo = { stderr: (text) => console.error(text.trimEnd()) },
+): Promise<number> {
   let ops: string;
+  let waitMs: number;
   try {
-    const { values } = parseFlags(args, [
-      {
-        name: "ops",
-        kind: "string",
-        help: "ops listener host:port",
-        defaultText: "127.0.0.1:7402",
-      },
-    ]);
-    ops = (values.get("ops") as string | undefined) ?? "127.0.0.1:7402";
+    const { values, positionals } = parseFlags(args, FLAGS);
+    if (positionals.length > 0) throw new FlagError(`unexpected argument "${positionals[0]}"`);
+    ops = (values.get("ops") as string | undefined) ?? OPS_ADDR_DEFAULT;
+    waitMs = (values.get("wait") as number | undefined) ?? 0;
+    const { hostname, port } = parseHostPort(ops);
+    // A wildcard listen address (what -ops-listen may say) means this host.
+    if (hostname === "0.0.0.0") ops = formatHostPort("127.0.0.1", port);
+    if (hostname === "::") ops = formatHostPort("::1", port);
   } catch (error) {
-    if (error instanceof FlagError) {
-      console.error(`lockd health: ${error.message}`);
+    if (error instanceof HelpRequested) {
+      io.stderr(`${HEALTH_USAGE}\n`);
+      return 0;
+    }
+    if (error instanceof FlagError || error instanceof RangeError) {
+      const message = (error as Error).message;
+      const line = error instanceof FlagError ? message : `invalid value for flag -ops: ${message}`;
+      io.stderr(`lockd health: ${line}\n\n${HEALTH_USAGE}\n`);
       return 2;
     }
     throw error;
   }
+  const deadline = performance.now() + waitMs;
+  for (;;) {
+    const failure = await probe(ops);
+    if (failure === null) return 0;
+    if (performance.now() + HEALTH_RETRY_MS > deadline) {
+      const after = waitMs > 0 ? `not healthy after -wait ${waitMs} ms: ` : "";
+      io.stderr(`lockd health: ${after}${failure}\n`);
+      return 1;
+    }
+    await new Promise((resolve) => setTimeout(resolve, HEALTH_RETRY_MS));
+  }
+}
+
+/** null when /healthz answered 200, else why not. */
+async function probe(ops: string): Promise<string | null> {
   try {
     const response = await fetch(`http://${ops}/healthz`, {
       signal: AbortSignal.timeout(HEALTH_TIMEOUT_MS),
     });
-    const body = await response.text();
-    if (response.status === 200) return 0;
-    console.error(`lockd health: ${response.status} ${body.trim()}`);
-    return 1;
+    const body = (await response.text()).trim().split("\n")[0];
+    if (response.status === 200) return null;
+    return `the ops listener at ${ops} answered ${response.status}${body ? ` "${body}"` : ""}` +
+      (response.status === 503 ? " (lockd is shutting down)" : "");
   } catch (error) {
-    console.error(`lockd health: ${(error as Error).message}`);
-    return 1;
+    return describeFetchError(error, {
+      what: "the ops listener",
+      addr: ops,
+      clientFlag: "-ops",
+      serverFlag: "-ops-listen",
+    }, HEALTH_TIMEOUT_MS);
   }
 }

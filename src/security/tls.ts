@@ -14,6 +14,12 @@
 
 import { createPrivateKey, X509Certificate } from "node:crypto";
 import type { ClientTlsOptions } from "../client/connection.ts";
+import { parseHostPort } from "../host_port.ts";
+import { log } from "../log/diagnostic.ts";
+import { checkClientCaCertificates, checkServerCertificate } from "./cert_checks.ts";
+import { DerError } from "./der.ts";
+
+const logger = log("tls");
 
 /** PEM text the TLS listener serves with. */
 export interface ServerTlsMaterial {
@@ -24,6 +30,8 @@ export interface ServerTlsMaterial {
   readonly ca?: string;
   /** When the server certificate stops being valid (ms since the epoch). */
   readonly notAfterMs: number;
+  /** Findings that do not stop the start (logged at warn), e.g. an expiry within 14 days. */
+  readonly warnings: readonly string[];
 }
 
 /** Paths of the server's TLS files, as given by the flags. */
@@ -31,6 +39,10 @@ export interface ServerTlsPaths {
   cert: string;
   key: string;
   clientCa?: string | null;
+  /** Host of `-listen`: a certificate that does not name it gets a warning. */
+  listenHost?: string;
+  /** "Now" for the validity checks (tests); the wall clock by default. */
+  nowMs?: number;
 }
 
 /** A TLS file that cannot be used; the message names the file and the reason. */
@@ -56,7 +68,12 @@ export function tlsModeOf(
  * that cannot be used.
  */
 export async function loadServerTlsFromConfig(
-  config: { tlsCert: string | null; tlsKey: string | null; tlsClientCa: string | null },
+  config: {
+    tlsCert: string | null;
+    tlsKey: string | null;
+    tlsClientCa: string | null;
+    listen?: string;
+  },
 ): Promise<ServerTlsMaterial | null> {
   if ((config.tlsCert === null) !== (config.tlsKey === null)) {
     throw new TlsConfigError("-tls-cert and -tls-key go together");
@@ -67,11 +84,24 @@ export async function loadServerTlsFromConfig(
     }
     return null;
   }
-  return await loadServerTls({
+  const material = await loadServerTls({
     cert: config.tlsCert,
     key: config.tlsKey!,
     clientCa: config.tlsClientCa,
+    listenHost: config.listen === undefined ? undefined : listenHostOf(config.listen),
   });
+  for (const warning of material.warnings) {
+    logger.warn("TLS certificate warning", { tls_cert: config.tlsCert, warning });
+  }
+  return material;
+}
+
+function listenHostOf(listen: string): string | undefined {
+  try {
+    return parseHostPort(listen).hostname;
+  } catch {
+    return undefined; // the flag check reports a bad address
+  }
 }
 
 const PEM_CERTIFICATE = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
@@ -85,8 +115,28 @@ export async function loadServerTls(paths: ServerTlsPaths): Promise<ServerTlsMat
   ]);
   const leaf = parseCertificates(cert, paths.cert)[0];
   checkKeyMatches(leaf, key, paths.key, paths.cert);
-  if (ca !== undefined) parseCertificates(ca, paths.clientCa!);
-  return { cert, key, ca, notAfterMs: Date.parse(leaf.validTo) };
+  const nowMs = paths.nowMs ?? Date.now();
+  const errors: string[] = [];
+  const warnings: string[] = [];
+  const collect = (check: () => { errors: string[]; warnings: string[] }) => {
+    try {
+      const found = check();
+      errors.push(...found.errors);
+      warnings.push(...found.warnings);
+    } catch (error) {
+      if (!(error instanceof DerError)) throw error;
+      errors.push(`A certificate in "${paths.cert}" is not valid DER: ${error.message}`);
+    }
+  };
+  collect(() =>
+    checkServerCertificate(leaf, { certPath: paths.cert, listenHost: paths.listenHost, nowMs })
+  );
+  if (ca !== undefined) {
+    const authorities = parseCertificates(ca, paths.clientCa!);
+    collect(() => checkClientCaCertificates(authorities, paths.clientCa!, nowMs));
+  }
+  if (errors.length > 0) throw new TlsConfigError(errors.join("\n"));
+  return { cert, key, ca, notAfterMs: Date.parse(leaf.validTo), warnings };
 }
 
 /**
@@ -162,7 +212,9 @@ function checkKeyMatches(
   }
   if (!leaf.checkPrivateKey(key)) {
     throw new TlsConfigError(
-      `The key in "${keyPath}" does not belong to the certificate in "${certPath}"`,
+      `The key in "${keyPath}" does not belong to the certificate in "${certPath}": give the ` +
+        `key the certificate was issued for (openssl x509 -noout -pubkey -in CERT and ` +
+        `openssl pkey -pubout -in KEY print the same public key for a matching pair)`,
     );
   }
 }
