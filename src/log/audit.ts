@@ -196,6 +196,13 @@ export class AuditLog {
     this.#queue.push({ line, onWritten });
     this.#pendingRecords++;
     this.#pendingBytes += line.length;
+    if (this.full) {
+      // A sink that works but cannot keep up is a failed sink too: grants pause before any
+      // record has to be dropped, and resume once the backlog is written.
+      this.#fail(
+        `audit backlog full (${this.#pendingRecords} records, ${this.#pendingBytes} bytes)`,
+      );
+    }
     if (this.#state === "idle" && !this.#flushQueued) {
       // The records of this turn go out together, in one write, at its end.
       this.#flushQueued = true;

@@ -351,7 +351,13 @@ Deno.test("AuditLog: a partial write is finished from the byte where it stopped,
 Deno.test("AuditLog: a full backlog drops further records and counts them, keeping memory bounded", async () => {
   const sink = new GateSink();
   const { audit, written, append } = manualLog(sink, { pendingRecordsMax: 10 });
-  for (let i = 0; i < 15; i++) append(i);
+  for (let i = 0; i < 9; i++) append(i);
+  assert.equal(audit.healthy, true);
+  append(9);
+  // A full backlog is a failed sink: grants pause before records must be dropped.
+  assert.equal(audit.healthy, false);
+  assert.match(audit.failure ?? "", /^audit backlog full \(10 records, \d+ bytes\)$/);
+  for (let i = 10; i < 15; i++) append(i);
   assert.equal(audit.pendingCount, 10);
   assert.equal(audit.full, true);
   assert.deepEqual(audit.lostRecords, { backlog_full: 5, exit: 0 });
@@ -360,6 +366,7 @@ Deno.test("AuditLog: a full backlog drops further records and counts them, keepi
   await settle();
   assert.equal(written.length, 10);
   assert.equal(audit.pendingCount, 0);
+  assert.equal(audit.healthy, true, "healthy again once the backlog is written");
   // The byte bound holds too (records with long names are large).
   const bytes = manualLog(new GateSink(), { pendingBytesMax: 1_000 });
   for (let i = 0; i < 10; i++) bytes.append(i);
