@@ -366,8 +366,8 @@ function engineRemoval(lengths: number[]): Record<number, number> {
   const out: Record<number, number> = {};
   for (const len of lengths) {
     const clock = new ManualClock();
+    const now = () => ({ monoMs: clock.monotonicMs(), wallMs: clock.wallMs() });
     const engine = new LockEngine({
-      clock,
       tokens: openTokenIssuer(null, 0),
       ioTimeoutMs: 60_000,
       leaseDefaultMs: 15_000,
@@ -376,13 +376,13 @@ function engineRemoval(lengths: number[]): Record<number, number> {
       claimsPerSessionMax: 16,
       waitersPerLockMax: len + 10,
     });
-    const owner = engine.openSession("", "10.0.0.1:1")!;
-    engine.acquire(owner.sessionId, 1, "deep", 0, null);
+    const owner = engine.openSession(now(), "", "10.0.0.1:1")!;
+    engine.acquire(now(), owner.sessionId, 1, "deep", 0, null);
     const addrs: string[] = [];
     for (let i = 0; i < len; i++) {
       const addr = `10.1.${i >> 16}.${i & 0xffff}:${1000 + (i % 50000)}`;
-      const p = engine.openSession("", addr)!;
-      engine.acquire(p.sessionId, 1, "deep", 0, null);
+      const p = engine.openSession(now(), "", addr)!;
+      engine.acquire(now(), p.sessionId, 1, "deep", 0, null);
       addrs.push(addr);
     }
     // Remove 50 waiters around the middle; median time per removal.
@@ -390,7 +390,7 @@ function engineRemoval(lengths: number[]): Record<number, number> {
     for (let k = 0; k < 50; k++) {
       const addr = addrs[Math.floor(len / 2) + k * 3];
       const t0 = performance.now();
-      const r = engine.kickWaiter("deep", addr);
+      const r = engine.kickWaiter(now(), "deep", addr);
       times.push(performance.now() - t0);
       if (r.status !== "ok") throw new Error(`kick failed at ${len}: ${r.status}`);
     }

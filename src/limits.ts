@@ -69,6 +69,8 @@ export const TOKEN_MAX = Number.MAX_SAFE_INTEGER;
 
 /** Window in which probes answer 503 and /metrics stays up during shutdown. Flag `-shutdown-grace`. */
 export const SHUTDOWN_GRACE_MS_DEFAULT = 5_000;
+/** At shutdown, sessions get this long to write their last frames before their sockets are closed. */
+export const SESSIONS_CLOSE_MS_MAX = 2_000;
 
 // ---- HTTP listeners (admin API, ops server): src/http/listen.ts -----------------------------
 
@@ -134,6 +136,12 @@ export const AUDIT_WRITE_TIMEOUT_MS_MAX = 600_000;
 export const AUDIT_WRITE_BYTES_MAX = 64 * 1024;
 /** At shutdown, how long the audit log keeps writing its backlog before counting the rest lost. */
 export const AUDIT_CLOSE_TIMEOUT_MS = 2_000;
+/**
+ * First and last delay between retries of a token store that failed to reserve a block: soon
+ * enough that a waiter gets its lock shortly after the disk recovers, rare enough not to spin.
+ */
+export const TOKEN_RETRY_MS_MIN = 100;
+export const TOKEN_RETRY_MS_MAX = 5_000;
 
 /**
  * Client reconnect back-off with full jitter: attempt n waits random(0, min(MAX, MIN * 2^n)) ms,

@@ -1,19 +1,20 @@
 import { readAdminToken } from "./admin/auth.ts";
 import { startAdminServer } from "./admin/server.ts";
-import { type Clock, systemClock } from "./clock.ts";
+import { type Scheduler, systemScheduler } from "./clock.ts";
 import { DEFAULT_CONFIG, type ServerConfig } from "./config.ts";
-import { LockEngine } from "./core/engine.ts";
+import { LockEngine, type LockEngineView } from "./core/engine.ts";
+import type { TokenIssuer } from "./core/tokens.ts";
 import { parseHostPort } from "./host_port.ts";
 import { parseAllowedHosts } from "./http/host_policy.ts";
 import type { HttpLimits, HttpListener } from "./http/listen.ts";
-import { HTTP_BODY_BYTES_MAX, HTTP_HEAD_BYTES_MAX } from "./limits.ts";
+import { HTTP_BODY_BYTES_MAX, HTTP_HEAD_BYTES_MAX, SESSIONS_CLOSE_MS_MAX } from "./limits.ts";
 import { AuditLog, type AuditSink, openAuditSink } from "./log/audit.ts";
 import { log } from "./log/diagnostic.ts";
 import { ServerCounters } from "./ops/counters.ts";
 import { startOpsServer } from "./ops/server.ts";
-import { Dispatcher } from "./protocol/dispatcher.ts";
+import { SHUTTING_DOWN_ERROR } from "./protocol/codes.ts";
 import { listenTcp, type ProtocolListener } from "./protocol/listener.ts";
-import { Session } from "./protocol/session.ts";
+import { Session, type SessionHost } from "./protocol/session.ts";
 import {
   listenTls,
   reloadCertificates,
@@ -22,6 +23,8 @@ import {
 import { tcpTransport, type Transport } from "./protocol/transport.ts";
 import { ALLOW_ALL, loadAclFile } from "./security/acl.ts";
 import { loadServerTlsFromConfig } from "./security/tls.ts";
+import { LockService } from "./service/lock_service.ts";
+import { StallWatchdog } from "./service/stall_watchdog.ts";
 import { openTokenIssuer } from "./storage/token_store.ts";
 import { VERSION } from "./version.ts";
 
@@ -29,26 +32,35 @@ const logger = log("server");
 
 /** Things tests replace. */
 export interface ServerDeps {
-  clock?: Clock;
+  /**
+   * Clock and timers of the whole server: deadlines, handshake and stall timers, retries,
+   * the shutdown grace window. Tests pass a ManualScheduler and move time by hand.
+   */
+  scheduler?: Scheduler;
   /** Audit sink instead of the one named by `config.auditLog`. */
   auditSink?: AuditSink;
+  /** Token issuer instead of the one of `config.dataDir` (tests of token-store faults). */
+  tokens?: TokenIssuer;
 }
 
 /** What the HTTP servers and the CLI see of a running server. */
 export interface ServerContext {
   readonly config: Readonly<ServerConfig>;
-  readonly engine: LockEngine;
+  /** Read-only: every change goes through `service`. */
+  readonly engine: LockEngineView;
+  readonly service: LockService;
   readonly counters: ServerCounters;
-  readonly dispatcher: Dispatcher;
   readonly audit: AuditLog;
-  readonly clock: Clock;
+  readonly scheduler: Scheduler;
   readonly version: string;
   readonly startedAtWallMs: number;
   /** Bound protocol address (real port). */
   readonly listenAddr: string;
+  /** Every live protocol connection, in its handshake or open. */
+  readonly connections: ReadonlySet<Session>;
   /** False once shutdown began. */
   readonly live: boolean;
-  /** Live and the audit log is writable. */
+  /** Live and able to grant (no grant block: audit log and token store work). */
   readonly ready: boolean;
 }
 
@@ -70,7 +82,7 @@ export async function startServer(
   deps: ServerDeps = {},
 ): Promise<ServerHandle> {
   const config: ServerConfig = { ...DEFAULT_CONFIG, ...overrides };
-  const clock = deps.clock ?? systemClock;
+  const scheduler = deps.scheduler ?? systemScheduler;
   const listenAt = parseHostPort(config.listen);
   // Bad addresses and an unusable admin token file fail before anything listens.
   const adminAt = config.adminListen === null ? null : parseHostPort(config.adminListen);
@@ -81,9 +93,8 @@ export async function startServer(
     : await readAdminToken(config.adminTokenFile);
   const acl = config.aclFile === null ? ALLOW_ALL : await loadAclFile(config.aclFile);
   const tlsMaterial = await loadServerTlsFromConfig(config);
-  const tokens = openTokenIssuer(config.dataDir, clock.wallMs());
+  const tokens = deps.tokens ?? openTokenIssuer(config.dataDir, scheduler.wallMs());
   const engine = new LockEngine({
-    clock,
     tokens,
     ioTimeoutMs: config.ioTimeoutMs,
     leaseDefaultMs: config.leaseDefaultMs,
@@ -93,39 +104,43 @@ export async function startServer(
     waitersPerLockMax: config.waitersPerLockMax,
   });
   const audit = new AuditLog(deps.auditSink ?? openAuditSink(config.auditLog), {
-    wallMs: () => clock.wallMs(),
+    scheduler,
     writeTimeoutMs: config.auditWriteTimeoutMs,
   });
   const counters = new ServerCounters();
-  const dispatcher = new Dispatcher({
-    engine,
-    audit,
+  const service = new LockService({ engine, audit, scheduler, counters, acl });
+
+  let live = true;
+  // The audit log retries by itself; the service pauses grants while it cannot write.
+  audit.onHealthChange = (failure) => service.auditHealthChanged(failure);
+
+  const watchdog = new StallWatchdog(scheduler, engine.ioTimeoutMs);
+  const connections = new Set<Session>();
+  let allClosed: (() => void) | undefined;
+  const host: SessionHost = {
+    service,
+    scheduler,
     counters,
-    clock,
+    watchdog,
     serverVersion: VERSION,
     frameBytesMax: config.frameBytesMax,
     handshakeTimeoutMs: config.handshakeTimeoutMs,
-  });
-  dispatcher.acl = acl;
-
-  let live = true;
-  // The audit log retries by itself; the server only pauses grants while it cannot write.
-  audit.onHealthChange = (failure) => {
-    if (failure !== null) {
-      logger.error("audit log cannot be written; grants paused", { error: failure });
-      dispatcher.apply(engine.setGrantsPaused(true));
-    } else {
-      logger.info("audit log writable again; grants resumed", {
-        dropped_records: audit.droppedRecords,
-      });
-      dispatcher.apply(engine.setGrantsPaused(false));
-    }
+    ioTimeoutMs: engine.ioTimeoutMs,
+    leaseDefaultMs: engine.leaseDefaultMs,
+    leaseMaxMs: engine.leaseMaxMs,
+    closed(session) {
+      connections.delete(session);
+      if (connections.size === 0) allClosed?.();
+    },
   };
-
   const serve = (transport: Transport) => {
-    const session = new Session(transport, dispatcher);
-    dispatcher.connections.add(session);
+    const session = new Session(transport, host);
+    connections.add(session);
     session.run();
+  };
+  const stopTimers = () => {
+    watchdog.stop();
+    service.stop();
   };
   let listener: ProtocolListener;
   let tlsListener: TlsProtocolListener | null = null;
@@ -137,27 +152,28 @@ export async function startServer(
       }, serve);
   } catch (error) {
     // E.g. the port is taken: nothing listens yet, stop the timers and the sink.
-    dispatcher.stop();
+    stopTimers();
     await audit.close();
     throw error;
   }
 
-  const startedAtWallMs = clock.wallMs();
+  const startedAtWallMs = scheduler.wallMs();
   const context: ServerContext = {
     config,
     engine,
+    service,
     counters,
-    dispatcher,
     audit,
-    clock,
+    scheduler,
     version: VERSION,
     startedAtWallMs,
     listenAddr: listener.addr,
+    connections,
     get live() {
       return live;
     },
     get ready() {
-      return live && audit.healthy;
+      return live && engine.grantBlock === null;
     },
   };
   logger.info("protocol listener started", {
@@ -177,28 +193,29 @@ export async function startServer(
    */
   const shutdown = (graceMs = config.shutdownGraceMs) => {
     shutdownPromise ??= (async () => {
-      const graceEndsMs = performance.now() + graceMs;
+      const graceEndsMs = scheduler.monotonicMs() + graceMs;
       live = false;
       logger.info("shutdown: probes now answer 503");
       listener.close();
       await listener.done;
       logger.info("shutdown: protocol listener closed; closing sessions");
-      dispatcher.closeAllSessions();
-      await waitUntil(() => dispatcher.connections.size === 0, 2_000);
-      for (const session of dispatcher.connections) session.transport.close();
+      service.beginShutdown();
+      for (const session of [...connections]) session.refuseShuttingDown(SHUTTING_DOWN_ERROR);
+      await sessionsClosed();
+      for (const session of connections) session.transport.close();
       // Admin requests in flight finish (and write their audit records) before the log closes.
       await admin?.close();
       if (admin !== null) logger.info("shutdown: admin API closed");
-      dispatcher.stop();
+      stopTimers();
       // Writes what it can of the backlog within AUDIT_CLOSE_TIMEOUT_MS; logs and counts the rest.
       await audit.close();
       if (ops !== null) {
-        const remainingMs = graceEndsMs - performance.now();
+        const remainingMs = graceEndsMs - scheduler.monotonicMs();
         if (remainingMs > 0) {
           logger.info("shutdown: ops server stays up for the grace window", {
             remaining_ms: Math.ceil(remainingMs),
           });
-          await new Promise((resolve) => setTimeout(resolve, remainingMs));
+          await new Promise<void>((resolve) => scheduler.setTimer(resolve, remainingMs));
         }
         await ops.close();
       }
@@ -206,6 +223,20 @@ export async function startServer(
     })();
     return shutdownPromise;
   };
+  /** Resolves when every connection is closed, or after SESSIONS_CLOSE_MS_MAX. */
+  const sessionsClosed = () =>
+    new Promise<void>((resolve) => {
+      if (connections.size === 0) return resolve();
+      const timer = scheduler.setTimer(() => {
+        allClosed = undefined;
+        resolve();
+      }, SESSIONS_CLOSE_MS_MAX);
+      allClosed = () => {
+        allClosed = undefined;
+        timer.cancel();
+        resolve();
+      };
+    });
 
   const httpLimits: HttpLimits = {
     headerTimeoutMs: config.httpHeaderTimeoutMs,
@@ -243,8 +274,8 @@ export async function startServer(
     if (tlsListener !== null) await reloadCertificates(tlsListener, config);
     if (config.aclFile !== null) {
       try {
-        dispatcher.acl = await loadAclFile(config.aclFile);
-        logger.info("ACL reloaded", { acl_file: config.aclFile, rules: dispatcher.acl.ruleCount });
+        service.setAcl(await loadAclFile(config.aclFile));
+        logger.info("ACL reloaded", { acl_file: config.aclFile, rules: service.acl.ruleCount });
       } catch (error) {
         logger.error("ACL reload failed; keeping the old rules", {
           acl_file: config.aclFile,
@@ -263,11 +294,4 @@ export async function startServer(
     reload,
     [Symbol.asyncDispose]: () => shutdown(),
   };
-}
-
-async function waitUntil(done: () => boolean, timeoutMs: number): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while (!done() && performance.now() < deadline) {
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
 }

@@ -8,14 +8,12 @@
 
 import { lockNameProblem } from "../core/lock_name.ts";
 import type { Actor } from "../log/audit.ts";
-import { log } from "../log/diagnostic.ts";
+import type { GrantBlock } from "../core/types.ts";
 import { jsonResponse, problemResponse, type ProblemSlug } from "../http/problem.ts";
 import type { RouteMatch } from "../http/router.ts";
 import { compileGlob, GlobError } from "../security/glob.ts";
 import type { ServerContext } from "../server.ts";
 import { idleLockJson, type InfoJson, lockJson } from "./views.ts";
-
-const logger = log("admin");
 
 /** What every admin handler sees besides the request. */
 export interface AdminContext {
@@ -40,7 +38,7 @@ export const OUTCOME_PROBLEMS = {
   lock_not_found: "lock-not-found",
   /** No queued claim of the lock has that remote address. */
   waiter_not_found: "waiter-not-found",
-  /** Force-release of a lock that has waiters but no owner (grants paused). */
+  /** Force-release of a lock that has waiters but no owner (grants are blocked; the detail says why). */
   no_owner: "lock-has-no-owner",
 } as const satisfies Record<string, ProblemSlug>;
 
@@ -56,7 +54,7 @@ export function getInfo(_request: Request, { context }: AdminMatch): Response {
   const { config, engine } = server;
   const info: InfoJson = {
     version: server.version,
-    uptime_ms: Math.max(0, Math.round(server.clock.wallMs() - server.startedAtWallMs)),
+    uptime_ms: Math.max(0, Math.round(server.scheduler.wallMs() - server.startedAtWallMs)),
     config: {
       listen: server.listenAddr,
       ops_listen: opsAddr ?? "",
@@ -100,84 +98,50 @@ export function getLock(_request: Request, { context, params }: AdminMatch): Res
 }
 
 /**
- * POST /api/locks/{name}/release: the audit record first, then the engine
- * action (the owner gets ERROR 0x02 and is disconnected; the head waiter is
- * granted at once). Answers with the lock's state afterwards.
+ * POST /api/locks/{name}/release: the service writes the audit record first, then the owner
+ * gets ERROR 0x02 and is disconnected, and the head waiter is granted at once. Answers with
+ * the lock's state afterwards.
  */
 export function forceRelease(_request: Request, { context, params }: AdminMatch): Response {
   const name = decodeLockName(params.name);
   if (name instanceof Response) return name;
-  const { engine, audit, dispatcher } = context.server;
-  const holder = engine.holderOf(name);
-  if (holder === undefined) return fail("lock_not_found", notFoundDetail(name));
-  if (holder === null) {
-    return fail(
-      "no_owner",
-      `Cannot force-release lock "${name}": it has ${
-        engine.queueLengthOf(name)
-      } waiter(s) but no owner ` +
-        "(grants are paused while the audit log cannot be written)",
-    );
+  const { engine, service } = context.server;
+  const result = service.forceRelease(name, context.actor);
+  switch (result.status) {
+    case "lock_not_found":
+      return fail("lock_not_found", notFoundDetail(name));
+    case "no_owner":
+      return fail(
+        "no_owner",
+        `Cannot force-release lock "${name}": it has ${result.waiters} waiter(s) but no owner (${
+          result.block === null ? "no grant yet" : ownerlessBecause(result.block, result.detail)
+        })`,
+      );
+    case "released": {
+      const after = engine.getLock(name);
+      return jsonResponse(after === undefined ? idleLockJson(name) : lockJson(after));
+    }
   }
-  audit.append({
-    event: "force_release",
-    lock: name,
-    token: holder.token,
-    identity: holder.identity,
-    remote_addr: holder.remoteAddr,
-    session: holder.sessionId,
-    actor: context.actor,
-  });
-  const result = engine.forceRelease(name);
-  dispatcher.apply(result.events);
-  logger.info("admin force-released a lock", {
-    lock: name,
-    token: holder.token,
-    owner_remote_addr: holder.remoteAddr,
-    owner_identity: holder.identity,
-    actor: context.actor,
-  });
-  const after = engine.getLock(name);
-  return jsonResponse(after === undefined ? idleLockJson(name) : lockJson(after));
 }
 
-/** DELETE /api/locks/{name}/waiters/{remote_addr}: audit record first, then the kick. 204. */
+/** DELETE /api/locks/{name}/waiters/{remote_addr}: the service audits, then removes. 204. */
 export function kickWaiter(_request: Request, { context, params }: AdminMatch): Response {
   const name = decodeLockName(params.name);
   if (name instanceof Response) return name;
   const remoteAddr = decodeSegment(params.remote_addr, "remote address");
   if (remoteAddr instanceof Response) return remoteAddr;
-  const { engine, audit, dispatcher } = context.server;
-  if (engine.holderOf(name) === undefined) return fail("lock_not_found", notFoundDetail(name));
-  const waiter = engine.findWaiter(name, remoteAddr);
-  if (waiter === undefined) {
-    return fail(
-      "waiter_not_found",
-      `Lock "${name}" has no waiter with remote address "${remoteAddr}"`,
-    );
+  const result = context.server.service.kickWaiter(name, remoteAddr, context.actor);
+  switch (result.status) {
+    case "lock_not_found":
+      return fail("lock_not_found", notFoundDetail(name));
+    case "waiter_not_found":
+      return fail(
+        "waiter_not_found",
+        `Lock "${name}" has no waiter with remote address "${remoteAddr}"`,
+      );
+    case "kicked":
+      return new Response(null, { status: 204 });
   }
-  audit.append({
-    event: "kick_waiter",
-    lock: name,
-    token: null,
-    identity: waiter.identity,
-    remote_addr: waiter.remoteAddr,
-    session: waiter.sessionId,
-    actor: context.actor,
-  });
-  const result = engine.kickWaiter(name, remoteAddr);
-  dispatcher.apply(result.events);
-  if (result.status !== "ok") {
-    // The view and the engine are read in the same turn, so this cannot happen.
-    throw new Error(`kickWaiter("${name}", "${remoteAddr}") disagreed with findWaiter`);
-  }
-  logger.info("admin removed a waiter", {
-    lock: name,
-    waiter_remote_addr: waiter.remoteAddr,
-    waiter_identity: waiter.identity,
-    actor: context.actor,
-  });
-  return new Response(null, { status: 204 });
 }
 
 /** Percent-decodes one path segment (URLPattern keeps groups encoded); 400 when malformed. */
@@ -200,6 +164,18 @@ function decodeLockName(raw: string | undefined): string | Response {
   const problem = lockNameProblem(name);
   if (problem === null) return name;
   return fail("bad_lock_name", `Lock name "${name}" in the path is refused: ${problem}`);
+}
+
+/** Why a queue has no owner, for the 409 of a force-release: the true cause. */
+function ownerlessBecause(block: GrantBlock, detail: string): string {
+  switch (block) {
+    case "audit_unavailable":
+      return "grants are paused while the audit log cannot be written";
+    case "token_store_unavailable":
+      return `grants are paused while no fencing token can be reserved: ${detail}`;
+    case "shutting_down":
+      return "the server is shutting down";
+  }
 }
 
 function notFoundDetail(name: string): string {

@@ -1,4 +1,3 @@
-import type { Clock } from "../clock.ts";
 import {
   CLAIMS_PER_SESSION_MAX,
   IO_TIMEOUT_MS_DEFAULT,
@@ -17,19 +16,22 @@ import {
   type EndReason,
   type EngineEvent,
   type EngineStats,
+  type GrantBlock,
   type HolderView,
+  type Instant,
   type LockView,
   type Peer,
-  type RejectReason,
+  type Rejection,
   type WaitEndCause,
   type WaiterView,
 } from "./types.ts";
 
 /**
  * The lock engine: owners, FIFO queues, leases, fencing tokens and session
- * deadlines. It does no I/O and reads time only from the injected clock.
- * Every operation returns the events it caused, in order; adapters carry
- * them out (frames, audit records, connection closes).
+ * deadlines. It does no I/O and reads no clock: every operation that depends
+ * on time takes the caller's one reading of it (an {@link Instant}). Every
+ * operation returns the events it caused, in order; the service carries them
+ * out (audit records, frames, connection closes).
  *
  * Claim states and their only transitions:
  *   queued → owned     (head of the queue when the owner leaves, or a free lock)
@@ -37,7 +39,6 @@ import {
  *   owned  → gone      (release, lease expiry, session closed, force-release)
  */
 export interface EngineOptions {
-  clock: Clock;
   tokens: TokenIssuer;
   ioTimeoutMs?: number;
   leaseDefaultMs?: number;
@@ -92,11 +93,35 @@ interface LockState {
   queueLength: number;
 }
 
+/**
+ * The engine as readers see it (admin API, metrics, tests): nothing here changes state.
+ * Every change goes through the LockService.
+ */
+export type LockEngineView = Pick<
+  LockEngine,
+  | "listLocks"
+  | "getLock"
+  | "holderOf"
+  | "queueLengthOf"
+  | "findWaiter"
+  | "lockCount"
+  | "sessionIds"
+  | "lastToken"
+  | "stats"
+  | "grantBlock"
+  | "isBlocked"
+  | "blockDetail"
+  | "nextDeadlineMs"
+  | "assertInvariants"
+  | "ioTimeoutMs"
+  | "leaseDefaultMs"
+  | "leaseMaxMs"
+>;
+
 /** Most deadlines handled in one `tick`; the rest wait for the next one (bounded work per sweep). */
 const DEADLINES_PER_TICK_MAX = 10_000;
 
 export class LockEngine {
-  readonly #clock: Clock;
   readonly #tokens: TokenIssuer;
   readonly ioTimeoutMs: number;
   readonly leaseDefaultMs: number;
@@ -109,10 +134,13 @@ export class LockEngine {
   readonly #sessions = new Map<number, Session>();
   readonly #sessionsByAddr = new Map<string, Session>();
   readonly #deadlines = new DeadlineHeap<Deadline>();
-  /** Locks with waiters but no owner (grants paused or a token reservation failed). */
+  /** Locks with waiters but no owner (grants blocked, see GrantBlock). */
   readonly #ownerless = new Set<LockState>();
+  /** Why grants are blocked; none while empty. */
+  readonly #blocks = new Set<GrantBlock>();
+  /** The last token-store error while `token_store_unavailable` holds. */
+  #tokenFailure = "";
   #nextSessionId = 1;
-  #grantsPaused = false;
 
   readonly stats: EngineStats = {
     sessionsOpen: 0,
@@ -128,7 +156,6 @@ export class LockEngine {
   };
 
   constructor(options: EngineOptions) {
-    this.#clock = options.clock;
     this.#tokens = options.tokens;
     this.ioTimeoutMs = options.ioTimeoutMs ?? IO_TIMEOUT_MS_DEFAULT;
     this.leaseMaxMs = options.leaseMaxMs ?? LEASE_MS_MAX_DEFAULT;
@@ -141,14 +168,14 @@ export class LockEngine {
   // ---- sessions -----------------------------------------------------------
 
   /** Registers a session; null when the session limit is reached. */
-  openSession(identity: string, remoteAddr: string): Peer | null {
+  openSession(now: Instant, identity: string, remoteAddr: string): Peer | null {
     if (this.#sessions.size >= this.#sessionsMax) return null;
     const peer: Peer = { sessionId: this.#nextSessionId++, identity, remoteAddr };
     const session: Session = {
       kind: "io",
       peer,
       claims: new Map(),
-      lastSeenMs: this.#clock.monotonicMs(),
+      lastSeenMs: now.monoMs,
       open: true,
       atMs: 0,
       heapIndex: -1,
@@ -161,16 +188,16 @@ export class LockEngine {
   }
 
   /** Records that a session sent something; its I/O deadline moves (lazily, see tick). */
-  touch(sessionId: number): void {
+  touch(nowMs: number, sessionId: number): void {
     const session = this.#sessions.get(sessionId);
-    if (session) session.lastSeenMs = this.#clock.monotonicMs();
+    if (session) session.lastSeenMs = nowMs;
   }
 
   /** Ends a session at the adapter's request: its ownerships end and its waits leave their queues. */
-  closeSession(sessionId: number, cause: CloseCause): EngineEvent[] {
+  closeSession(now: Instant, sessionId: number, cause: CloseCause): EngineEvent[] {
     const events: EngineEvent[] = [];
     const session = this.#sessions.get(sessionId);
-    if (session) this.#closeSession(session, cause, "", events);
+    if (session) this.#closeSession(now, session, cause, "", events);
     return events;
   }
 
@@ -181,6 +208,7 @@ export class LockEngine {
    * `waitMs` is 0). `leaseMs` 0 means the default; `waitMs` null means forever.
    */
   acquire(
+    now: Instant,
     sessionId: number,
     requestId: number,
     name: string,
@@ -191,35 +219,29 @@ export class LockEngine {
     const session = this.#requireSession(sessionId);
     const problem = lockNameProblem(name);
     if (problem !== null) {
-      return this.#reject(session, requestId, name, "invalid_argument", problem);
+      return this.#reject(session, requestId, name, { reason: "invalid_argument", problem });
     }
-    if (session.claims.has(name)) {
-      const what = session.claims.get(name)!.state === "owned" ? "owns" : "waits for";
-      return this.#reject(
-        session,
-        requestId,
-        name,
-        "duplicate_claim",
-        `Cannot acquire lock "${name}": this session already ${what} it`,
-      );
+    const existing = session.claims.get(name);
+    if (existing !== undefined) {
+      return this.#reject(session, requestId, name, {
+        reason: "duplicate_claim",
+        owned: existing.state === "owned",
+      });
     }
-    if (this.#grantsPaused) {
-      return this.#reject(
-        session,
-        requestId,
-        name,
-        "grants_paused",
-        `Cannot acquire lock "${name}": the audit log cannot be written, grants are paused`,
-      );
+    const block = this.grantBlock;
+    if (block !== null) {
+      return this.#reject(session, requestId, name, {
+        reason: "grants_blocked",
+        block,
+        detail: this.blockDetail(block),
+      });
     }
     if (session.claims.size >= this.#claimsPerSessionMax) {
-      return this.#reject(
-        session,
-        requestId,
-        name,
-        "limit_exceeded",
-        `Cannot acquire lock "${name}": the session already has ${this.#claimsPerSessionMax} claims`,
-      );
+      return this.#reject(session, requestId, name, {
+        reason: "limit_exceeded",
+        limit: "claims_per_session",
+        max: this.#claimsPerSessionMax,
+      });
     }
     let lock = this.#locks.get(name);
     const free = lock === undefined || (lock.owner === null && lock.queueLength === 0);
@@ -236,42 +258,37 @@ export class LockEngine {
       return events;
     }
     if (!free && lock!.queueLength >= this.#waitersPerLockMax) {
-      return this.#reject(
-        session,
-        requestId,
-        name,
-        "limit_exceeded",
-        `Cannot acquire lock "${name}": its queue already has ${this.#waitersPerLockMax} waiters`,
-      );
+      return this.#reject(session, requestId, name, {
+        reason: "limit_exceeded",
+        limit: "waiters_per_lock",
+        max: this.#waitersPerLockMax,
+      });
     }
     if (lock === undefined) {
       lock = { name, owner: null, head: null, tail: null, queueLength: 0 };
       this.#locks.set(name, lock);
     }
-    const now = this.#clock.monotonicMs();
     const claim = this.#newClaim(session, lock, requestId, this.#clampLease(leaseMs), now);
     session.claims.set(name, claim);
     this.#enqueue(claim);
     if (free) {
-      this.#grantHead(lock, events);
+      this.#grantHead(now, lock, events);
       if (claim.state === "queued") {
-        // The token reservation failed: leave nothing behind.
+        // The token reservation failed (grants are blocked now): leave nothing behind.
         this.#leaveQueue(claim);
         claim.state = "gone";
         session.claims.delete(name);
         this.#dropIfIdle(lock);
-        return this.#reject(
-          session,
-          requestId,
-          name,
-          "grants_paused",
-          `Cannot acquire lock "${name}": no fencing token could be reserved`,
-        );
+        return this.#reject(session, requestId, name, {
+          reason: "grants_blocked",
+          block: "token_store_unavailable",
+          detail: this.blockDetail("token_store_unavailable"),
+        });
       }
       return events;
     }
     if (waitMs !== null) {
-      this.#deadlines.update(claim.waitNode, now + waitMs);
+      this.#deadlines.update(claim.waitNode, now.monoMs + waitMs);
     }
     events.push({
       type: "queued",
@@ -284,42 +301,40 @@ export class LockEngine {
   }
 
   /** RELEASE: ends an ownership with its token, or cancels a queued claim (token 0). */
-  release(sessionId: number, requestId: number, name: string, token: number): EngineEvent[] {
+  release(
+    now: Instant,
+    sessionId: number,
+    requestId: number,
+    name: string,
+    token: number,
+  ): EngineEvent[] {
     const events: EngineEvent[] = [];
     const session = this.#requireSession(sessionId);
     const claim = session.claims.get(name);
     if (claim !== undefined && claim.state === "owned" && claim.token === token) {
-      this.#endOwnership(claim, "graceful", requestId, events);
+      this.#endOwnership(now, claim, "graceful", requestId, events);
       return events;
     }
     if (claim !== undefined && claim.state === "queued" && token === 0) {
-      this.#endWait(claim, "cancelled", requestId, events);
+      this.#endWait(now, claim, "cancelled", requestId, events);
       return events;
     }
-    const why = claim === undefined
-      ? "this session has no claim on it"
-      : claim.state === "queued"
-      ? "this session only waits for it (cancel with token 0)"
-      : `token ${token} is not the token of this ownership`;
-    return this.#reject(
-      session,
-      requestId,
-      name,
-      "not_owner",
-      `Cannot release lock "${name}": ${why}`,
-    );
+    return this.#reject(session, requestId, name, {
+      reason: "not_owner",
+      claim: claim === undefined ? "none" : claim.state === "queued" ? "queued" : "owned",
+      token,
+    });
   }
 
   /** HEARTBEAT: renews every ownership of the session; returns how many. */
-  heartbeat(sessionId: number): number {
+  heartbeat(nowMs: number, sessionId: number): number {
     const session = this.#requireSession(sessionId);
-    const now = this.#clock.monotonicMs();
-    session.lastSeenMs = now;
+    session.lastSeenMs = nowMs;
     let renewed = 0;
     for (const claim of session.claims.values()) {
       if (claim.state !== "owned") continue;
       // The heap node is re-keyed lazily when it comes due (see tick).
-      claim.leaseExpiresAtMs = now + claim.leaseMs;
+      claim.leaseExpiresAtMs = nowMs + claim.leaseMs;
       renewed++;
     }
     this.stats.heartbeatsTotal++;
@@ -332,17 +347,21 @@ export class LockEngine {
    * Force-release: the owner's session is closed (ERROR 0x02 first), all its
    * ownerships end with reason force, and the head waiter is granted at once.
    */
-  forceRelease(name: string): { status: "ok" | "not_found" | "no_owner"; events: EngineEvent[] } {
+  forceRelease(
+    now: Instant,
+    name: string,
+  ): { status: "ok" | "not_found" | "no_owner"; events: EngineEvent[] } {
     const events: EngineEvent[] = [];
     const lock = this.#locks.get(name);
     if (lock === undefined) return { status: "not_found", events };
     if (lock.owner === null) return { status: "no_owner", events };
-    this.#closeSession(lock.owner.session, "admin", name, events);
+    this.#closeSession(now, lock.owner.session, "admin", name, events);
     return { status: "ok", events };
   }
 
   /** Removes the waiter with exactly this remote address; its session is closed like a force-release. */
   kickWaiter(
+    now: Instant,
     name: string,
     remoteAddr: string,
   ): { status: "ok" | "not_found"; events: EngineEvent[] } {
@@ -352,32 +371,58 @@ export class LockEngine {
     if (lock === undefined || claim === undefined || claim.state !== "queued") {
       return { status: "not_found", events };
     }
-    this.#endWait(claim, "kicked", 0, events);
-    this.#closeSession(claim.session, "admin", name, events);
+    this.#endWait(now, claim, "kicked", 0, events);
+    this.#closeSession(now, claim.session, "admin", name, events);
     return { status: "ok", events };
   }
 
+  // ---- grant blocks ---------------------------------------------------------
+
   /**
-   * Pauses or resumes new grants (the audit sink failed or recovered). While
-   * paused, ACQUIRE is refused and handoffs wait; resuming grants every
-   * queue that was left without an owner.
+   * Blocks grants for a reason the shell sees (the audit log failed, shutdown began):
+   * ACQUIRE is refused with it and hand-offs wait until every block is lifted.
    */
-  setGrantsPaused(paused: boolean): EngineEvent[] {
+  blockGrants(block: "audit_unavailable" | "shutting_down"): void {
+    this.#blocks.add(block);
+  }
+
+  /** Lifts a block; when none is left, every queue left without an owner is granted. */
+  unblockGrants(now: Instant, block: "audit_unavailable" | "shutting_down"): EngineEvent[] {
     const events: EngineEvent[] = [];
-    this.#grantsPaused = paused;
-    if (!paused) this.#grantOwnerless(events);
+    this.#blocks.delete(block);
+    if (this.#blocks.size === 0) this.#grantOwnerless(now, events);
     return events;
   }
 
-  get grantsPaused(): boolean {
-    return this.#grantsPaused;
+  /**
+   * Tries the token store again after a failed reservation (the shell calls it with
+   * back-off). On success the block is lifted and waiting queues are granted.
+   */
+  retryTokenStore(now: Instant): EngineEvent[] {
+    const events: EngineEvent[] = [];
+    if (!this.#blocks.has("token_store_unavailable")) return events;
+    try {
+      this.#tokens.prepare();
+    } catch (error) {
+      this.#tokenFailure = errorText(error);
+      return events;
+    }
+    this.#blocks.delete("token_store_unavailable");
+    this.#tokenFailure = "";
+    if (this.#blocks.size === 0) this.#grantOwnerless(now, events);
+    return events;
   }
 
-  /** Retries grants for queues left without an owner (after a failed token reservation). */
-  retryGrants(): EngineEvent[] {
-    const events: EngineEvent[] = [];
-    if (!this.#grantsPaused) this.#grantOwnerless(events);
-    return events;
+  /** The block that refuses ACQUIRE now (the most fundamental first), or null when granting. */
+  get grantBlock(): GrantBlock | null {
+    if (this.#blocks.size === 0) return null;
+    for (const block of GRANT_BLOCK_ORDER) if (this.#blocks.has(block)) return block;
+    return null;
+  }
+
+  /** Whether `block` holds now (several can at once). */
+  isBlocked(block: GrantBlock): boolean {
+    return this.#blocks.has(block);
   }
 
   // ---- time ---------------------------------------------------------------
@@ -387,23 +432,23 @@ export class LockEngine {
     return this.#deadlines.peek()?.atMs;
   }
 
-  /** Handles every deadline due now: lease expiries, wait timeouts, I/O timeouts. */
-  tick(): EngineEvent[] {
+  /** Handles every deadline due at `now`: lease expiries, wait timeouts, I/O timeouts. */
+  tick(now: Instant): EngineEvent[] {
     const events: EngineEvent[] = [];
-    const now = this.#clock.monotonicMs();
+    const nowMs = now.monoMs;
     for (let handled = 0; handled < DEADLINES_PER_TICK_MAX; handled++) {
       const node = this.#deadlines.peek();
-      if (node === undefined || node.atMs > now) break;
+      if (node === undefined || node.atMs > nowMs) break;
       if (node.kind === "io") {
         const dueMs = node.lastSeenMs + this.ioTimeoutMs;
-        if (dueMs > now) this.#deadlines.update(node, dueMs);
-        else this.#closeSession(node, "io_timeout", "", events);
+        if (dueMs > nowMs) this.#deadlines.update(node, dueMs);
+        else this.#closeSession(now, node, "io_timeout", "", events);
       } else if (node.kind === "lease") {
         const claim = node.claim;
-        if (claim.leaseExpiresAtMs > now) this.#deadlines.update(node, claim.leaseExpiresAtMs);
-        else this.#endOwnership(claim, "expired", 0, events);
+        if (claim.leaseExpiresAtMs > nowMs) this.#deadlines.update(node, claim.leaseExpiresAtMs);
+        else this.#endOwnership(now, claim, "expired", 0, events);
       } else {
-        this.#endWait(node.claim, "timeout", 0, events);
+        this.#endWait(now, node.claim, "timeout", 0, events);
       }
     }
     return events;
@@ -517,10 +562,14 @@ export class LockEngine {
     session: Session,
     requestId: number,
     name: string,
-    reason: RejectReason,
-    message: string,
+    rejection: Rejection,
   ): EngineEvent[] {
-    return [{ type: "rejected", peer: session.peer, requestId, name, reason, message }];
+    return [{ type: "rejected", peer: session.peer, requestId, name, rejection }];
+  }
+
+  /** What is known of a block's cause (the token store's last error), or "". */
+  blockDetail(block: GrantBlock): string {
+    return block === "token_store_unavailable" ? this.#tokenFailure : "";
   }
 
   #clampLease(leaseMs: number): number {
@@ -533,7 +582,7 @@ export class LockEngine {
     lock: LockState,
     requestId: number,
     leaseMs: number,
-    now: number,
+    now: Instant,
   ): Claim {
     const claim = {
       session,
@@ -543,8 +592,8 @@ export class LockEngine {
       state: "queued" as ClaimState,
       prev: null,
       next: null,
-      queuedAtMs: now,
-      queuedAtWallMs: this.#clock.wallMs(),
+      queuedAtMs: now.monoMs,
+      queuedAtWallMs: now.wallMs,
       token: 0,
       sinceMs: 0,
       sinceWallMs: 0,
@@ -591,31 +640,33 @@ export class LockEngine {
   }
 
   /** Grants the head of the queue when the lock has no owner. */
-  #grantHead(lock: LockState, events: EngineEvent[]): void {
+  #grantHead(now: Instant, lock: LockState, events: EngineEvent[]): void {
     const claim = lock.head;
     if (lock.owner !== null || claim === null) return;
-    if (this.#grantsPaused) {
+    if (this.#blocks.size > 0) {
       this.#ownerless.add(lock);
       return;
     }
     let token: number;
     try {
       token = this.#tokens.next();
-    } catch {
+    } catch (error) {
+      // Nothing is granted until the store works again: the shell retries with back-off.
+      this.#blocks.add("token_store_unavailable");
+      this.#tokenFailure = errorText(error);
       this.#ownerless.add(lock);
       return;
     }
     this.#ownerless.delete(lock);
     this.#leaveQueue(claim);
-    const now = this.#clock.monotonicMs();
     claim.state = "owned";
     claim.token = token;
-    claim.sinceMs = now;
-    claim.sinceWallMs = this.#clock.wallMs();
-    claim.leaseExpiresAtMs = now + claim.leaseMs;
+    claim.sinceMs = now.monoMs;
+    claim.sinceWallMs = now.wallMs;
+    claim.leaseExpiresAtMs = now.monoMs + claim.leaseMs;
     lock.owner = claim;
     this.#deadlines.update(claim.leaseNode, claim.leaseExpiresAtMs);
-    const waitedMs = now - claim.queuedAtMs;
+    const waitedMs = now.monoMs - claim.queuedAtMs;
     this.stats.locksHeld++;
     this.stats.acquiresTotal++;
     this.stats.waitSecondsSum += waitedMs / 1000;
@@ -632,14 +683,15 @@ export class LockEngine {
     });
   }
 
-  #grantOwnerless(events: EngineEvent[]): void {
+  #grantOwnerless(now: Instant, events: EngineEvent[]): void {
     for (const lock of [...this.#ownerless]) {
       this.#ownerless.delete(lock);
-      this.#grantHead(lock, events);
+      this.#grantHead(now, lock, events);
     }
   }
 
   #endOwnership(
+    now: Instant,
     claim: Claim,
     reason: EndReason,
     releaseRequestId: number,
@@ -647,7 +699,7 @@ export class LockEngine {
   ): void {
     const lock = claim.lock;
     assert(lock.owner === claim && claim.state === "owned", "only the owner's claim ends");
-    const heldMs = this.#clock.monotonicMs() - claim.sinceMs;
+    const heldMs = now.monoMs - claim.sinceMs;
     claim.state = "gone";
     lock.owner = null;
     claim.session.claims.delete(lock.name);
@@ -666,11 +718,12 @@ export class LockEngine {
       reason,
       heldMs,
     });
-    this.#grantHead(lock, events);
+    this.#grantHead(now, lock, events);
     this.#dropIfIdle(lock);
   }
 
   #endWait(
+    now: Instant,
     claim: Claim,
     cause: WaitEndCause,
     releaseRequestId: number,
@@ -689,24 +742,30 @@ export class LockEngine {
       releaseRequestId,
       name: lock.name,
       cause,
-      waitedMs: this.#clock.monotonicMs() - claim.queuedAtMs,
+      waitedMs: now.monoMs - claim.queuedAtMs,
     });
     // A head leaving an ownerless queue lets the next one be tried.
-    if (wasHead && lock.owner === null) this.#grantHead(lock, events);
+    if (wasHead && lock.owner === null) this.#grantHead(now, lock, events);
     if (lock.head === null) this.#ownerless.delete(lock);
     this.#dropIfIdle(lock);
   }
 
-  #closeSession(session: Session, cause: CloseCause, name: string, events: EngineEvent[]): void {
+  #closeSession(
+    now: Instant,
+    session: Session,
+    cause: CloseCause,
+    name: string,
+    events: EngineEvent[],
+  ): void {
     if (!session.open) return;
     session.open = false;
     // Waits leave first, so a closing session never receives a grant it cannot use.
     for (const claim of [...session.claims.values()]) {
-      if (claim.state === "queued") this.#endWait(claim, "session_closed", 0, events);
+      if (claim.state === "queued") this.#endWait(now, claim, "session_closed", 0, events);
     }
     const reason = END_REASON_OF_CLOSE[cause];
     for (const claim of [...session.claims.values()]) {
-      if (claim.state === "owned") this.#endOwnership(claim, reason, 0, events);
+      if (claim.state === "owned") this.#endOwnership(now, claim, reason, 0, events);
     }
     this.#sessions.delete(session.peer.sessionId);
     if (this.#sessionsByAddr.get(session.peer.remoteAddr) === session) {
@@ -755,6 +814,17 @@ function waiterView(claim: Claim): WaiterView {
     sessionId: claim.session.peer.sessionId,
     queuedAtWallMs: claim.queuedAtWallMs,
   };
+}
+
+/** Grant blocks in the order ACQUIRE names them: the most fundamental cause first. */
+const GRANT_BLOCK_ORDER: readonly GrantBlock[] = [
+  "shutting_down",
+  "audit_unavailable",
+  "token_store_unavailable",
+];
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
 }
 
 function compareNames(a: string, b: string): number {

@@ -38,22 +38,29 @@ export class TokenIssuer {
     return this.#last;
   }
 
-  /** The durable high-water mark: no restart will issue a token at or below it. */
-  get reservedThrough(): number {
-    return this.#reservedThrough;
-  }
-
-  /** Returns the next token; throws when the space is exhausted or the reservation fails. */
-  next(): number {
+  /**
+   * Makes sure the next token is reserved (durable) without issuing it; throws when the
+   * space is exhausted or the reservation fails. The server calls it at start-up (so an
+   * unwritable data dir or an exhausted space stops the start) and to probe a failed store.
+   */
+  prepare(): void {
     const token = this.#last + 1;
-    if (token > TOKEN_MAX) throw new RangeError("Fencing tokens are exhausted (2^53-1 reached)");
+    if (token > TOKEN_MAX) {
+      throw new RangeError(
+        `fencing tokens are exhausted: the last token issued is ${this.#last} (2^53-1)`,
+      );
+    }
     if (token > this.#reservedThrough) {
       const highWater = Math.min(TOKEN_MAX, this.#reservedThrough + this.#blockSize);
       this.#reserve(highWater);
       this.#reservedThrough = highWater;
     }
-    this.#last = token;
-    return token;
+  }
+
+  /** Returns the next token; throws when the space is exhausted or the reservation fails. */
+  next(): number {
+    this.prepare();
+    return ++this.#last;
   }
 }
 

@@ -28,13 +28,45 @@ export const END_REASON_OF_CLOSE: Readonly<Record<CloseCause, EndReason>> = {
 /** Why a queued claim left its queue without being granted. */
 export type WaitEndCause = "timeout" | "cancelled" | "session_closed" | "kicked";
 
-/** Request failures the engine answers without changing anything. */
-export type RejectReason =
-  | "invalid_argument"
-  | "duplicate_claim"
-  | "limit_exceeded"
-  | "not_owner"
-  | "grants_paused";
+/**
+ * One reading of the clock, taken once per operation by the caller and passed in:
+ * the engine reads no clock, so one operation sees one instant.
+ */
+export interface Instant {
+  /** Monotonic milliseconds: deadlines and durations. */
+  readonly monoMs: number;
+  /** Milliseconds since the Unix epoch: timestamps shown to people (audit, admin API). */
+  readonly wallMs: number;
+}
+
+/**
+ * Why no ownership can be granted right now. While any holds, ACQUIRE is refused with it,
+ * hand-offs wait, and `/readyz` answers 503:
+ * - `audit_unavailable`: the audit log cannot be written (every ownership must be recorded);
+ * - `token_store_unavailable`: no fencing token could be reserved (the token file in
+ *   `-data-dir` cannot be written, or the token space is exhausted); the shell retries;
+ * - `shutting_down`: the server is stopping; nothing is granted from its first instant.
+ */
+export type GrantBlock = "audit_unavailable" | "token_store_unavailable" | "shutting_down";
+
+/** Why a request was refused without changing anything, with what the message needs. */
+export type Rejection =
+  | { readonly reason: "invalid_argument"; readonly problem: string }
+  | { readonly reason: "duplicate_claim"; readonly owned: boolean }
+  | {
+    readonly reason: "limit_exceeded";
+    readonly limit: "claims_per_session" | "waiters_per_lock";
+    readonly max: number;
+  }
+  | {
+    readonly reason: "not_owner";
+    /** What the session has of that lock. */
+    readonly claim: "none" | "queued" | "owned";
+    readonly token: number;
+  }
+  | { readonly reason: "grants_blocked"; readonly block: GrantBlock; readonly detail: string };
+
+export type RejectReason = Rejection["reason"];
 
 /** Who a session is, as shown to operators. */
 export interface Peer {
@@ -104,8 +136,7 @@ export interface RejectedEvent {
   readonly peer: Peer;
   readonly requestId: number;
   readonly name: string;
-  readonly reason: RejectReason;
-  readonly message: string;
+  readonly rejection: Rejection;
 }
 
 /** The engine closed a session (io timeout or operator action); the adapter closes the connection. */

@@ -1,8 +1,15 @@
 /**
- * The one table of wire ERROR codes. Codes are numbered explicitly and never
- * reused; `docs/protocol.md` renders this table. A test proves each code is
- * produced by some case.
+ * The one wire-errors module: the table of ERROR codes (numbered explicitly,
+ * never reused; `docs/protocol.md` renders it and a test proves each code is
+ * produced by some case), and every mapping from a domain reason to a wire
+ * code and its message. Nothing else in the server builds an ERROR's text.
+ *
+ * @module
  */
+
+import type { CloseCause, GrantBlock, Rejection } from "../core/types.ts";
+import { ERROR_MESSAGE_BYTES_MAX, LOCK_NAME_BYTES_MAX } from "../limits.ts";
+import type { ErrorMessage } from "./messages.ts";
 
 /** One wire ERROR code: its number, name, meaning and how a client should treat it. */
 export interface WireCodeInfo {
@@ -18,124 +25,131 @@ export interface WireCodeInfo {
   readonly closes: boolean;
 }
 
-function entry(
-  code: number,
-  name: string,
-  retryable: boolean,
-  closes: boolean,
-  meaning: string,
-): WireCodeInfo {
-  return { code, name, retryable, closes, meaning };
-}
-
 /** Every wire ERROR code by name (numbers are never reused; docs/protocol.md renders this table). */
 export const WIRE_CODES = {
-  MALFORMED_FRAME: entry(
-    0x01,
-    "MALFORMED_FRAME",
-    false,
-    true,
-    "A frame could not be parsed: bad length, oversized, truncated body, unknown type, trailing bytes, invalid UTF-8, or a request before HELLO.",
-  ),
-  CLOSED_BY_ADMIN: entry(
-    0x02,
-    "CLOSED_BY_ADMIN",
-    true,
-    true,
-    "An operator force-released an ownership of this session or removed one of its waiters. A server condition, never a client error: reconnect with back-off and join the tail of the queue.",
-  ),
-  UNSUPPORTED_VERSION: entry(
-    0x03,
-    "UNSUPPORTED_VERSION",
-    false,
-    true,
-    "HELLO asked for a protocol version this server does not speak.",
-  ),
-  ACL_DENIED: entry(
-    0x04,
-    "ACL_DENIED",
-    false,
-    false,
-    "The ACL does not allow this identity to acquire this lock.",
-  ),
-  LEASE_EXPIRED: entry(
-    0x05,
-    "LEASE_EXPIRED",
-    true,
-    false,
-    "The named ownership ended because its lease ran out; the lock went to the next waiter. The session stays open.",
-  ),
-  NOT_OWNER: entry(
-    0x06,
-    "NOT_OWNER",
-    false,
-    false,
-    "RELEASE named a lock this session does not own with that token (or a claim it does not have).",
-  ),
-  WAIT_TIMEOUT: entry(
-    0x07,
-    "WAIT_TIMEOUT",
-    true,
-    false,
-    "The lock was not granted within the ACQUIRE's wait bound (immediately, for a try-lock).",
-  ),
-  DUPLICATE_CLAIM: entry(
-    0x08,
-    "DUPLICATE_CLAIM",
-    false,
-    false,
-    "This session already owns or waits for the named lock.",
-  ),
-  LIMIT_EXCEEDED: entry(
-    0x09,
-    "LIMIT_EXCEEDED",
-    true,
-    false,
-    "A server limit was reached (sessions, claims per session, waiters per lock); nothing changed. When the session limit is hit the connection is closed.",
-  ),
-  SHUTTING_DOWN: entry(
-    0x0a,
-    "SHUTTING_DOWN",
-    true,
-    true,
-    "The server is shutting down; ownerships of the session ended (graceful). Reconnect later.",
-  ),
-  INVALID_ARGUMENT: entry(
-    0x0b,
-    "INVALID_ARGUMENT",
-    false,
-    false,
-    "A field is out of range: an empty, oversized or reserved lock name, control characters, request id 0.",
-  ),
-  AUDIT_UNAVAILABLE: entry(
-    0x0c,
-    "AUDIT_UNAVAILABLE",
-    true,
-    false,
-    "The audit log cannot be written, so no new ownership is granted until it can.",
-  ),
-  HANDSHAKE_TIMEOUT: entry(
-    0x0d,
-    "HANDSHAKE_TIMEOUT",
-    true,
-    true,
-    "No HELLO arrived within the handshake timeout.",
-  ),
-  IO_TIMEOUT: entry(
-    0x0e,
-    "IO_TIMEOUT",
-    true,
-    true,
-    "The session sent nothing for io_timeout_ms (or did not read its replies); its ownerships ended with reason io_timeout.",
-  ),
-  CANCELLED: entry(
-    0x0f,
-    "CANCELLED",
-    false,
-    false,
-    "The pending ACQUIRE was cancelled by the client's own RELEASE of the queued claim.",
-  ),
-} as const;
+  MALFORMED_FRAME: {
+    code: 0x01,
+    name: "MALFORMED_FRAME",
+    retryable: false,
+    closes: true,
+    meaning:
+      "A frame could not be parsed: bad length, oversized, truncated body, unknown type, trailing bytes, invalid UTF-8, or a request before HELLO.",
+  },
+  CLOSED_BY_ADMIN: {
+    code: 0x02,
+    name: "CLOSED_BY_ADMIN",
+    retryable: true,
+    closes: true,
+    meaning:
+      "An operator force-released an ownership of this session or removed one of its waiters. A server condition, never a client error: reconnect with back-off and join the tail of the queue.",
+  },
+  UNSUPPORTED_VERSION: {
+    code: 0x03,
+    name: "UNSUPPORTED_VERSION",
+    retryable: false,
+    closes: true,
+    meaning: "HELLO asked for a protocol version this server does not speak.",
+  },
+  ACL_DENIED: {
+    code: 0x04,
+    name: "ACL_DENIED",
+    retryable: false,
+    closes: false,
+    meaning: "The ACL does not allow this identity to acquire this lock.",
+  },
+  LEASE_EXPIRED: {
+    code: 0x05,
+    name: "LEASE_EXPIRED",
+    retryable: true,
+    closes: false,
+    meaning:
+      "The named ownership ended because its lease ran out; the lock went to the next waiter. The session stays open.",
+  },
+  NOT_OWNER: {
+    code: 0x06,
+    name: "NOT_OWNER",
+    retryable: false,
+    closes: false,
+    meaning:
+      "RELEASE named a lock this session does not own with that token (or a claim it does not have).",
+  },
+  WAIT_TIMEOUT: {
+    code: 0x07,
+    name: "WAIT_TIMEOUT",
+    retryable: true,
+    closes: false,
+    meaning:
+      "The lock was not granted within the ACQUIRE's wait bound (immediately, for a try-lock).",
+  },
+  DUPLICATE_CLAIM: {
+    code: 0x08,
+    name: "DUPLICATE_CLAIM",
+    retryable: false,
+    closes: false,
+    meaning: "This session already owns or waits for the named lock.",
+  },
+  LIMIT_EXCEEDED: {
+    code: 0x09,
+    name: "LIMIT_EXCEEDED",
+    retryable: true,
+    closes: false,
+    meaning:
+      "A server limit was reached (sessions, claims per session, waiters per lock); nothing changed. When the session limit is hit the connection is closed.",
+  },
+  SHUTTING_DOWN: {
+    code: 0x0a,
+    name: "SHUTTING_DOWN",
+    retryable: true,
+    closes: true,
+    meaning:
+      "The server is shutting down; ownerships of the session ended (graceful). Reconnect later.",
+  },
+  INVALID_ARGUMENT: {
+    code: 0x0b,
+    name: "INVALID_ARGUMENT",
+    retryable: false,
+    closes: false,
+    meaning:
+      "A field is out of range: an empty, oversized or reserved lock name, control characters, request id 0.",
+  },
+  AUDIT_UNAVAILABLE: {
+    code: 0x0c,
+    name: "AUDIT_UNAVAILABLE",
+    retryable: true,
+    closes: false,
+    meaning: "The audit log cannot be written, so no new ownership is granted until it can.",
+  },
+  HANDSHAKE_TIMEOUT: {
+    code: 0x0d,
+    name: "HANDSHAKE_TIMEOUT",
+    retryable: true,
+    closes: true,
+    meaning: "No HELLO arrived within the handshake timeout.",
+  },
+  IO_TIMEOUT: {
+    code: 0x0e,
+    name: "IO_TIMEOUT",
+    retryable: true,
+    closes: true,
+    meaning:
+      "The session sent nothing for io_timeout_ms (or did not read its replies); its ownerships ended with reason io_timeout.",
+  },
+  CANCELLED: {
+    code: 0x0f,
+    name: "CANCELLED",
+    retryable: false,
+    closes: false,
+    meaning: "The pending ACQUIRE was cancelled by the client's own RELEASE of the queued claim.",
+  },
+  TOKENS_UNAVAILABLE: {
+    code: 0x10,
+    name: "TOKENS_UNAVAILABLE",
+    retryable: true,
+    closes: false,
+    meaning:
+      "No fencing token could be reserved (the token file in the server's data directory cannot be written), so no new ownership is granted until it can; the server retries by itself.",
+  },
+} as const satisfies Record<string, WireCodeInfo>;
 
 /** The name of a wire ERROR code, e.g. "WAIT_TIMEOUT". */
 export type WireCodeName = keyof typeof WIRE_CODES;
@@ -146,8 +160,13 @@ const BY_NUMBER = new Map<number, WireCodeInfo>(
 
 /** Looks a code up by number; unknown numbers get a synthetic entry. */
 export function wireCodeInfo(code: number): WireCodeInfo {
-  return BY_NUMBER.get(code) ??
-    entry(code, "UNKNOWN", false, false, "A code this build does not know.");
+  return BY_NUMBER.get(code) ?? {
+    code,
+    name: "UNKNOWN",
+    retryable: false,
+    closes: false,
+    meaning: "A code this build does not know.",
+  };
 }
 
 /** `0x02` style, as used in the metric label `code`. */
@@ -163,4 +182,181 @@ export class ProtocolError extends Error {
     this.name = "ProtocolError";
     this.code = WIRE_CODES[code].code;
   }
+}
+
+// ---- domain reasons → wire code and message ---------------------------------
+
+/** What an ERROR frame says: its code and its message (the lock name travels beside it). */
+export interface WireError {
+  readonly code: WireCodeName;
+  readonly message: string;
+}
+
+const GRANT_BLOCK_CODES: Readonly<Record<GrantBlock, WireCodeName>> = {
+  audit_unavailable: "AUDIT_UNAVAILABLE",
+  token_store_unavailable: "TOKENS_UNAVAILABLE",
+  shutting_down: "SHUTTING_DOWN",
+};
+
+/** Why grants are blocked, as a clause for messages (wire and admin API alike). */
+export function grantBlockText(block: GrantBlock, detail = ""): string {
+  switch (block) {
+    case "audit_unavailable":
+      return "the audit log cannot be written, grants are paused";
+    case "token_store_unavailable":
+      return `no fencing token could be reserved${
+        detail === "" ? "" : ` (${detail})`
+      }, grants are paused until the token store works again`;
+    case "shutting_down":
+      return "the server is shutting down";
+  }
+}
+
+/** The ERROR answering a request the engine refused. */
+export function rejectionError(name: string, rejection: Rejection): WireError {
+  switch (rejection.reason) {
+    case "invalid_argument":
+      return { code: "INVALID_ARGUMENT", message: rejection.problem };
+    case "duplicate_claim":
+      return {
+        code: "DUPLICATE_CLAIM",
+        message: `Cannot acquire lock "${name}": this session already ${
+          rejection.owned ? "owns" : "waits for"
+        } it`,
+      };
+    case "limit_exceeded":
+      return {
+        code: "LIMIT_EXCEEDED",
+        message: rejection.limit === "claims_per_session"
+          ? `Cannot acquire lock "${name}": the session already has ${rejection.max} claims`
+          : `Cannot acquire lock "${name}": its queue already has ${rejection.max} waiters`,
+      };
+    case "not_owner": {
+      const why = rejection.claim === "none"
+        ? "this session has no claim on it"
+        : rejection.claim === "queued"
+        ? "this session only waits for it (cancel with token 0)"
+        : `token ${rejection.token} is not the token of this ownership`;
+      return { code: "NOT_OWNER", message: `Cannot release lock "${name}": ${why}` };
+    }
+    case "grants_blocked":
+      return {
+        code: GRANT_BLOCK_CODES[rejection.block],
+        message: `Cannot acquire lock "${name}": ${
+          grantBlockText(rejection.block, rejection.detail)
+        }`,
+      };
+  }
+}
+
+/** A wait that ended without a grant: its bound ran out (or a try-lock found the lock held). */
+export function waitTimeoutError(name: string, waitedMs: number): WireError {
+  return {
+    code: "WAIT_TIMEOUT",
+    message: waitedMs === 0
+      ? `Cannot acquire lock "${name}": it is held`
+      : `Cannot acquire lock "${name}": wait timed out after ${Math.round(waitedMs)} ms`,
+  };
+}
+
+/** The client's own RELEASE (token 0) cancelled its queued claim. */
+export function cancelledError(name: string): WireError {
+  return { code: "CANCELLED", message: `Wait for lock "${name}" cancelled` };
+}
+
+/** An ownership ended because its lease ran out. */
+export function leaseExpiredError(name: string, token: number): WireError {
+  return {
+    code: "LEASE_EXPIRED",
+    message: `Lost lock "${name}": its lease expired (token ${token})`,
+  };
+}
+
+/** The ACL refused an ACQUIRE. */
+export function aclDeniedError(name: string, identity: string): WireError {
+  return {
+    code: "ACL_DENIED",
+    message: `Cannot acquire lock "${name}": the ACL does not allow identity "${identity}"`,
+  };
+}
+
+/** The final ERROR of a session the server closes, by cause (none when the peer already left). */
+export function sessionClosedError(
+  cause: CloseCause,
+  name: string,
+  ioTimeoutMs: number,
+): WireError | null {
+  switch (cause) {
+    case "admin":
+      return {
+        code: "CLOSED_BY_ADMIN",
+        message: `Closed by administrator (action on lock "${name}")`,
+      };
+    case "io_timeout":
+      return { code: "IO_TIMEOUT", message: `No traffic for ${ioTimeoutMs} ms` };
+    case "shutdown":
+      return SHUTTING_DOWN_ERROR;
+    case "client_closed":
+    case "io_error":
+      return null;
+  }
+}
+
+export const SHUTTING_DOWN_ERROR: WireError = {
+  code: "SHUTTING_DOWN",
+  message: "The server is shutting down",
+};
+
+/** Errors of the session layer, before or beside the engine. */
+export const SESSION_ERRORS = {
+  requestIdZero: (): WireError => ({
+    code: "INVALID_ARGUMENT",
+    message: "Request id 0 is reserved for the server",
+  }),
+  handshakeTimeout: (timeoutMs: number): WireError => ({
+    code: "HANDSHAKE_TIMEOUT",
+    message: `No HELLO within ${timeoutMs} ms`,
+  }),
+  clientNameTooLong: (bytesMax: number): WireError => ({
+    code: "INVALID_ARGUMENT",
+    message: `Client name is longer than ${bytesMax} bytes`,
+  }),
+  unsupportedVersion: (asked: number, spoken: number): WireError => ({
+    code: "UNSUPPORTED_VERSION",
+    message: `Protocol version ${asked} is not supported; this server speaks ${spoken}`,
+  }),
+  sessionLimit: (): WireError => ({
+    code: "LIMIT_EXCEEDED",
+    message: "The server has reached its session limit",
+  }),
+  malformed: (reason: string): WireError => ({ code: "MALFORMED_FRAME", message: reason }),
+} as const;
+
+const utf8 = new TextEncoder();
+const utf8Decoder = new TextDecoder();
+
+/**
+ * Cuts `text` to at most `bytesMax` UTF-8 bytes on a character boundary. ERROR frames carry
+ * at most a longest lock name and a message of ERROR_MESSAGE_BYTES_MAX bytes, so the largest
+ * frame the server sends is known (see limits_test.ts) and fits every allowed frame limit.
+ */
+export function cutUtf8(text: string, bytesMax: number): string {
+  if (text.length * 3 <= bytesMax) return text;
+  const bytes = utf8.encode(text);
+  if (bytes.length <= bytesMax) return text;
+  let end = bytesMax;
+  // Step back over continuation bytes (10xxxxxx) to the start of the cut character.
+  while (end > 0 && (bytes[end] & 0xc0) === 0x80) end--;
+  return utf8Decoder.decode(bytes.subarray(0, end));
+}
+
+/** The ERROR frame for `error`, with the name and the message cut to their bounds. */
+export function errorFrame(requestId: number, name: string, error: WireError): ErrorMessage {
+  return {
+    type: "error",
+    requestId,
+    code: WIRE_CODES[error.code].code,
+    name: cutUtf8(name, LOCK_NAME_BYTES_MAX),
+    message: cutUtf8(error.message, ERROR_MESSAGE_BYTES_MAX),
+  };
 }

@@ -1,4 +1,4 @@
-import type { LockEngine } from "../core/engine.ts";
+import type { Scheduler, Timer } from "../clock.ts";
 import type { CloseCause, Peer } from "../core/types.ts";
 import {
   CLIENT_NAME_BYTES_MAX,
@@ -8,14 +8,22 @@ import {
 } from "../limits.ts";
 import { debugEnabled, log } from "../log/diagnostic.ts";
 import type { ServerCounters } from "../ops/counters.ts";
-import { ProtocolError, WIRE_CODES, type WireCodeName } from "./codes.ts";
+import type { LockService } from "../service/lock_service.ts";
+import type { SessionPort } from "../service/session_registry.ts";
+import type { StallWatchdog, StallWatched } from "../service/stall_watchdog.ts";
+import {
+  errorFrame,
+  ProtocolError,
+  SESSION_ERRORS,
+  wireCodeInfo,
+  type WireError,
+} from "./codes.ts";
 import { FrameWriter } from "./frame.ts";
 import { FrameReader } from "./frame_reader.ts";
 import {
-  type Acquire,
+  type ErrorMessage,
   type Message,
   PROTOCOL_VERSION,
-  type Release,
   type ServerMessage,
   WAIT_FOREVER,
 } from "./messages.ts";
@@ -25,34 +33,52 @@ const logger = log("protocol");
 
 /** What a session needs from the server around it. */
 export interface SessionHost {
-  readonly engine: LockEngine;
+  /** Every state change goes through it. */
+  readonly service: LockService;
+  readonly scheduler: Scheduler;
   readonly counters: ServerCounters;
+  readonly watchdog: StallWatchdog;
   readonly serverVersion: string;
   readonly frameBytesMax: number;
   readonly handshakeTimeoutMs: number;
-  /** True once shutdown began: new sessions are refused. */
-  readonly shuttingDown: boolean;
-  /** ACL check before an ACQUIRE reaches the engine; returns false (and records the denial) when refused. */
-  admitAcquire(peer: Peer, requestId: number, name: string): boolean;
-  /** Carries out engine events (audit, frames, closes). */
-  apply(events: ReturnType<LockEngine["tick"]>): void;
-  register(session: Session): void;
-  unregister(session: Session): void;
-  /** Sessions with a write in flight, watched for stalls. */
-  readonly writesInFlight: Set<Session>;
+  readonly ioTimeoutMs: number;
+  readonly leaseDefaultMs: number;
+  readonly leaseMaxMs: number;
+  /** The connection is closed (the session is gone from the server's connection set). */
+  closed(session: Session): void;
 }
 
 /**
  * Session states and their only transitions:
  *   handshake → open      (valid HELLO)
  *   handshake → closing   (bad first frame, version, limit, timeout, shutdown)
- *   open      → closing   (engine closed it, peer left, protocol error)
- *   closing   → closed    (final frames flushed or the write failed)
+ *   open      → closing   (the service closed it, peer left, protocol error)
+ *   closing   → closed    (final frames flushed, or the peer is gone, or a write failed)
  */
 export type SessionState = "handshake" | "open" | "closing" | "closed";
 
-/** One client connection: reads frames, drives the engine, writes replies in batches. */
-export class Session {
+/** A place in the reply order (see `hold`). */
+interface Outgoing {
+  message: ServerMessage | null;
+  ready: boolean;
+}
+
+/** Rough bytes of a frame held back in the reply order, to bound what a session may queue. */
+function heldBytes(message: ServerMessage | null): number {
+  if (message === null) return 16;
+  return 32 + ("name" in message ? message.name.length : 0) +
+    (message.type === "error" ? message.message.length : 0);
+}
+
+/**
+ * One client connection: reads frames and turns them into service commands;
+ * writes the replies the service decides, in the order it decided them, in
+ * batches (one socket write per event-loop turn).
+ *
+ * Reply order: a frame that waits for its audit record holds back every later
+ * frame of the session (docs/architecture.md, "Reply order").
+ */
+export class Session implements SessionPort, StallWatched {
   readonly transport: Transport;
   readonly #host: SessionHost;
   #state: SessionState = "handshake";
@@ -61,11 +87,13 @@ export class Session {
   readonly #writer: FrameWriter;
   #writing = false;
   #flushScheduled = false;
-  #handshakeTimer: ReturnType<typeof setTimeout> | undefined;
+  #handshakeTimer: Timer | undefined;
+  /** Frames decided after a held place, in order; `#outHead` is the first not yet written. */
+  #out: Outgoing[] = [];
+  #outHead = 0;
+  #outBytes = 0;
   /** Why the session ends, for the debug line when it closes: a close cause or the final ERROR. */
   #closeReason = "";
-  /** Monotonic ms when the current write started (for the stall watchdog). */
-  writeStartedMs = 0;
 
   constructor(transport: Transport, host: SessionHost) {
     this.transport = transport;
@@ -82,13 +110,25 @@ export class Session {
     return this.#peer;
   }
 
+  get remoteAddr(): string {
+    return this.transport.remoteAddr;
+  }
+
+  get sessionId(): number {
+    return this.#peer?.sessionId ?? 0;
+  }
+
   /** Serves the connection until it closes. Never throws. */
   async run(): Promise<void> {
-    this.#handshakeTimer = setTimeout(() => {
+    this.#handshakeTimer = this.#host.scheduler.setTimer(() => {
       this.#handshakeTimer = undefined;
-      if (this.#state === "handshake") {
-        logger.warn("handshake timed out", { remote_addr: this.transport.remoteAddr });
-        this.#refuse("HANDSHAKE_TIMEOUT", `No HELLO within ${this.#host.handshakeTimeoutMs} ms`);
+      try {
+        if (this.#state === "handshake") {
+          logger.warn("handshake timed out", { remote_addr: this.transport.remoteAddr });
+          this.#refuse(SESSION_ERRORS.handshakeTimeout(this.#host.handshakeTimeoutMs));
+        }
+      } catch (error) {
+        logger.error("handshake timeout handling failed", { error: String(error) });
       }
     }, this.#host.handshakeTimeoutMs);
     // Idle sessions keep a small buffer in their pending read; one that fills it is busy
@@ -121,11 +161,101 @@ export class Session {
     }
   }
 
-  /** Queues a frame; all frames queued in one turn go out in one write. */
+  // ---- SessionPort: replies in decision order ---------------------------------
+
+  /** Queues a frame after every frame decided before it; one write per turn carries them. */
   send(message: ServerMessage): void {
     if (this.#state === "closed") return;
+    if (message.type === "error") this.#host.counters.countError(message.code);
+    if (this.#outHead === this.#out.length) this.#write(message);
+    else this.#queue({ message, ready: true });
+  }
+
+  /** Reserves the next place in the reply order; every later frame waits until it is filled. */
+  hold(): (message: ServerMessage | null) => void {
+    if (this.#state === "closed") return () => {};
+    const place: Outgoing = { message: null, ready: false };
+    this.#queue(place);
+    return (message) => {
+      if (place.ready) return;
+      place.ready = true;
+      place.message = message;
+      if (message?.type === "error") this.#host.counters.countError(message.code);
+      this.#drain();
+    };
+  }
+
+  /**
+   * Ends the session from the server side (the engine already forgot it): sends the final
+   * ERROR when given, after every frame decided before it, then closes once it is written.
+   */
+  terminate(finalError: ErrorMessage | null): void {
+    if (this.#state === "closing" || this.#state === "closed") return;
+    this.#state = "closing";
+    this.#closeReason ||= finalError === null ? "server" : wireCodeInfo(finalError.code).name;
+    this.#clearHandshakeTimer();
+    if (finalError !== null) this.send(finalError);
+    this.#finishWhenFlushed();
+  }
+
+  /** A write stalled past the I/O timeout (or too much was queued): end it as io_timeout. */
+  closeForStall(): void {
+    this.#closeReason ||= "io_timeout";
+    if (this.#peer !== null && this.#state === "open") {
+      this.#state = "closing";
+      this.#host.service.closeSession(this.#peer.sessionId, "io_timeout");
+    }
+    this.#finish();
+  }
+
+  #queue(entry: Outgoing): void {
+    this.#out.push(entry);
+    this.#outBytes += heldBytes(entry.message);
+    if (this.#outBytes > WRITE_BUFFER_BYTES_MAX) {
+      // Replies wait for their audit records and the client keeps asking: memory stays bounded.
+      logger.warn("slow reader disconnected", {
+        remote_addr: this.transport.remoteAddr,
+        held_bytes: this.#outBytes,
+      });
+      this.#out = [];
+      this.#outHead = 0;
+      this.#outBytes = 0;
+      queueMicrotask(() => this.closeForStall());
+    }
+  }
+
+  /** Writes the ready prefix of the held frames. */
+  #drain(): void {
+    while (this.#outHead < this.#out.length && this.#out[this.#outHead].ready) {
+      const entry = this.#out[this.#outHead++];
+      this.#outBytes -= heldBytes(entry.message);
+      if (entry.message !== null) this.#write(entry.message);
+    }
+    if (this.#outHead === this.#out.length) {
+      this.#out = [];
+      this.#outHead = 0;
+      this.#outBytes = 0;
+      this.#finishWhenFlushed();
+    }
+  }
+
+  /** Encodes a frame into the batch of this turn. */
+  #write(message: ServerMessage): void {
+    if (this.#state === "closed") return;
     if (debugEnabled()) this.#debugFrame("frame sent", message);
-    this.#writer.push(message);
+    try {
+      this.#writer.push(message);
+    } catch (error) {
+      // A frame the server cannot encode is a bug; it must not end the process (it may run in
+      // a timer). The session cannot be trusted to be in order any more: close it.
+      logger.error("cannot encode a frame; closing the session", {
+        remote_addr: this.transport.remoteAddr,
+        type: message.type,
+        error: error instanceof Error ? error.message : String(error),
+      });
+      queueMicrotask(() => this.#peerLeft("io_error"));
+      return;
+    }
     if (this.#writer.byteLength > WRITE_BUFFER_BYTES_MAX) {
       // The client does not read its replies: close it as an I/O timeout, memory stays bounded.
       logger.warn("slow reader disconnected", {
@@ -142,37 +272,10 @@ export class Session {
     }
   }
 
-  /** Sends an ERROR frame and counts it. */
-  sendError(code: WireCodeName, requestId: number, name: string, message: string): void {
-    const info = WIRE_CODES[code];
-    this.#host.counters.countError(info.code);
-    this.send({ type: "error", requestId, code: info.code, name, message });
-  }
-
-  /**
-   * Ends the session from the server side (the engine already forgot it):
-   * sends a final ERROR when given, then closes once it is written.
-   */
-  terminate(finalError?: { code: WireCodeName; name: string; message: string }): void {
-    if (this.#state === "closing" || this.#state === "closed") return;
-    this.#state = "closing";
-    this.#closeReason ||= finalError?.code ?? "server";
-    this.#clearHandshakeTimer();
-    if (finalError) this.sendError(finalError.code, 0, finalError.name, finalError.message);
-    if (!this.#writing && !this.#flushScheduled) this.#finish();
-  }
-
-  /** A write stalled past the I/O timeout (or the buffer overflowed): end it as io_timeout. */
-  closeForStall(): void {
-    this.#closeReason ||= "io_timeout";
-    if (this.#peer !== null && this.#state === "open") {
-      this.#host.apply(this.#host.engine.closeSession(this.#peer.sessionId, "io_timeout"));
-    }
-    this.#finish();
-  }
+  // ---- reading ----------------------------------------------------------------
 
   #receive(chunk: Uint8Array): void {
-    if (this.#peer !== null) this.#host.engine.touch(this.#peer.sessionId);
+    if (this.#peer !== null) this.#host.service.touch(this.#peer.sessionId);
     this.#reader.push(chunk);
     try {
       for (;;) {
@@ -198,23 +301,28 @@ export class Session {
       return;
     }
     const peer = this.#peer!;
+    const service = this.#host.service;
     if ("requestId" in message && message.requestId === 0 && message.type !== "error") {
       const name = "name" in message ? message.name : "";
-      this.sendError("INVALID_ARGUMENT", 0, name, "Request id 0 is reserved for the server");
+      this.send(errorFrame(0, name, SESSION_ERRORS.requestIdZero()));
       return;
     }
     switch (message.type) {
       case "acquire":
-        this.#acquire(peer, message);
+        service.acquire(
+          peer,
+          message.requestId,
+          message.name,
+          message.leaseMs,
+          message.waitMs === WAIT_FOREVER ? null : message.waitMs,
+        );
         return;
       case "release":
-        this.#release(peer, message);
+        service.release(peer, message.requestId, message.name, message.token);
         return;
-      case "heartbeat": {
-        const renewed = this.#host.engine.heartbeat(peer.sessionId);
-        this.send({ type: "heartbeat_ack", requestId: message.requestId, renewed });
+      case "heartbeat":
+        service.heartbeat(peer, message.requestId);
         return;
-      }
       default:
         this.#protocolViolation(`Unexpected ${message.type.toUpperCase()} from a client`);
     }
@@ -223,69 +331,41 @@ export class Session {
   #hello(version: number, clientName: string): void {
     this.#clearHandshakeTimer();
     if (new TextEncoder().encode(clientName).length > CLIENT_NAME_BYTES_MAX) {
-      this.#refuse("INVALID_ARGUMENT", `Client name is longer than ${CLIENT_NAME_BYTES_MAX} bytes`);
+      this.#refuse(SESSION_ERRORS.clientNameTooLong(CLIENT_NAME_BYTES_MAX));
       return;
     }
     if (version !== PROTOCOL_VERSION) {
-      this.#refuse(
-        "UNSUPPORTED_VERSION",
-        `Protocol version ${version} is not supported; this server speaks ${PROTOCOL_VERSION}`,
-      );
+      this.#refuse(SESSION_ERRORS.unsupportedVersion(version, PROTOCOL_VERSION));
       return;
     }
-    if (this.#host.shuttingDown) {
-      this.#refuse("SHUTTING_DOWN", "The server is shutting down");
+    const opened = this.#host.service.openSession(
+      this.transport.identity,
+      this.transport.remoteAddr,
+      this,
+    );
+    if ("code" in opened) {
+      this.#refuse(opened);
       return;
     }
-    const engine = this.#host.engine;
-    const peer = engine.openSession(this.transport.identity, this.transport.remoteAddr);
-    if (peer === null) {
-      logger.warn("session limit reached", { remote_addr: this.transport.remoteAddr });
-      this.#refuse("LIMIT_EXCEEDED", "The server has reached its session limit");
-      return;
-    }
-    this.#peer = peer;
+    this.#peer = opened;
     this.#state = "open";
-    this.#host.register(this);
     logger.debug("session opened", {
-      session: peer.sessionId,
-      remote_addr: peer.remoteAddr,
-      identity: peer.identity,
+      session: opened.sessionId,
+      remote_addr: opened.remoteAddr,
+      identity: opened.identity,
     });
     this.send({
       type: "welcome",
       version: PROTOCOL_VERSION,
       serverVersion: this.#host.serverVersion,
-      sessionId: peer.sessionId,
-      ioTimeoutMs: engine.ioTimeoutMs,
-      leaseDefaultMs: engine.leaseDefaultMs,
-      leaseMaxMs: engine.leaseMaxMs,
+      sessionId: opened.sessionId,
+      ioTimeoutMs: this.#host.ioTimeoutMs,
+      leaseDefaultMs: this.#host.leaseDefaultMs,
+      leaseMaxMs: this.#host.leaseMaxMs,
     });
-    // The session's I/O deadline joined the heap: let the timer see it.
-    this.#host.apply([]);
   }
 
-  #acquire(peer: Peer, message: Acquire): void {
-    if (!this.#host.admitAcquire(peer, message.requestId, message.name)) return;
-    const waitMs = message.waitMs === WAIT_FOREVER ? null : message.waitMs;
-    this.#host.apply(
-      this.#host.engine.acquire(
-        peer.sessionId,
-        message.requestId,
-        message.name,
-        message.leaseMs,
-        waitMs,
-      ),
-    );
-  }
-
-  #release(peer: Peer, message: Release): void {
-    this.#host.apply(
-      this.#host.engine.release(peer.sessionId, message.requestId, message.name, message.token),
-    );
-  }
-
-  /** Malformed input: ERROR MALFORMED_FRAME, then close; ownerships end as io_timeout. */
+  /** Malformed input: ERROR MALFORMED_FRAME (after the release records), then close; ownerships end as io_timeout. */
   #protocolViolation(reason: string): void {
     if (this.#state === "closing" || this.#state === "closed") return;
     logger.info("protocol violation", {
@@ -293,24 +373,33 @@ export class Session {
       session: this.#peer?.sessionId ?? 0,
       reason,
     });
-    const wasOpen = this.#state === "open";
-    this.terminate({ code: "MALFORMED_FRAME", name: "", message: reason });
-    if (wasOpen) {
-      this.#host.apply(this.#host.engine.closeSession(this.#peer!.sessionId, "io_error"));
+    if (this.#state === "open") {
+      this.#host.service.closeSession(
+        this.#peer!.sessionId,
+        "io_error",
+        SESSION_ERRORS.malformed(reason),
+      );
+    } else {
+      this.#refuse(SESSION_ERRORS.malformed(reason));
     }
   }
 
   /** Sends one ERROR and closes (before or outside the engine's knowledge of the session). */
-  #refuse(code: WireCodeName, message: string): void {
-    this.terminate({ code, name: "", message });
+  #refuse(error: WireError): void {
+    this.terminate(errorFrame(0, "", error));
   }
 
-  /** The peer closed or reset the connection. */
+  /** Shutdown reached a connection still in its handshake. */
+  refuseShuttingDown(error: WireError): void {
+    if (this.#state === "handshake") this.#refuse(error);
+  }
+
+  /** The peer closed or reset the connection: nothing more can reach it. */
   #peerLeft(cause: CloseCause): void {
     this.#closeReason ||= cause;
     if (this.#peer !== null && this.#state === "open") {
       this.#state = "closing";
-      this.#host.apply(this.#host.engine.closeSession(this.#peer.sessionId, cause));
+      this.#host.service.closeSession(this.#peer.sessionId, cause);
     }
     this.#finish();
   }
@@ -322,30 +411,42 @@ export class Session {
     try {
       while (this.#writer.byteLength > 0 && this.#state !== "closed") {
         const bytes = this.#writer.take();
-        this.writeStartedMs = performance.now();
-        this.#host.writesInFlight.add(this);
+        this.#host.watchdog.writeStarted(this);
         let offset = 0;
         while (offset < bytes.length) {
           offset += await this.transport.write(offset === 0 ? bytes : bytes.subarray(offset));
         }
-        this.#host.writesInFlight.delete(this);
+        this.#host.watchdog.writeEnded(this);
       }
     } catch {
-      this.#host.writesInFlight.delete(this);
+      this.#host.watchdog.writeEnded(this);
       this.#writing = false;
       this.#peerLeft("io_error");
       return;
     }
     this.#writing = false;
-    if (this.#state === "closing") this.#finish();
+    this.#finishWhenFlushed();
+  }
+
+  /** A closing session closes once nothing is held and everything decided is written. */
+  #finishWhenFlushed(): void {
+    if (
+      this.#state === "closing" && this.#outHead === this.#out.length && !this.#writing &&
+      !this.#flushScheduled
+    ) {
+      this.#finish();
+    }
   }
 
   #finish(): void {
     if (this.#state === "closed") return;
     this.#state = "closed";
     this.#clearHandshakeTimer();
-    this.#host.writesInFlight.delete(this);
-    this.#host.unregister(this);
+    this.#out = [];
+    this.#outHead = 0;
+    this.#outBytes = 0;
+    this.#host.watchdog.writeEnded(this);
+    this.#host.closed(this);
     this.transport.close();
     if (this.#peer !== null) {
       logger.debug("session closed", {
@@ -369,9 +470,7 @@ export class Session {
   }
 
   #clearHandshakeTimer(): void {
-    if (this.#handshakeTimer !== undefined) {
-      clearTimeout(this.#handshakeTimer);
-      this.#handshakeTimer = undefined;
-    }
+    this.#handshakeTimer?.cancel();
+    this.#handshakeTimer = undefined;
   }
 }

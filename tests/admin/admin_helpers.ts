@@ -1,5 +1,5 @@
 import type { Client, Lock } from "../../mod.ts";
-import { ManualClock, rfc3339 } from "../../src/clock.ts";
+import { ManualScheduler, rfc3339 } from "../../src/clock.ts";
 import type { TestServer } from "../helpers/start_server.ts";
 import { eventually, startTestServer } from "../helpers/start_server.ts";
 
@@ -7,12 +7,19 @@ import { eventually, startTestServer } from "../helpers/start_server.ts";
 export const START_WALL_MS = Date.UTC(2026, 0, 1);
 export const START = rfc3339(START_WALL_MS);
 
-/** A server with both HTTP listeners and a manual clock, so timestamps in bodies are exact. */
-export function start(config: Parameters<typeof startTestServer>[0] = {}): Promise<TestServer> {
-  return startTestServer(
+/**
+ * A server with both HTTP listeners and a manual scheduler, so timestamps in bodies are exact
+ * and timers (leases, retries) run only when the test moves time.
+ */
+export async function start(
+  config: Parameters<typeof startTestServer>[0] = {},
+): Promise<TestServer & { scheduler: ManualScheduler }> {
+  const scheduler = new ManualScheduler(START_WALL_MS);
+  const t = await startTestServer(
     { adminListen: "127.0.0.1:0", opsListen: "127.0.0.1:0", ...config },
-    { clock: new ManualClock(START_WALL_MS) },
+    { scheduler },
   );
+  return Object.assign(t, { scheduler });
 }
 
 /** One admin (or ops) HTTP answer with its body read (so no body is leaked). */

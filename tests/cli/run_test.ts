@@ -4,7 +4,7 @@ import { connect } from "../../mod.ts";
 import { EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT, RUN_FLAGS } from "../../src/cli/run.ts";
 import { certPath, keyPath, serverTlsConfig } from "../fixtures/tls/certs.ts";
 import { ChaosProxy } from "../helpers/chaos_proxy.ts";
-import { eventually, startTestServer } from "../helpers/start_server.ts";
+import { eventually, startTestServer, TEST_ACTOR } from "../helpers/start_server.ts";
 
 const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
 
@@ -64,8 +64,7 @@ Deno.test("lockd run stops the command and exits 69 when the lock is force-relea
     assert.ok(performance.now() < deadline, "lockd run acquired the lock");
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
-  const { events } = t.server.context.engine.forceRelease("x");
-  t.server.context.dispatcher.apply(events);
+  t.server.context.service.forceRelease("x", TEST_ACTOR);
   const output = await run.output();
   assert.equal(output.code, EXIT_LOCK_LOST);
   assert.match(new TextDecoder().decode(output.stderr), /an operator force-released it/);

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { connect, LockLostError } from "../../mod.ts";
-import { eventually, startTestServer } from "../helpers/start_server.ts";
+import { eventually, startTestServer, TEST_ACTOR } from "../helpers/start_server.ts";
 
 Deno.test("after ERROR 0x02 a waiting claim reconnects, rejoins the tail and still resolves", async () => {
   await using t = await startTestServer();
@@ -15,7 +15,7 @@ Deno.test("after ERROR 0x02 a waiting claim reconnects, rejoins the tail and sti
   await eventually(() => engine.getLock("x")!.waiters.length === 2, "other queued");
   const firstSession = kicked.sessionId;
   const addr = engine.getLock("x")!.waiters[0].remoteAddr;
-  t.server.context.dispatcher.apply(engine.kickWaiter("x", addr).events);
+  t.server.context.service.kickWaiter("x", addr, TEST_ACTOR);
   // It comes back behind `other`.
   await eventually(
     () =>
@@ -39,7 +39,7 @@ Deno.test("an owned lock reports lost with reason force after a force-release", 
   await using t = await startTestServer();
   await using owner = await connect({ addr: t.addr });
   const lock = await owner.acquire("x");
-  t.server.context.dispatcher.apply(t.server.context.engine.forceRelease("x").events);
+  t.server.context.service.forceRelease("x", TEST_ACTOR);
   await eventually(() => lock.lost.aborted, "lost signalled");
   assert.ok(lock.lost.reason instanceof LockLostError);
   assert.equal(lock.lost.reason.reason, "force");

@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { connect, connectWith } from "../../src/client/client.ts";
 import type { LockLostError } from "../../src/client/errors.ts";
 import { type Dial, dialNodeSocket } from "../../src/client/transport.ts";
-import type { Clock } from "../../src/clock.ts";
+import { type Scheduler, systemScheduler } from "../../src/clock.ts";
 import { FrameReader } from "../../src/protocol/frame_reader.ts";
 import { ChaosProxy } from "../helpers/chaos_proxy.ts";
 import { eventually, startTestServer } from "../helpers/start_server.ts";
@@ -23,7 +23,8 @@ const LEASE_MS = 200;
  * The server's wall clock is the monotonic clock plus the time origin, so the `ts` of an audit
  * record is a reading of the same clock the client's timers use (to the millisecond).
  */
-const sharedClock: Clock = {
+const sharedClock: Scheduler = {
+  ...systemScheduler,
   monotonicMs: () => performance.now(),
   wallMs: () => performance.timeOrigin + performance.now(),
 };
@@ -85,7 +86,7 @@ Deno.test({
   name:
     "a holder behind a stalled path reports lost before the server grants the next waiter, within lease + 100 ms of its last acknowledged heartbeat, and late frames do not revive it",
   async fn() {
-    await using t = await startTestServer({}, { clock: sharedClock });
+    await using t = await startTestServer({}, { scheduler: sharedClock });
     await using waiter = await connect({ addr: t.addr });
     const margins: number[] = [];
     for (let round = 0; round < ROUNDS; round++) {

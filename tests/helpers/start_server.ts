@@ -1,6 +1,10 @@
 import type { ServerConfig } from "../../src/config.ts";
 import { type ServerDeps, type ServerHandle, startServer } from "../../src/server.ts";
+import type { Actor } from "../../src/log/audit.ts";
 import { MemorySink } from "./memory_sink.ts";
+
+/** The operator of admin actions that tests take through the service directly. */
+export const TEST_ACTOR: Actor = { remote_addr: "127.0.0.1:1", auth: "none" };
 
 export interface TestServer extends AsyncDisposable {
   server: ServerHandle;

@@ -22,7 +22,7 @@ Deno.test("a client that says nothing after connecting is closed after the hands
   ]);
   assert.ok(elapsedMs >= 90 && elapsedMs < 2_000, `closed after ${elapsedMs} ms`);
   assert.equal(t.server.context.counters.protocolErrors.get(0x0d), 1);
-  assert.equal(t.server.context.dispatcher.connections.size, 0);
+  assert.equal(t.server.context.connections.size, 0);
   const line = log.records().find((r) => r.message === "handshake timed out");
   assert.match(String(line?.remote_addr), /^127\.0\.0\.1:\d+$/);
 });

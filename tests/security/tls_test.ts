@@ -232,7 +232,7 @@ Deno.test("mTLS: a client without a certificate is refused in the handshake, cou
   assert.equal(line.level, "WARN");
   assert.match(String(line.remote_addr), /^127\.0\.0\.1:\d+$/);
   assert.match(String(line.reason), /certificate/i);
-  assert.equal(t.server.context.dispatcher.connections.size, 0, "no session was started");
+  assert.equal(t.server.context.connections.size, 0, "no session was started");
   await using good = await connectAs(t.addr, "client-uri");
   const lock = await good.acquire("after");
   await lock.release();

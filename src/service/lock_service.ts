@@ -1,0 +1,487 @@
+/**
+ * The one command surface over the lock engine. Every state change of the
+ * server goes through here: sessions (the protocol layer), operators (the
+ * admin API), the deadline timer, the audit log's health, shutdown and the
+ * tests. For each command the service reads the clock once, calls the pure
+ * engine with that instant, writes the audit records, hands the frames to
+ * the sessions in the order it decided them, and re-arms the deadline timer.
+ *
+ * Two seams for the replication work are marked "Cluster seam" below: where a
+ * change must be committed before anyone is told about it, and where a frame
+ * promises ownership (a leadership check belongs right before it).
+ *
+ * @module
+ */
+
+import type { Scheduler, Timer } from "../clock.ts";
+import type { LockEngine } from "../core/engine.ts";
+import type {
+  CloseCause,
+  EngineEvent,
+  GrantBlock,
+  HolderView,
+  Instant,
+  Peer,
+  WaiterView,
+} from "../core/types.ts";
+import { TOKEN_RETRY_MS_MAX, TOKEN_RETRY_MS_MIN } from "../limits.ts";
+import type { Actor, AuditLog, AuditRecord } from "../log/audit.ts";
+import { log } from "../log/diagnostic.ts";
+import type { ServerCounters } from "../ops/counters.ts";
+import {
+  aclDeniedError,
+  cancelledError,
+  errorFrame,
+  leaseExpiredError,
+  rejectionError,
+  SESSION_ERRORS,
+  sessionClosedError,
+  SHUTTING_DOWN_ERROR,
+  waitTimeoutError,
+  type WireError,
+} from "../protocol/codes.ts";
+import type { ServerMessage } from "../protocol/messages.ts";
+import { type Acl, ALLOW_ALL } from "../security/acl.ts";
+import { DeadlineTimer } from "./deadline_timer.ts";
+import { type SessionPort, SessionRegistry } from "./session_registry.ts";
+
+const logger = log("protocol");
+const serverLogger = log("server");
+const adminLogger = log("admin");
+
+export interface LockServiceOptions {
+  readonly engine: LockEngine;
+  readonly audit: AuditLog;
+  readonly scheduler: Scheduler;
+  readonly counters: ServerCounters;
+  readonly acl?: Acl;
+}
+
+/** Outcome of a force-release (admin API). */
+export type ForceReleaseResult =
+  | { readonly status: "released"; readonly holder: HolderView }
+  | { readonly status: "lock_not_found" }
+  | {
+    readonly status: "no_owner";
+    readonly waiters: number;
+    /** Why the queue has no owner: grants are blocked (null only in a race that cannot happen). */
+    readonly block: GrantBlock | null;
+    readonly detail: string;
+  };
+
+/** Outcome of removing a waiter (admin API). */
+export type KickWaiterResult =
+  | { readonly status: "kicked"; readonly waiter: WaiterView }
+  | { readonly status: "lock_not_found" }
+  | { readonly status: "waiter_not_found" };
+
+/** A session's end requested by its own connection, with the final ERROR to send (if any). */
+interface Closing {
+  readonly sessionId: number;
+  readonly finalError: WireError | null;
+}
+
+export class LockService {
+  readonly #engine: LockEngine;
+  readonly #audit: AuditLog;
+  readonly #scheduler: Scheduler;
+  readonly #counters: ServerCounters;
+  readonly #sessions = new SessionRegistry();
+  readonly #deadlines: DeadlineTimer;
+  #acl: Acl;
+  #tokenRetry: Timer | undefined;
+  #tokenRetryDelayMs = TOKEN_RETRY_MS_MIN;
+  #inTokenRetry = false;
+  #stopped = false;
+
+  constructor(options: LockServiceOptions) {
+    this.#engine = options.engine;
+    this.#audit = options.audit;
+    this.#scheduler = options.scheduler;
+    this.#counters = options.counters;
+    this.#acl = options.acl ?? ALLOW_ALL;
+    this.#deadlines = new DeadlineTimer(this.#scheduler, () => this.tick());
+  }
+
+  /** The one reading of the clock an operation uses. */
+  now(): Instant {
+    return { monoMs: this.#scheduler.monotonicMs(), wallMs: this.#scheduler.wallMs() };
+  }
+
+  get acl(): Acl {
+    return this.#acl;
+  }
+
+  /** Replaces the ACL (SIGHUP); ACQUIREs decided from now on use it. */
+  setAcl(acl: Acl): void {
+    this.#acl = acl;
+  }
+
+  // ---- sessions (the protocol layer) ---------------------------------------
+
+  /** A valid HELLO: registers the session, or says why it is refused. */
+  openSession(identity: string, remoteAddr: string, port: SessionPort): Peer | WireError {
+    if (this.#engine.isBlocked("shutting_down")) return SHUTTING_DOWN_ERROR;
+    const peer = this.#engine.openSession(this.now(), identity, remoteAddr);
+    if (peer === null) {
+      logger.warn("session limit reached", { remote_addr: remoteAddr });
+      return SESSION_ERRORS.sessionLimit();
+    }
+    this.#sessions.add(peer.sessionId, port);
+    // The session's I/O deadline joined the heap.
+    this.#deadlines.arm(this.#engine.nextDeadlineMs());
+    return peer;
+  }
+
+  /** The session sent something: its I/O deadline moves. */
+  touch(sessionId: number): void {
+    this.#engine.touch(this.#scheduler.monotonicMs(), sessionId);
+  }
+
+  /** ACQUIRE: the ACL decides first (a denial is audited and changes nothing), then the engine. */
+  acquire(peer: Peer, requestId: number, name: string, leaseMs: number, waitMs: number | null) {
+    const decision = this.#acl.decide(peer.identity, name);
+    if (!decision.allowed) {
+      this.#counters.aclDenials++;
+      logger.warn("ACL denied acquire", {
+        session: peer.sessionId,
+        remote_addr: peer.remoteAddr,
+        identity: peer.identity,
+        lock: name,
+        rule_line: decision.rule?.line ?? 0,
+      });
+      this.#audit.append({
+        event: "acl_deny",
+        lock: name,
+        token: null,
+        identity: peer.identity,
+        remote_addr: peer.remoteAddr,
+        session: peer.sessionId,
+      });
+      this.#sessions.get(peer.sessionId)?.send(
+        errorFrame(requestId, name, aclDeniedError(name, peer.identity)),
+      );
+      return;
+    }
+    this.#apply(
+      this.#engine.acquire(this.now(), peer.sessionId, requestId, name, leaseMs, waitMs),
+    );
+  }
+
+  /** RELEASE: ends an ownership (its token) or cancels a queued claim (token 0). */
+  release(peer: Peer, requestId: number, name: string, token: number): void {
+    this.#apply(this.#engine.release(this.now(), peer.sessionId, requestId, name, token));
+  }
+
+  /** HEARTBEAT: renews every ownership of the session; the ACK says how many. */
+  heartbeat(peer: Peer, requestId: number): void {
+    const renewed = this.#engine.heartbeat(this.#scheduler.monotonicMs(), peer.sessionId);
+    const port = this.#sessions.get(peer.sessionId);
+    if (port !== undefined) {
+      this.#promiseOwnership((ack) => port.send(ack), {
+        type: "heartbeat_ack",
+        requestId,
+        renewed,
+      });
+    }
+  }
+
+  /**
+   * The connection ended the session (peer left, read error, protocol violation, a stalled
+   * write): its ownerships end and its waits leave. `finalError` is sent after the records.
+   */
+  closeSession(sessionId: number, cause: CloseCause, finalError: WireError | null = null): void {
+    this.#apply(this.#engine.closeSession(this.now(), sessionId, cause), {
+      sessionId,
+      finalError,
+    });
+  }
+
+  // ---- operators (the admin API) -------------------------------------------
+
+  /**
+   * Force-release: the audit record of the operator's action first, then the owner's session
+   * is closed (ERROR 0x02 after its release records) and the head waiter is granted at once.
+   */
+  forceRelease(name: string, actor: Actor): ForceReleaseResult {
+    const holder = this.#engine.holderOf(name);
+    if (holder === undefined) return { status: "lock_not_found" };
+    if (holder === null) {
+      const block = this.#engine.grantBlock;
+      return {
+        status: "no_owner",
+        waiters: this.#engine.queueLengthOf(name),
+        block,
+        detail: block === null ? "" : this.#engine.blockDetail(block),
+      };
+    }
+    this.#audit.append({
+      event: "force_release",
+      lock: name,
+      token: holder.token,
+      identity: holder.identity,
+      remote_addr: holder.remoteAddr,
+      session: holder.sessionId,
+      actor,
+    });
+    this.#apply(this.#engine.forceRelease(this.now(), name).events);
+    adminLogger.info("admin force-released a lock", {
+      lock: name,
+      token: holder.token,
+      owner_remote_addr: holder.remoteAddr,
+      owner_identity: holder.identity,
+      actor,
+    });
+    return { status: "released", holder };
+  }
+
+  /** Removes one waiter: the audit record first, then its session is closed like a force-release. */
+  kickWaiter(name: string, remoteAddr: string, actor: Actor): KickWaiterResult {
+    if (this.#engine.holderOf(name) === undefined) return { status: "lock_not_found" };
+    const waiter = this.#engine.findWaiter(name, remoteAddr);
+    if (waiter === undefined) return { status: "waiter_not_found" };
+    this.#audit.append({
+      event: "kick_waiter",
+      lock: name,
+      token: null,
+      identity: waiter.identity,
+      remote_addr: waiter.remoteAddr,
+      session: waiter.sessionId,
+      actor,
+    });
+    const result = this.#engine.kickWaiter(this.now(), name, remoteAddr);
+    this.#apply(result.events);
+    if (result.status !== "ok") {
+      // findWaiter and kickWaiter read the engine in the same turn, so this cannot happen.
+      throw new Error(`kickWaiter("${name}", "${remoteAddr}") disagreed with findWaiter`);
+    }
+    adminLogger.info("admin removed a waiter", {
+      lock: name,
+      waiter_remote_addr: waiter.remoteAddr,
+      waiter_identity: waiter.identity,
+      actor,
+    });
+    return { status: "kicked", waiter };
+  }
+
+  // ---- time, health and shutdown ---------------------------------------------
+
+  /** Handles every deadline due now (the deadline timer calls it). */
+  tick(): void {
+    this.#apply(this.#engine.tick(this.now()));
+  }
+
+  /**
+   * The audit log turned unhealthy (`failure`) or healthy again (null). While it fails no
+   * ownership is granted: every ownership must be recorded.
+   */
+  auditHealthChanged(failure: string | null): void {
+    if (failure !== null) {
+      serverLogger.error("audit log cannot be written; grants paused", { error: failure });
+      this.#engine.blockGrants("audit_unavailable");
+      return;
+    }
+    serverLogger.info("audit log writable again; grants resumed", {
+      dropped_records: this.#audit.droppedRecords,
+    });
+    this.#apply(this.#engine.unblockGrants(this.now(), "audit_unavailable"));
+  }
+
+  /**
+   * Shutdown begins: from this instant nothing is granted. Every session is closed with
+   * SHUTTING_DOWN after its release records; its ownerships end once (graceful) and its
+   * waits leave without a grant; new sessions are refused.
+   */
+  beginShutdown(): void {
+    this.#engine.blockGrants("shutting_down");
+    const now = this.now();
+    for (const sessionId of this.#engine.sessionIds()) {
+      this.#apply(this.#engine.closeSession(now, sessionId, "shutdown"));
+    }
+  }
+
+  /** Stops the timers (after the sessions are closed). */
+  stop(): void {
+    this.#stopped = true;
+    this.#deadlines.stop();
+    this.#tokenRetry?.cancel();
+    this.#tokenRetry = undefined;
+  }
+
+  // ---- carrying out engine events ---------------------------------------------
+
+  /** Carries out engine events in order, then re-arms the deadline timer. */
+  #apply(events: EngineEvent[], closing?: Closing): void {
+    for (const event of events) this.#applyOne(event, closing);
+    this.#deadlines.arm(this.#engine.nextDeadlineMs());
+    if (this.#engine.isBlocked("token_store_unavailable") && !this.#inTokenRetry) {
+      this.#retryTokenStoreLater();
+    }
+  }
+
+  #applyOne(event: EngineEvent, closing: Closing | undefined): void {
+    const peer = event.peer;
+    const port = this.#sessions.get(peer.sessionId);
+    switch (event.type) {
+      case "granted":
+        this.#record(
+          {
+            event: "acquire",
+            lock: event.name,
+            token: event.token,
+            identity: peer.identity,
+            remote_addr: peer.remoteAddr,
+            session: peer.sessionId,
+            waited_ms: Math.round(event.waitedMs),
+          },
+          port,
+          {
+            type: "acquired",
+            requestId: event.requestId,
+            name: event.name,
+            token: event.token,
+            leaseMs: event.leaseMs,
+          },
+        );
+        return;
+      case "queued":
+        port?.send({
+          type: "queued",
+          requestId: event.requestId,
+          name: event.name,
+          position: event.position,
+        });
+        return;
+      case "ended": {
+        const reply: ServerMessage | null = event.releaseRequestId !== 0
+          ? { type: "released", requestId: event.releaseRequestId, name: event.name }
+          : event.reason === "expired"
+          ? errorFrame(
+            event.acquireRequestId,
+            event.name,
+            leaseExpiredError(event.name, event.token),
+          )
+          : null;
+        this.#record(
+          {
+            event: "release",
+            lock: event.name,
+            token: event.token,
+            identity: peer.identity,
+            remote_addr: peer.remoteAddr,
+            session: peer.sessionId,
+            reason: event.reason,
+            held_ms: Math.round(event.heldMs),
+          },
+          port,
+          reply,
+        );
+        if (event.reason === "expired") {
+          logger.info("lease expired", {
+            lock: event.name,
+            session: peer.sessionId,
+            remote_addr: peer.remoteAddr,
+            token: event.token,
+          });
+        }
+        return;
+      }
+      case "wait_ended":
+        if (event.cause === "timeout") {
+          port?.send(
+            errorFrame(event.requestId, event.name, waitTimeoutError(event.name, event.waitedMs)),
+          );
+        } else if (event.cause === "cancelled") {
+          port?.send(errorFrame(event.requestId, event.name, cancelledError(event.name)));
+          port?.send({ type: "released", requestId: event.releaseRequestId, name: event.name });
+        }
+        return;
+      case "rejected":
+        port?.send(
+          errorFrame(event.requestId, event.name, rejectionError(event.name, event.rejection)),
+        );
+        if (event.rejection.reason === "limit_exceeded") {
+          logger.warn("limit reached", {
+            session: peer.sessionId,
+            remote_addr: peer.remoteAddr,
+            lock: event.name,
+            limit: event.rejection.limit,
+          });
+        }
+        return;
+      case "session_closed": {
+        this.#sessions.remove(peer.sessionId);
+        if (event.cause === "io_timeout") {
+          logger.info("session timed out", {
+            session: peer.sessionId,
+            remote_addr: peer.remoteAddr,
+          });
+        }
+        const finalError = closing?.sessionId === peer.sessionId && closing.finalError !== null
+          ? closing.finalError
+          : sessionClosedError(event.cause, event.name, this.#engine.ioTimeoutMs);
+        port?.terminate(finalError === null ? null : errorFrame(0, event.name, finalError));
+        return;
+      }
+    }
+  }
+
+  /**
+   * Writes an audit record; the reply that depends on it (or, for `null`, the session's
+   * later frames) waits for the write.
+   *
+   * Cluster seam: a change that must be committed (e.g. to etcd) before anyone hears of
+   * it is committed here, before the hold is released.
+   */
+  #record(record: AuditRecord, port: SessionPort | undefined, reply: ServerMessage | null): void {
+    if (port === undefined) {
+      this.#audit.append(record);
+      return;
+    }
+    const place = port.hold();
+    this.#audit.append(
+      record,
+      reply !== null && reply.type === "acquired"
+        ? () => this.#promiseOwnership(place, reply)
+        : () => place(reply),
+    );
+  }
+
+  /**
+   * Sends a frame that promises ownership (ACQUIRED, HEARTBEAT_ACK) through `send`.
+   *
+   * Cluster seam: the leadership check belongs right here, before the promise leaves.
+   */
+  #promiseOwnership(send: (message: ServerMessage) => void, message: ServerMessage): void {
+    send(message);
+  }
+
+  /** Tries the token store again with exponential back-off until a reservation succeeds. */
+  #retryTokenStoreLater(): void {
+    if (this.#tokenRetry !== undefined || this.#stopped) return;
+    if (this.#tokenRetryDelayMs === TOKEN_RETRY_MS_MIN) {
+      serverLogger.error("no fencing token could be reserved; grants paused", {
+        error: this.#engine.blockDetail("token_store_unavailable"),
+        retry_ms: this.#tokenRetryDelayMs,
+      });
+    }
+    this.#tokenRetry = this.#scheduler.setTimer(() => {
+      this.#tokenRetry = undefined;
+      this.#inTokenRetry = true;
+      try {
+        this.#apply(this.#engine.retryTokenStore(this.now()));
+      } catch (error) {
+        serverLogger.error("token store retry failed", { error: String(error) });
+      } finally {
+        this.#inTokenRetry = false;
+      }
+      if (this.#engine.isBlocked("token_store_unavailable")) {
+        this.#tokenRetryDelayMs = Math.min(TOKEN_RETRY_MS_MAX, this.#tokenRetryDelayMs * 2);
+        this.#retryTokenStoreLater();
+      } else {
+        this.#tokenRetryDelayMs = TOKEN_RETRY_MS_MIN;
+        serverLogger.info("token store writable again; grants resumed");
+      }
+    }, this.#tokenRetryDelayMs);
+  }
+}

@@ -1,0 +1,41 @@
+import type { ErrorMessage, ServerMessage } from "../protocol/messages.ts";
+
+/**
+ * What the service needs of a session to reply: frames leave in the order the service
+ * decides them (docs/architecture.md, "Reply order").
+ */
+export interface SessionPort {
+  /** Queues a frame after every frame decided before it. */
+  send(message: ServerMessage): void;
+  /**
+   * Reserves the next place in the reply order for a frame that waits for its audit record;
+   * every later frame waits behind it. Call the returned function once the record is written,
+   * with the frame for that place (or null: nothing but the record was awaited).
+   */
+  hold(): (message: ServerMessage | null) => void;
+  /** The engine closed the session: send the final ERROR (in order, when given), then close. */
+  terminate(finalError: ErrorMessage | null): void;
+}
+
+/** Open engine sessions by id: how the service reaches the connection of an event's peer. */
+export class SessionRegistry {
+  readonly #ports = new Map<number, SessionPort>();
+
+  add(sessionId: number, port: SessionPort): void {
+    this.#ports.set(sessionId, port);
+  }
+
+  get(sessionId: number): SessionPort | undefined {
+    return this.#ports.get(sessionId);
+  }
+
+  remove(sessionId: number): SessionPort | undefined {
+    const port = this.#ports.get(sessionId);
+    this.#ports.delete(sessionId);
+    return port;
+  }
+
+  get size(): number {
+    return this.#ports.size;
+  }
+}
