@@ -11,7 +11,6 @@ import {
   openAuditSink,
 } from "../../src/log/audit.ts";
 import { captureDiagnosticLog } from "./capture.ts";
-import { ChaosProxy } from "../helpers/chaos_proxy.ts";
 import { MemorySink } from "../helpers/memory_sink.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 import { eventually, startTestServer } from "../helpers/start_server.ts";
@@ -463,7 +462,8 @@ Deno.test("standard output is only the audit log: nothing in src/ prints to it",
 // ---- "all of this or nothing" through a real server ------------------------
 
 Deno.test("a failing audit sink pauses grants: ACQUIRE gets AUDIT_UNAVAILABLE, nothing is granted unaudited, and the backlog is written in order once it works", async () => {
-  await using t = await startTestServer();
+  const scheduler = new ManualScheduler();
+  await using t = await startTestServer({}, { scheduler });
   await using a = await connect({ addr: t.addr, reconnect: false });
   await using b = await connect({ addr: t.addr, reconnect: false });
   await using c = await connect({ addr: t.addr, reconnect: false });
@@ -490,21 +490,25 @@ Deno.test("a failing audit sink pauses grants: ACQUIRE gets AUDIT_UNAVAILABLE, n
     return true;
   });
   assert.equal(context.counters.protocolErrors.get(0x0c), 1);
-  // Nothing reached a client: a's RELEASED is held back, b is not granted the lock.
-  await new Promise((resolve) => setTimeout(resolve, AUDIT_RETRY_MS + 100));
+  // Nothing reached a client: a's RELEASED is held back, b is not granted the lock, and the
+  // retries keep failing.
+  scheduler.advance(AUDIT_RETRY_MS * 3);
   assert.equal(released, false);
   let bGranted = false;
   bWaits.then(() => bGranted = true);
+  // A round trip through the server: had b's ACQUIRED been sent, it would have been sent first.
+  await assert.rejects(c.acquire("free"), (error: unknown) => error instanceof LockdError);
   assert.equal(bGranted, false);
   assert.equal(t.audit.lines.length, 1, "only a's acquire is written");
 
-  const recoveredAt = performance.now();
   t.audit.failing = false;
+  scheduler.advance(AUDIT_RETRY_MS - 1);
+  assert.equal(context.ready, false, "not before the next retry");
+  scheduler.advance(1);
+  assert.equal(context.ready, true, "the next retry writes the backlog and grants resume");
   const lockB = await bWaits;
+  assert.equal(bGranted, true);
   await releaseA;
-  await eventually(() => context.ready, "ready again");
-  const recoveryMs = performance.now() - recoveredAt;
-  assert.ok(recoveryMs < AUDIT_RETRY_MS * 3, `recovered after ${recoveryMs} ms`);
   assert.ok(lockB.token > lockA.token);
   const lockC = await c.acquire("free");
   await lockB.release();
@@ -523,7 +527,8 @@ Deno.test("a failing audit sink pauses grants: ACQUIRE gets AUDIT_UNAVAILABLE, n
 });
 
 Deno.test("a grant whose record cannot be written reaches its client only after the record does", async () => {
-  await using t = await startTestServer();
+  const scheduler = new ManualScheduler();
+  await using t = await startTestServer({}, { scheduler });
   await using a = await connect({ addr: t.addr, reconnect: false });
   t.audit.failing = true;
   let granted = false;
@@ -532,10 +537,14 @@ Deno.test("a grant whose record cannot be written reaches its client only after 
     return lock;
   });
   await eventually(() => !t.server.context.ready, "not ready");
-  await new Promise((resolve) => setTimeout(resolve, 50));
+  // A heartbeat round trip: had the ACQUIRED been sent, it would have arrived before the ACK.
+  await using raw = await RawClient.session(t.addr);
+  await raw.send({ type: "heartbeat", requestId: 1 });
+  assert.equal((await raw.next())?.type, "heartbeat_ack");
   assert.equal(granted, false, "ACQUIRED is held back while its record is not written");
   assert.equal(t.audit.lines.length, 0);
   t.audit.failing = false;
+  scheduler.advance(AUDIT_RETRY_MS);
   const lock = await pending;
   assert.deepEqual(t.audit.records().map((r) => [r.event, r.token]), [["acquire", lock.token]]);
   await lock.release();
@@ -556,7 +565,8 @@ function assertEveryTokenOnceAcquiredOnceReleased(records: Record<string, unknow
 }
 
 Deno.test("mixed traffic: every audit line parses and every token has one acquire and one release with the right reason", async () => {
-  const t = await startTestServer({ ioTimeoutMs: 1_000 });
+  const scheduler = new ManualScheduler();
+  const t = await startTestServer({ ioTimeoutMs: 1_000 }, { scheduler });
   const expected = new Map<string, string>(); // lock → release reason of its first ownership
   try {
     // Clean release and hand-offs along a queue.
@@ -578,18 +588,21 @@ Deno.test("mixed traffic: every audit line parses and every token has one acquir
     await (await second).release();
     await (await third).release();
 
-    // A lease that expires: the proxy swallows the holder's heartbeats.
-    await using proxy = new ChaosProxy(t.addr);
-    await using stalled = await connect({ addr: proxy.addr, reconnect: false });
+    // A lease that expires: no heartbeat renews it while 200 ms pass on the server's clock.
+    await using stalled = await connect({ addr: t.addr, reconnect: false });
     await using next = await connect({ addr: t.addr, reconnect: false });
     const doomed = await stalled.acquire("mix/expire", { leaseMs: 200 });
     const lost = new Promise<LockLostError>((resolve) =>
       doomed.lost.addEventListener("abort", () => resolve(doomed.lost.reason))
     );
-    proxy.stallUpstream = true;
-    const successor = await next.acquire("mix/expire", { leaseMs: 5_000 });
-    // The holder's local lease deadline passes first; the server then expires the lease.
-    assert.equal((await lost).reason, "lease_unconfirmed");
+    const successorGranted = next.acquire("mix/expire", { leaseMs: 5_000 });
+    await eventually(
+      () => t.server.context.engine.getLock("mix/expire")?.waiters.length === 1,
+      "next queued",
+    );
+    scheduler.advance(200);
+    const successor = await successorGranted;
+    assert.equal((await lost).reason, "expired");
     await successor.release();
 
     // A client that disconnects while holding a lock and waiting for another.
@@ -620,11 +633,8 @@ Deno.test("mixed traffic: every audit line parses and every token has one acquir
       waitMs: 0,
     });
     assert.equal((await silent.next())?.type, "acquired");
-    await eventually(
-      () => t.server.context.engine.getLock("mix/silent") === undefined,
-      "io timeout",
-      5_000,
-    );
+    scheduler.advance(1_000);
+    assert.equal(t.server.context.engine.getLock("mix/silent"), undefined, "io timeout");
 
     expected.set("mix/handoff", "graceful").set("mix/expire", "expired").set(
       "mix/disconnect",

@@ -1,10 +1,11 @@
 import assert from "node:assert/strict";
 import { connect, LockdError, type LockLostError } from "../../mod.ts";
+import { ManualScheduler } from "../../src/clock.ts";
+import { AUDIT_RETRY_MS } from "../../src/limits.ts";
 import { HTTP_DROP_REASONS } from "../../src/ops/counters.ts";
 import { PROMETHEUS_CONTENT_TYPE } from "../../src/ops/prometheus.ts";
 import { WIRE_CODES } from "../../src/protocol/codes.ts";
 import { http, problemText, queue } from "../admin/admin_helpers.ts";
-import { ChaosProxy } from "../helpers/chaos_proxy.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 import { eventually, startTestServer, type TestServer } from "../helpers/start_server.ts";
 
@@ -86,12 +87,13 @@ Deno.test("every gauge and counter of /metrics follows acquires, waits, releases
   try {
     const aclFile = `${dir}/acl`;
     await Deno.writeTextFile(aclFile, "deny ** denied/**\nallow ** **\n");
+    const scheduler = new ManualScheduler();
     await using t = await startTestServer({
       adminListen: "127.0.0.1:0",
       opsListen: "127.0.0.1:0",
       aclFile,
       ioTimeoutMs: 60_000,
-    });
+    }, { scheduler });
     const version = t.server.context.version;
     const check = async (changes: Record<string, number>, step: string) => {
       assert.deepEqual(lockdCounts(await scrape(t)), expected(changes, version), step);
@@ -123,6 +125,7 @@ Deno.test("every gauge and counter of /metrics follows acquires, waits, releases
       'lockd_protocol_errors_total{code="0x07"}': 1,
     }, "one holder, two waiters, a failed try-lock and an ACL denial");
 
+    scheduler.advance(50);
     await held.release();
     const bLock = await bWait.granted;
     const kicked = await http(
@@ -154,11 +157,10 @@ Deno.test("every gauge and counter of /metrics follows acquires, waits, releases
     };
     await check(afterAdmin, "a release handed over, a kick, a force-release");
 
-    // A holder whose heartbeats no longer reach the server loses its lease.
-    await using proxy = new ChaosProxy(t.addr);
-    await using e = await connect({ addr: proxy.addr });
+    // A holder that renews nothing while 200 ms pass on the server's clock loses its lease.
+    await using e = await connect({ addr: t.addr });
     const expiring = await e.acquire("exp", { leaseMs: 200 });
-    proxy.stallUpstream = true;
+    scheduler.advance(200);
     const lost = await new Promise<LockLostError>((resolve) =>
       expiring.lost.addEventListener("abort", () => resolve(expiring.lost.reason), { once: true })
     );
@@ -191,8 +193,8 @@ Deno.test("every gauge and counter of /metrics follows acquires, waits, releases
     assert.equal(samples.get("lockd_hold_seconds_sum"), stats.holdSecondsSum);
     // The expired ownership alone lasted at least its 200 ms lease.
     assert.ok(stats.holdSecondsSum >= 0.2, `hold sum ${stats.holdSecondsSum}`);
-    // b waited from its ACQUIRE until a released.
-    assert.ok(stats.waitSecondsSum > 0, `wait sum ${stats.waitSecondsSum}`);
+    // b waited from its ACQUIRE until a released, 50 ms later.
+    assert.ok(stats.waitSecondsSum >= 0.05, `wait sum ${stats.waitSecondsSum}`);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
@@ -216,7 +218,8 @@ Deno.test("runtime metrics are present and plausible", async () => {
 // ---- probes and routing of the ops server ---------------------------------------
 
 Deno.test("/healthz and /readyz answer 200 ok; /readyz is 503 while the audit log fails, /healthz stays 200", async () => {
-  await using t = await startTestServer({ opsListen: "127.0.0.1:0" });
+  const scheduler = new ManualScheduler();
+  await using t = await startTestServer({ opsListen: "127.0.0.1:0" }, { scheduler });
   const ops = t.server.opsAddr!;
   for (const path of ["/healthz", "/readyz"]) {
     const answer = await http(ops, "GET", path);
@@ -235,8 +238,9 @@ Deno.test("/healthz and /readyz answer 200 ok; /readyz is 503 while the audit lo
   assert.equal(live.status, 200);
   assert.equal(live.text, "ok");
   t.audit.failing = false;
+  scheduler.advance(AUDIT_RETRY_MS);
   const lock = await pending;
-  await eventually(async () => (await http(ops, "GET", "/readyz")).status === 200, "ready again");
+  assert.equal((await http(ops, "GET", "/readyz")).status, 200, "ready again");
   await lock.release();
 });
 
