@@ -8,7 +8,6 @@
  */
 
 import type { CloseCause, GrantBlock, Rejection } from "../core/types.ts";
-import { ERROR_MESSAGE_BYTES_MAX, LOCK_NAME_BYTES_MAX } from "../limits.ts";
 import type { ErrorMessage } from "./messages.ts";
 
 /** One wire ERROR code: its number, name, meaning and how a client should treat it. */
@@ -332,31 +331,16 @@ export const SESSION_ERRORS = {
   malformed: (reason: string): WireError => ({ code: "MALFORMED_FRAME", message: reason }),
 } as const;
 
-const utf8 = new TextEncoder();
-const utf8Decoder = new TextDecoder();
-
 /**
- * Cuts `text` to at most `bytesMax` UTF-8 bytes on a character boundary. ERROR frames carry
- * at most a longest lock name and a message of ERROR_MESSAGE_BYTES_MAX bytes, so the largest
- * frame the server sends is known (see limits_test.ts) and fits every allowed frame limit.
+ * The ERROR frame for `error`. The encoder cuts the message to ERROR_MESSAGE_BYTES_MAX; the
+ * session cuts an echoed name that would not fit the frame limit (see Session).
  */
-export function cutUtf8(text: string, bytesMax: number): string {
-  if (text.length * 3 <= bytesMax) return text;
-  const bytes = utf8.encode(text);
-  if (bytes.length <= bytesMax) return text;
-  let end = bytesMax;
-  // Step back over continuation bytes (10xxxxxx) to the start of the cut character.
-  while (end > 0 && (bytes[end] & 0xc0) === 0x80) end--;
-  return utf8Decoder.decode(bytes.subarray(0, end));
-}
-
-/** The ERROR frame for `error`, with the name and the message cut to their bounds. */
 export function errorFrame(requestId: number, name: string, error: WireError): ErrorMessage {
   return {
     type: "error",
     requestId,
     code: WIRE_CODES[error.code].code,
-    name: cutUtf8(name, LOCK_NAME_BYTES_MAX),
-    message: cutUtf8(error.message, ERROR_MESSAGE_BYTES_MAX),
+    name,
+    message: error.message,
   };
 }

@@ -2,6 +2,7 @@ import type { Scheduler, Timer } from "../clock.ts";
 import type { CloseCause, Peer } from "../core/types.ts";
 import {
   CLIENT_NAME_BYTES_MAX,
+  LOCK_NAME_BYTES_MAX,
   READ_BUFFER_BYTES,
   READ_BUFFER_BYTES_MAX,
   WRITE_BUFFER_BYTES_MAX,
@@ -18,7 +19,7 @@ import {
   wireCodeInfo,
   type WireError,
 } from "./codes.ts";
-import { FrameWriter } from "./frame.ts";
+import { cutUtf8, FrameWriter } from "./frame.ts";
 import { FrameReader } from "./frame_reader.ts";
 import {
   type ErrorMessage,
@@ -246,6 +247,9 @@ export class Session implements SessionPort, StallWatched {
     try {
       this.#writer.push(message);
     } catch (error) {
+      if (message.type === "error" && message.name.length > 0 && this.#pushWithCutName(message)) {
+        return;
+      }
       // A frame the server cannot encode is a bug; it must not end the process (it may run in
       // a timer). The session cannot be trusted to be in order any more: close it.
       logger.error("cannot encode a frame; closing the session", {
@@ -256,6 +260,10 @@ export class Session implements SessionPort, StallWatched {
       queueMicrotask(() => this.#peerLeft("io_error"));
       return;
     }
+    this.#afterPush();
+  }
+
+  #afterPush(): void {
     if (this.#writer.byteLength > WRITE_BUFFER_BYTES_MAX) {
       // The client does not read its replies: close it as an I/O timeout, memory stays bounded.
       logger.warn("slow reader disconnected", {
@@ -270,6 +278,21 @@ export class Session implements SessionPort, StallWatched {
       this.#flushScheduled = true;
       queueMicrotask(() => this.#flush());
     }
+  }
+
+  /**
+   * An ERROR that echoes an oversized name (an invalid request's) may not fit the frame limit:
+   * it goes out with the name cut to LOCK_NAME_BYTES_MAX (marked with "…"), which always fits
+   * (the frame limit is at least SERVER_FRAME_BYTES_MAX). Returns whether that worked.
+   */
+  #pushWithCutName(message: ErrorMessage): boolean {
+    try {
+      this.#writer.push({ ...message, name: cutUtf8(message.name, LOCK_NAME_BYTES_MAX) });
+    } catch {
+      return false;
+    }
+    this.#afterPush();
+    return true;
   }
 
   // ---- reading ----------------------------------------------------------------

@@ -505,7 +505,7 @@ Deno.test("a failing audit sink pauses grants: ACQUIRE gets AUDIT_UNAVAILABLE, n
   scheduler.advance(AUDIT_RETRY_MS - 1);
   assert.equal(context.ready, false, "not before the next retry");
   scheduler.advance(1);
-  assert.equal(context.ready, true, "the next retry writes the backlog and grants resume");
+  await eventually(() => context.ready, "the next retry writes the backlog and grants resume");
   const lockB = await bWaits;
   assert.equal(bGranted, true);
   await releaseA;

@@ -6,6 +6,7 @@
  */
 import assert from "node:assert/strict";
 import type { ServerConfig } from "../../src/config.ts";
+import { TokenIssuer } from "../../src/core/tokens.ts";
 import { WIRE_CODES, type WireCodeName } from "../../src/protocol/codes.ts";
 import { encodeFrame } from "../../src/protocol/frame.ts";
 import type { ErrorMessage, Message } from "../../src/protocol/messages.ts";
@@ -266,6 +267,16 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
     t.audit.failing = false;
     assert.equal((await a.next(5_000))?.type, "acquired", "the held-back grant arrives");
     return out;
+  },
+
+  async "ACQUIRE while no fencing token can be reserved"() {
+    const tokens = new TokenIssuer(0, 1, () => {
+      throw new Error("No space left on device (os error 28)");
+    });
+    await using t = await startTestServer({}, { tokens });
+    await using a = await RawClient.session(t.addr);
+    await a.send({ type: "acquire", requestId: 3, name: "no-token", leaseMs: 0, waitMs: 0 });
+    return [await observe(a, { acquireId: 3, requestName: "no-token" })];
   },
 
   async "ACQUIRE past `-max-claims-per-session`"() {
