@@ -43,9 +43,9 @@ function testNames(file: string): string[] {
   if (file.endsWith(".py")) {
     return [...text.matchAll(/^\s*(?:async )?def (test_\w+)\(/gm)].map((m) => m[1]);
   }
-  return [...text.matchAll(/(?:Deno\.test|\btest|\bit)\(\s*(["'`])((?:\\.|(?!\1).)*)\1/gs)].map((
-    m,
-  ) => m[2]);
+  // `Deno.test("name", ...)`, `test("name", ...)`, `it(...)`, or `Deno.test({ name: "name", ... })`.
+  const pattern = /(?:(?:Deno\.test|\btest|\bit)\(\s*|\bname:\s*)(["'`])((?:\\.|(?!\1).)*)\1/gs;
+  return [...text.matchAll(pattern)].map((m) => m[2]);
 }
 
 Deno.test("every test named in the clients/README.md parity table exists", () => {

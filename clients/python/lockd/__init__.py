@@ -19,6 +19,7 @@ from ._client import (
     backoff_delay_ms,
     connect,
     lease_margin_ms,
+    local_deadline_ms,
     parse_addr,
     tls_context,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "backoff_delay_ms",
     "connect",
     "lease_margin_ms",
+    "local_deadline_ms",
     "parse_addr",
     "tls_context",
 ]

@@ -73,6 +73,17 @@ def lease_margin_ms(lease_ms: float) -> float:
     return max(lease_ms / 10, min(50, lease_ms / 4))
 
 
+def local_deadline_ms(confirmed_send_ms: float, lease_ms: float, io_timeout_ms: float) -> float:
+    """When an ownership stops being safe to use, on the client's monotonic clock.
+
+    The server ends it no earlier than the confirmed send time plus the lease (it processed the
+    request after it was sent) and no earlier than that time plus its I/O timeout (it heard the
+    request): whichever bound is shorter, minus the margin of that bound.
+    """
+    bound_ms = min(lease_ms, io_timeout_ms)
+    return confirmed_send_ms + bound_ms - lease_margin_ms(bound_ms)
+
+
 class LostEvent(asyncio.Event):
     """``lock.lost``: set once when ownership ends without ``release()``; ``reason`` says why."""
 
@@ -103,11 +114,12 @@ class Lock:
         self._confirmed_send_ms = 0.0
         self._deadline_handle: asyncio.TimerHandle | None = None
         self._lost_callbacks: list[Callable[[str], None]] = []
+        self._release_future: asyncio.Future[None] | None = None
 
     @property
     def deadline_ms(self) -> float:
         """The local lease deadline on the event loop clock (ms); past it the lock counts as lost."""
-        return self._confirmed_send_ms + self.lease_ms - lease_margin_ms(self.lease_ms)
+        return local_deadline_ms(self._confirmed_send_ms, self.lease_ms, self._session.welcome.io_timeout_ms)
 
     def check(self) -> None:
         """Raises ``LockLostError`` when the lock was lost; call it before acting on the lock."""
@@ -188,7 +200,7 @@ class _Session:
     frames: wire.FrameReader  # holds any bytes that came after WELCOME
     pending: dict[int, _PendingAcquire] = field(default_factory=dict)
     owned: dict[int, Lock] = field(default_factory=dict)
-    releases: dict[int, asyncio.Future[None]] = field(default_factory=dict)
+    releases: dict[int, Lock] = field(default_factory=dict)  # RELEASE request id -> lock
     heartbeats: dict[int, float] = field(default_factory=dict)  # request id -> send time
     last_acked_heartbeat_send_ms: float = 0.0
     last_heartbeat_sent_ms: float = 0.0
@@ -509,21 +521,38 @@ class Client:
             self._send(session, wire.Release(self._new_request_id(session), 0, pending.name))
 
     async def _release(self, lock: Lock) -> None:
+        """Sends RELEASE; the lock stays owned (heartbeats, deadline) until the answer comes."""
         session = lock._session
+        if session.owned.get(lock._acquire_id) is not lock:
+            return
+        if session.ended:
+            del session.owned[lock._acquire_id]
+            return  # the session that held it is gone, and so is the ownership
+        request_id = self._new_request_id(session)
+        future: asyncio.Future[None] = self._running_loop().create_future()
+        lock._release_future = future
+        session.releases[request_id] = lock
+        self._send(session, wire.Release(request_id, lock.token, lock.name))
+        await future
+
+    def _ownership_over(self, session: _Session, lock: Lock, reason: str, error: BaseException | None = None) -> None:
+        """The ownership ended for this client: a held lock reports lost, a lock being released is done."""
+        if session.owned.get(lock._acquire_id) is lock:
+            del session.owned[lock._acquire_id]
         if lock._deadline_handle is not None:
             lock._deadline_handle.cancel()
             lock._deadline_handle = None
-        if session.owned.get(lock._acquire_id) is not lock:
+        future = lock._release_future
+        if future is not None:
+            for request_id in [rid for rid, held in session.releases.items() if held is lock]:
+                del session.releases[request_id]
+            if not future.done():
+                if error is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(error)
             return
-        del session.owned[lock._acquire_id]
-        if session.ended:
-            return  # the session that held it is gone, and so is the ownership
-        self._schedule_heartbeat(session)
-        request_id = self._new_request_id(session)
-        future: asyncio.Future[None] = self._running_loop().create_future()
-        session.releases[request_id] = future
-        self._send(session, wire.Release(request_id, lock.token, lock.name))
-        await future
+        lock._mark_lost(reason)
 
     def _deadline_passed(self, lock: Lock) -> None:
         """The local lease deadline passed with no newer confirmation: the lock is lost."""
@@ -534,11 +563,13 @@ class Client:
         if _now_ms(self._running_loop()) < lock.deadline_ms:  # a late ACK moved it meanwhile
             lock._arm_deadline(self._running_loop())
             return
-        del session.owned[lock._acquire_id]
-        logger.warning("lockd lock %r lost: lease not confirmed by the server in time", lock.name)
-        lock._mark_lost("lease_unconfirmed")
-        # Best effort: if the server still counts it as ours, let the next waiter have it.
-        self._send(session, wire.Release(self._new_request_id(session), lock.token, lock.name))
+        releasing = lock._release_future is not None
+        if not releasing:
+            logger.warning("lockd lock %r lost: lease not confirmed by the server in time", lock.name)
+        self._ownership_over(session, lock, "lease_unconfirmed")
+        if not releasing:
+            # Best effort: if the server still counts it as ours, let the next waiter have it.
+            self._send(session, wire.Release(self._new_request_id(session), lock.token, lock.name))
         self._schedule_heartbeat(session)
 
     # -- heartbeats -----------------------------------------------------------------------
@@ -622,7 +653,13 @@ class Client:
             lock = Lock(self, session, message.name, message.token, message.lease_ms, message.request_id)
             lock._confirmed_send_ms = max(pending.sent_ms, session.last_acked_heartbeat_send_ms)
             session.owned[message.request_id] = lock
-            lock._arm_deadline(loop)
+            if _now_ms(loop) >= lock.deadline_ms:
+                # Granted too late to be confirmed (a long wait without acknowledged heartbeats):
+                # it arrives lost, and goes back to the server at once.
+                self._ownership_over(session, lock, "lease_unconfirmed")
+                self._send(session, wire.Release(self._new_request_id(session), lock.token, lock.name))
+            else:
+                lock._arm_deadline(loop)
             pending.future.set_result(lock)
             self._schedule_heartbeat(session)
         elif isinstance(message, wire.HeartbeatAck):
@@ -638,9 +675,10 @@ class Client:
                     lock._confirmed_send_ms = sent_ms
                     lock._arm_deadline(loop)
         elif isinstance(message, wire.Released):
-            future = session.releases.pop(message.request_id, None)
-            if future is not None and not future.done():
-                future.set_result(None)
+            lock = session.releases.get(message.request_id)
+            if lock is not None:
+                self._ownership_over(session, lock, "")
+                self._schedule_heartbeat(session)
         elif isinstance(message, wire.Error):
             self._on_error(session, message)
         elif isinstance(message, wire.Queued):
@@ -662,8 +700,7 @@ class Client:
         if message.code == LeaseExpiredError.code:
             lock = session.owned.get(message.request_id)
             if lock is not None and lock.name == message.name:
-                del session.owned[message.request_id]
-                lock._mark_lost("expired")
+                self._ownership_over(session, lock, "expired")
                 self._schedule_heartbeat(session)
             return
         error = LockdError.from_wire(message.code, message.name, message.message)
@@ -676,9 +713,10 @@ class Client:
                 pending.future.set_exception(error)
             self._schedule_heartbeat(session)
             return
-        future = session.releases.pop(message.request_id, None)
-        if future is not None and not future.done():
-            future.set_exception(error)
+        lock = session.releases.get(message.request_id)
+        if lock is not None:  # NOT_OWNER: the server had no such ownership
+            self._ownership_over(session, lock, "", error)
+            self._schedule_heartbeat(session)
 
     # -- the end of a connection --------------------------------------------------------
 
@@ -699,12 +737,11 @@ class Client:
             if close_code == IoTimeoutError.code
             else "disconnected"
         )
+        # Locks being released are done (the session is gone, and so is the ownership); the
+        # others are lost.
         for lock in list(session.owned.values()):
-            lock._mark_lost(reason)
+            self._ownership_over(session, lock, reason)
         session.owned.clear()
-        for future in session.releases.values():
-            if not future.done():
-                future.set_result(None)  # the session is gone, and so is the ownership
         session.releases.clear()
         waiting = [p for p in session.pending.values() if not p.abandoned and not p.future.done()]
         session.pending.clear()

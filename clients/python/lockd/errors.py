@@ -208,7 +208,7 @@ _LOSS_TEXT = {
     "force": "an operator force-released it",
     "io_timeout": "the server timed the session out",
     "disconnected": "the connection to the server was lost",
-    "lease_unconfirmed": "the server did not confirm the lease in time (local lease deadline)",
+    "lease_unconfirmed": "no heartbeat was acknowledged in time to be sure the lease still runs",
 }
 
 

@@ -261,6 +261,8 @@ class FakeServer:
             else:
                 writer.write(wire.encode(message))
 
+        self.last_send = send  # for tests that answer later, outside the script
+
         try:
             while True:
                 data = await reader.read(65536)

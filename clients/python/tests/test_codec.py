@@ -163,6 +163,11 @@ class Arithmetic(unittest.TestCase):
         for lease, margin in [(50, 12.5), (100, 25), (200, 50), (500, 50), (1000, 100), (15_000, 1500)]:
             self.assertEqual(lockd.lease_margin_ms(lease), margin)
 
+    def test_the_local_deadline_takes_the_shorter_of_lease_and_io_timeout(self) -> None:
+        self.assertEqual(lockd.local_deadline_ms(1_000, 15_000, 30_000), 1_000 + 15_000 - 1_500)
+        self.assertEqual(lockd.local_deadline_ms(1_000, 60_000, 30_000), 1_000 + 30_000 - 3_000)
+        self.assertEqual(lockd.local_deadline_ms(0, 50, 30_000), 50 - 12.5)
+
     def test_addresses_parse_like_the_server_prints_them(self) -> None:
         self.assertEqual(lockd.parse_addr("127.0.0.1:7400"), ("127.0.0.1", 7400))
         self.assertEqual(lockd.parse_addr("[::1]:7400"), ("::1", 7400))

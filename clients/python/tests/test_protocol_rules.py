@@ -164,6 +164,67 @@ class Heartbeats(unittest.IsolatedAsyncioTestCase):
                 self.assertLessEqual(lost_after, 300)  # confirmed send ≤ silence start; minus margin
 
 
+    async def test_an_io_timeout_shorter_than_the_lease_bounds_the_deadline(self) -> None:
+        answer = asyncio.Event()
+        answer.set()
+
+        def script(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
+            if isinstance(message, wire.Acquire):
+                send(grant(message))
+            elif isinstance(message, wire.Heartbeat) and answer.is_set():
+                send(wire.HeartbeatAck(message.request_id, 1))
+
+        async with FakeServer(script, io_timeout_ms=300) as fake:
+            async with lockd.connect(fake.addr) as client:
+                lock = await client.acquire("x", lease_ms=60_000)  # the server would time us out first
+                await asyncio.sleep(0.2)
+                answer.clear()
+                silenced_at = asyncio.get_running_loop().time() * 1000
+                await asyncio.wait_for(lock.lost.wait(), 2)
+                lost_after = asyncio.get_running_loop().time() * 1000 - silenced_at
+                self.assertEqual(lock.lost.reason, "lease_unconfirmed")
+                self.assertLessEqual(lost_after, 300 - 50 + 20)
+
+    async def test_a_release_in_flight_is_done_when_the_deadline_passes_first(self) -> None:
+        answer = asyncio.Event()
+        answer.set()
+
+        def script(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
+            if isinstance(message, wire.Acquire):
+                send(grant(message))
+            elif isinstance(message, wire.Heartbeat) and answer.is_set():
+                send(wire.HeartbeatAck(message.request_id, 1))
+            # RELEASE is never answered.
+
+        async with FakeServer(script) as fake:
+            async with lockd.connect(fake.addr) as client:
+                lock = await client.acquire("x", lease_ms=300)
+                answer.clear()
+                await asyncio.wait_for(lock.release(), 2)
+                self.assertFalse(lock.lost.is_set(), "released, not lost")
+
+    async def test_a_grant_that_arrives_past_its_deadline_arrives_lost_and_is_given_back(self) -> None:
+        pending: list[wire.Acquire] = []
+
+        def script(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
+            if isinstance(message, wire.Acquire):
+                pending.append(message)  # answered later; heartbeats get no ACK meanwhile
+
+        async with FakeServer(script) as fake:
+            async with lockd.connect(fake.addr) as client:
+                waiting = asyncio.ensure_future(client.acquire("late", lease_ms=100))
+                await eventually(lambda: len(pending) == 1, "ACQUIRE sent")
+                await asyncio.sleep(0.2)  # longer than the lease, nothing acknowledged
+                fake_send = fake.last_send
+                fake_send(grant(pending[0]))
+                lock = await asyncio.wait_for(waiting, 2)
+                self.assertEqual(lock.lost.reason, "lease_unconfirmed")
+                await eventually(
+                    lambda: any(isinstance(m, wire.Release) and m.token == TOKEN for m in fake.received),
+                    "the grant was given back",
+                )
+
+
 class Reconnects(unittest.IsolatedAsyncioTestCase):
     async def test_back_off_grows_until_a_welcome_and_waiting_acquires_are_resent(self) -> None:
         connections: list[float] = []
@@ -205,6 +266,79 @@ class Reconnects(unittest.IsolatedAsyncioTestCase):
             self.assertGreaterEqual(gap, window * 0.95, gaps_ms)
         acquires = [m for m in fake.received if isinstance(m, wire.Acquire)]
         self.assertEqual(len(acquires), 2, "the waiting ACQUIRE was sent again after the WELCOME")
+
+
+    async def test_a_connection_unanswered_for_the_io_timeout_is_dropped_and_the_wait_moves(self) -> None:
+        def script(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
+            # The first connection hears everything and answers nothing; the second grants.
+            if fake.connections >= 2 and isinstance(message, wire.Acquire):
+                send(grant(message))
+
+        async with FakeServer(script, io_timeout_ms=300) as fake:
+            async with lockd.connect(fake.addr) as client:
+                lock = await asyncio.wait_for(client.acquire("moved"), 5)
+                self.assertEqual(fake.connections, 2)
+                self.assertEqual(lock.name, "moved")
+
+    async def test_a_hundred_clients_cut_off_together_spread_their_reconnects(self) -> None:
+        reconnected = 0
+        cut = asyncio.Event()
+        delays_ms: list[float] = []
+        real_delay = lockd.backoff_delay_ms
+
+        def recorded_delay(attempt: int, rng=None) -> float:  # type: ignore[no-untyped-def]
+            delay = real_delay(attempt, rng)
+            delays_ms.append(delay)
+            return delay
+
+        class Cutting(FakeServer):
+            async def _serve(self, reader, writer):  # type: ignore[no-untyped-def]
+                nonlocal reconnected
+                if cut.is_set():
+                    reconnected += 1
+                await super()._serve(reader, writer)
+
+        with mock.patch("lockd._client.backoff_delay_ms", recorded_delay):
+            async with Cutting(lambda message, send: None) as fake:
+                clients = [await lockd.connect(fake.addr) for _ in range(100)]
+                try:
+                    cut.set()
+                    for writer in list(fake._writers):
+                        writer.close()  # the server drops everyone at once
+                    await eventually(lambda: reconnected >= 100, "every client reconnected", 10)
+                finally:
+                    for client in clients:
+                        await client.close()
+        # Each client draws its own delay over the whole first window (0..50 ms).
+        self.assertEqual(len(delays_ms), 100)
+        self.assertTrue(all(0 <= d < 50 for d in delays_ms), delays_ms)
+        self.assertGreater(max(delays_ms) - min(delays_ms), 35)
+        busiest = max(sum(1 for d in delays_ms if start <= d < start + 5) for start in delays_ms)
+        self.assertLess(busiest, 30, sorted(delays_ms))
+
+    async def test_cancelling_connect_stops_it_and_closes_the_socket(self) -> None:
+        accepted: list[asyncio.StreamWriter] = []
+        closed = asyncio.Event()
+
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            accepted.append(writer)
+            await reader.read()  # EOF once the client closes
+            closed.set()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        addr = "127.0.0.1:%d" % server.sockets[0].getsockname()[1]
+        try:
+            task = asyncio.ensure_future(lockd.connect(addr, connect_timeout_ms=60_000))
+            await eventually(lambda: len(accepted) == 1, "connected")
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            await asyncio.wait_for(closed.wait(), 2)
+        finally:
+            for writer in accepted:
+                writer.close()
+            server.close()
+            await server.wait_closed()
 
 
 class SyncWrapper(unittest.TestCase):
