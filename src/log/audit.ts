@@ -126,6 +126,10 @@ export class AuditLog {
   #pendingRecords = 0;
   #pendingBytes = 0;
   #closing: Promise<void> | null = null;
+  /** Set when `close()` stops waiting for the backlog: no write starts after it. */
+  #stopping = false;
+  /** Settles when the write in flight does (null when none is). */
+  #writeSettled: Promise<void> | null = null;
   #drained: (() => void) | null = null;
   /** Writes that failed: each rejection, and each write timeout a write stays pending. */
   writeFailures = 0;
@@ -233,6 +237,15 @@ export class AuditLog {
       timer.cancel();
       this.#drained = null;
     }
+    this.#stopping = true;
+    if (this.#writeSettled !== null) {
+      // A write started just before the bound (a retry) usually settles at once: wait for it a
+      // little (a stuck one never does), so no write is left running against a closed sink.
+      const settled = Promise.withResolvers<void>();
+      const timer = this.#scheduler.setTimer(settled.resolve, this.#retryMs);
+      await Promise.race([this.#writeSettled, settled.promise]);
+      timer.cancel();
+    }
     const partial = this.#chunk !== null && this.#chunk.offset > this.#chunk.acknowledgedBytes;
     const lost = this.#pendingRecords;
     this.#state = "closed";
@@ -260,6 +273,7 @@ export class AuditLog {
 
   /** Starts one write: the rest of the current chunk, or a new chunk from the queue. */
   #write(): void {
+    if (this.#stopping) return;
     let chunk = this.#chunk;
     if (chunk === null) {
       chunk = this.#takeChunk();
@@ -283,10 +297,17 @@ export class AuditLog {
     } catch (error) {
       pending = Promise.reject(error);
     }
-    pending.then(
-      (n) => this.#wrote(chunk, n),
-      (error) => this.#writeFailed(chunk, errorText(error)),
+    const settled: Promise<void> = pending.then(
+      (n) => {
+        if (this.#writeSettled === settled) this.#writeSettled = null;
+        this.#wrote(chunk, n);
+      },
+      (error) => {
+        if (this.#writeSettled === settled) this.#writeSettled = null;
+        this.#writeFailed(chunk, errorText(error));
+      },
     );
+    this.#writeSettled = settled;
   }
 
   #takeChunk(): Chunk | null {
@@ -371,6 +392,7 @@ export class AuditLog {
     this.writeFailures++;
     this.#state = "failed";
     this.#fail(failure);
+    if (this.#stopping) return;
     this.#retryTimer = this.#scheduler.setTimer(() => {
       this.#retryTimer = null;
       if (this.#state === "failed") this.#write();
