@@ -59,6 +59,10 @@ export class Connection {
   #closingError: ErrorMessage | null = null;
   #onHandshake: ((error: Error | null) => void) | null = null;
   readonly #socketClosed: Promise<void>;
+  /** Whether this connection speaks TLS, and where it dials: for the wrong-protocol messages. */
+  #tls = false;
+  #addr = "";
+  #firstBytesSeen = false;
   #resolveSocketClosed: () => void = () => {};
 
   /** Every server frame after WELCOME, in order, up to and including a session-ending ERROR. */
@@ -74,6 +78,8 @@ export class Connection {
   static open(options: ConnectionOptions): Promise<Connection> {
     const target = parseHostPort(options.addr);
     const connection = new Connection();
+    connection.#tls = options.tls !== undefined;
+    connection.#addr = options.addr;
     return new Promise<Connection>((resolve, reject) => {
       const attempt = new AbortController();
       const onOuterAbort = () => attempt.abort(options.signal!.reason);
@@ -128,9 +134,10 @@ export class Connection {
         },
         (error) =>
           settle(
-            new ConnectionError(`Cannot connect to lockd at ${options.addr}: ${messageOf(error)}`, {
-              cause: error,
-            }),
+            new ConnectionError(
+              `Cannot connect to lockd at ${options.addr}: ${dialFailureText(error, options)}`,
+              { cause: error },
+            ),
           ),
       );
     });
@@ -192,6 +199,21 @@ export class Connection {
 
   #onData(bytes: Uint8Array): void {
     if (this.#state === "closed") return;
+    if (this.#state === "handshaking" && !this.#firstBytesSeen) {
+      this.#firstBytesSeen = true;
+      // A TLS server answers a plaintext HELLO with a TLS alert (0x15 0x03 ...), which would
+      // read as a frame of 352,518,912 bytes. A lockd frame starts with 0x00 (lengths < 16 MiB).
+      if (!this.#tls && (bytes[0] === 0x15 || bytes[0] === 0x16) && bytes[1] === 0x03) {
+        this.#onHandshake?.(
+          new ConnectionError(
+            `Cannot connect to lockd at ${this.#addr}: the server expects TLS (it answered ` +
+              `with a TLS record); connect with TLS: tls: { ca } in connect(), -ca FILE for ` +
+              `lockd run`,
+          ),
+        );
+        return;
+      }
+    }
     this.#reader.push(bytes);
     if (this.#state === "handshaking") this.#handshakeStep();
     if (this.#state === "open" && this.#started) this.#drain();
@@ -270,4 +292,23 @@ function endsSession(error: ErrorMessage): boolean {
 
 function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+/**
+ * Why a dial failed, in words. A TLS client that meets a plaintext server
+ * gets bytes that are not a TLS record: the TLS stack calls that a "wrong
+ * version number"; say what it means.
+ */
+function dialFailureText(error: unknown, options: { tls?: unknown }): string {
+  const text = messageOf(error);
+  const code = (error as { code?: unknown } | null)?.code;
+  if (
+    options.tls !== undefined &&
+    (code === "ERR_SSL_WRONG_VERSION_NUMBER" ||
+      /wrong version number|InvalidContentType|packet length too long/i.test(text))
+  ) {
+    return `the server does not speak TLS (its answer is not a TLS record: ${text}); it ` +
+      `listens without -tls-cert, so connect without tls, or point at the TLS listener`;
+  }
+  return text;
 }

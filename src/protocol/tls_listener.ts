@@ -14,10 +14,13 @@
  * @module
  */
 
+import * as net from "node:net";
 import type { Socket } from "node:net";
 import * as tls from "node:tls";
 import { formatHostPort, type HostPort } from "../host_port.ts";
 import { TLS_READ_QUEUE_BYTES_MAX } from "../limits.ts";
+import { WIRE_CODES } from "./codes.ts";
+import { encodeFrame } from "./frame.ts";
 import { log } from "../log/diagnostic.ts";
 import type { ServerCounters } from "../ops/counters.ts";
 import { CertificateIdentityError, identityFromCertificate } from "../security/identity.ts";
@@ -63,10 +66,15 @@ export async function listenTls(
     handshakeTimeout: options.handshakeTimeoutMs,
   });
   let closed = false;
-  /** Connections still in their TLS handshake, by remote address, so close() can end them. */
+  /** Connections still in their TLS handshake (or before it), by remote address, so close() can end them. */
   const handshaking = new Map<string, Socket>();
 
-  server.on("connection", (raw: Socket) => {
+  // Connections are accepted by a plain TCP server and handed to the TLS server only when their
+  // first byte starts a TLS record. A client that speaks the plain lockd protocol gets an
+  // ERROR frame saying that this listener expects TLS, instead of a TLS alert it would read as
+  // a frame length of 352518912 (0x15030300). Handing an accepted socket to a TLS server with
+  // emit("connection") is the documented way to inject connections into node's tls.Server.
+  const acceptor = net.createServer((raw: Socket) => {
     counters.connectionsAccepted++;
     if (closed) {
       raw.destroy();
@@ -76,6 +84,26 @@ export async function listenTls(
     handshaking.set(key, raw);
     raw.once("close", () => {
       if (handshaking.get(key) === raw) handshaking.delete(key);
+    });
+    raw.on("error", () => {}); // a reset before the first byte: 'close' follows
+    const timer = setTimeout(() => {
+      counters.tlsHandshakeErrors++;
+      logger.warn("TLS handshake failed", {
+        remote_addr: key,
+        reason: `no TLS ClientHello within ${options.handshakeTimeoutMs} ms`,
+      });
+      raw.destroy();
+    }, options.handshakeTimeoutMs);
+    raw.once("close", () => clearTimeout(timer));
+    raw.once("data", (first: Uint8Array) => {
+      clearTimeout(timer);
+      raw.pause();
+      if (first[0] === TLS_HANDSHAKE_RECORD) {
+        raw.unshift(first);
+        server.emit("connection", raw);
+        return;
+      }
+      refuseNotTls(raw, key, first, counters);
     });
   });
 
@@ -127,20 +155,20 @@ export async function listenTls(
 
   await new Promise<void>((resolve, reject) => {
     const onError = (error: Error) => reject(error);
-    server.once("error", onError);
-    server.listen({ host: at.hostname, port: at.port }, () => {
-      server.off("error", onError);
+    acceptor.once("error", onError);
+    acceptor.listen({ host: at.hostname, port: at.port }, () => {
+      acceptor.off("error", onError);
       resolve();
     });
   });
 
   // After listening, an error is a failed accept (e.g. descriptor exhaustion); the server keeps listening.
-  server.on("error", (error: Error) => {
+  acceptor.on("error", (error: Error) => {
     counters.countAcceptError("protocol");
     logger.warn("accept failed", { error: error.message });
   });
 
-  const bound = server.address();
+  const bound = acceptor.address();
   const addr = typeof bound === "object" && bound !== null
     ? formatHostPort(bound.address, bound.port)
     : formatHostPort(at.hostname, at.port);
@@ -154,7 +182,7 @@ export async function listenTls(
       closed = true;
       // Stops accepting at once; node's close callback would wait for every session, which
       // the shutdown closes itself afterwards.
-      server.close();
+      acceptor.close();
       for (const raw of handshaking.values()) raw.destroy();
       handshaking.clear();
       done.resolve();
@@ -336,6 +364,55 @@ export function nodeSocketTransport(
       socket.destroy();
     },
   };
+}
+
+/** First byte of a TLS record of type handshake: every ClientHello starts with it. */
+const TLS_HANDSHAKE_RECORD = 0x16;
+
+/** What a plaintext client on the TLS listener is told (an ERROR frame, MALFORMED_FRAME). */
+export const EXPECTS_TLS_MESSAGE =
+  "This listener expects TLS: the client sent a plaintext lockd frame. Connect with TLS " +
+  "(lockd run -ca FILE; connect({ tls: { ca } }) in the client library).";
+
+/**
+ * Answers a connection whose first byte does not start a TLS record. A plain
+ * lockd client (its first frame starts with the high byte of a length, 0x00)
+ * gets an ERROR frame saying that TLS is expected; anything else (an HTTP
+ * request, a port scanner) is closed. Both are failed handshakes in the
+ * metrics and the log.
+ */
+function refuseNotTls(
+  raw: Socket,
+  remoteAddr: string,
+  first: Uint8Array,
+  counters: ServerCounters,
+) {
+  counters.tlsHandshakeErrors++;
+  const lockdFrame = first[0] === 0x00;
+  const shown = [...first.subarray(0, 4)].map((b) => b.toString(16).padStart(2, "0")).join(" ");
+  logger.warn("TLS handshake failed", {
+    remote_addr: remoteAddr,
+    reason: lockdFrame
+      ? "plaintext lockd frame on the TLS listener (the client does not use TLS)"
+      : `not TLS (first bytes ${shown})`,
+  });
+  if (!lockdFrame) {
+    raw.destroy();
+    return;
+  }
+  const code = WIRE_CODES.MALFORMED_FRAME.code;
+  counters.countError(code);
+  const frame = encodeFrame({
+    type: "error",
+    requestId: 0,
+    code,
+    name: "",
+    message: EXPECTS_TLS_MESSAGE,
+  });
+  // A peer that never reads must not keep the socket: destroyed in any case after a second.
+  const timer = setTimeout(() => raw.destroy(), 1_000);
+  raw.once("close", () => clearTimeout(timer));
+  raw.end(frame, () => raw.destroy());
 }
 
 /** `host:port` of a TLS socket; while a handshake fails node has only the raw socket's address. */

@@ -263,7 +263,8 @@ Deno.test("mTLS: an expired client certificate from the trusted CA is refused", 
 
 Deno.test("a plaintext client on the TLS listener is refused and counted", async () => {
   await using t = await startTestServer(serverTlsConfig(false));
-  await assert.rejects(connect({ addr: t.addr, reconnect: false }), ConnectionError);
+  // The ERROR frame that says so is tested in wrong_protocol_test.ts.
+  await assert.rejects(connect({ addr: t.addr, reconnect: false }), /expects TLS/);
   await eventually(() => t.server.context.counters.tlsHandshakeErrors === 1, "handshake error");
   assert.equal(t.server.context.engine.sessionIds().length, 0);
 });
