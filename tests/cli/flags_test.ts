@@ -94,3 +94,15 @@ Deno.test("serve flags map onto the configuration and are validated", () => {
   ];
   for (const [args, message] of bad) assert.throws(() => serveConfigFromArgs(args), message);
 });
+
+Deno.test("-audit-write-timeout takes a duration between 1ms and 10m (default 1s)", () => {
+  assert.equal(serveConfigFromArgs([]).auditWriteTimeoutMs, 1_000);
+  assert.equal(serveConfigFromArgs(["-audit-write-timeout", "250ms"]).auditWriteTimeoutMs, 250);
+  assert.equal(serveConfigFromArgs(["-audit-write-timeout", "10m"]).auditWriteTimeoutMs, 600_000);
+  for (const value of ["0s", "11m"]) {
+    assert.throws(
+      () => serveConfigFromArgs(["-audit-write-timeout", value]),
+      /-audit-write-timeout must be between 1ms and 10m/,
+    );
+  }
+});
