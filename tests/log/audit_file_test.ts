@@ -261,3 +261,34 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name:
+    `an append-only audit file (chattr +a) that ends in a torn record gets a newline instead of a cut${
+      noTmpfs === null ? "" : ` (skipped: ${noTmpfs})`
+    }`,
+  ignore: noTmpfs !== null,
+  async fn() {
+    const dir = await Deno.makeTempDir({ prefix: "lockd-tmpfs-" });
+    const mounted = await run("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir);
+    assert.ok(mounted.ok, mounted.text);
+    const path = `${dir}/audit.jsonl`;
+    try {
+      await Deno.writeTextFile(path, '{"a":1}\n{"b":');
+      const appendOnly = await run("chattr", "+a", path);
+      if (!appendOnly.ok) {
+        console.warn(`skipping the append-only case: chattr +a failed: ${appendOnly.text.trim()}`);
+        return;
+      }
+      using captured = captureDiagnosticLog("warn", "json");
+      assert.deepEqual(repairTornAuditFile(path), { fragmentBytes: 5, action: "newline" });
+      assert.equal(await Deno.readTextFile(path), '{"a":1}\n{"b":\n');
+      const warning = captured.records().find((r) => String(r.message).includes("torn record"));
+      assert.match(String(warning?.error), /not permitted|denied/i);
+    } finally {
+      await run("chattr", "-a", path);
+      await run("umount", dir);
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
