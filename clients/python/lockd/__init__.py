@@ -43,6 +43,7 @@ from .errors import (
     MalformedFrameError,
     NotOwnerError,
     ShuttingDownError,
+    TokensUnavailableError,
     UnsupportedVersionError,
     WaitTimeoutError,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "MalformedFrameError",
     "NotOwnerError",
     "ShuttingDownError",
+    "TokensUnavailableError",
     "UnsupportedVersionError",
     "WaitTimeoutError",
     "backoff_delay_ms",

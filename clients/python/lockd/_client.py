@@ -382,24 +382,19 @@ class Client:
                         error = LockdError.from_wire(message.code, message.name, message.message)
                         raise error
                     raise LockdConnectionError(f"{self.addr}: expected WELCOME, got {type(message).__name__}")
-        except TimeoutError as error:
+        except BaseException as error:
+            # Every failure, a cancelled connect included, closes what was opened.
             if writer is not None:
                 writer.close()
-            raise ConnectTimeoutError(
-                f"Cannot connect to lockd at {self.addr}: no WELCOME within {self._connect_timeout_ms:g} ms"
-            ) from error
-        except (LockdError, LockdConnectionError):
-            if writer is not None:
-                writer.close()
+            if isinstance(error, (LockdError, LockdConnectionError)):
+                raise
+            if isinstance(error, TimeoutError):
+                raise ConnectTimeoutError(
+                    f"Cannot connect to lockd at {self.addr}: no WELCOME within {self._connect_timeout_ms:g} ms"
+                ) from error
+            if isinstance(error, (wire.MalformedFrame, OSError, ssl.SSLError)):
+                raise LockdConnectionError(f"Cannot connect to lockd at {self.addr}: {error}") from error
             raise
-        except wire.MalformedFrame as error:
-            if writer is not None:
-                writer.close()
-            raise LockdConnectionError(f"Cannot connect to lockd at {self.addr}: {error}") from error
-        except (OSError, ssl.SSLError) as error:
-            if writer is not None:
-                writer.close()
-            raise LockdConnectionError(f"Cannot connect to lockd at {self.addr}: {error}") from error
         return _Session(reader=reader, writer=writer, welcome=message, frames=frames)
 
     def _attach(self, session: _Session) -> None:

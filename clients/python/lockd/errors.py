@@ -162,6 +162,14 @@ class AcquireCancelledError(LockdError):
     retryable = False
 
 
+class TokensUnavailableError(LockdError):
+    """0x10 TOKENS_UNAVAILABLE: No fencing token could be reserved (the server's token file cannot be written); the server retries by itself."""
+
+    code = 0x10
+    code_name = "TOKENS_UNAVAILABLE"
+    retryable = True
+
+
 _BY_CODE: dict[int, type[LockdError]] = {
     cls.code: cls
     for cls in (
@@ -180,6 +188,7 @@ _BY_CODE: dict[int, type[LockdError]] = {
         HandshakeTimeoutError,
         IoTimeoutError,
         AcquireCancelledError,
+        TokensUnavailableError,
     )
 }
 
