@@ -846,6 +846,14 @@ Deno.test("the u64 example and the stated byte limits in docs/protocol.md hold",
     [/cuts a longer message .* to at most ([\d,]+) bytes/s, ERROR_MESSAGE_BYTES_MAX],
     [/more than `WRITE_BUFFER_BYTES_MAX`, (\d+) MiB/, WRITE_BUFFER_BYTES_MAX / 2 ** 20],
   ];
+  const longestError = encodeFrame({
+    type: "error",
+    requestId: 1,
+    code: 1,
+    name: "n".repeat(LOCK_NAME_BYTES_MAX),
+    message: "m".repeat(5_000),
+  });
+  stated.push([/receives frames of\s+at\s+most ([\d,]+) bytes/, longestError.byteLength]);
   for (const [pattern, value] of stated) {
     const match = protocolDoc.match(pattern);
     assert.ok(match, `docs/protocol.md states ${pattern}`);
