@@ -5,14 +5,40 @@ import { type ClientMessage, type Message, PROTOCOL_VERSION } from "../../src/pr
 
 /** A bare protocol peer for tests: sends exact frames or bytes, reads messages one by one. */
 export class RawClient implements AsyncDisposable {
-  readonly conn: Deno.TcpConn;
+  readonly conn: Deno.TcpConn | Deno.TlsConn;
   readonly #reader = new FrameReader(1 << 20);
   readonly #buffer = new Uint8Array(64 * 1024);
   #closed = false;
   #pendingRead: Promise<number | null> | null = null;
 
-  private constructor(conn: Deno.TcpConn) {
+  private constructor(conn: Deno.TcpConn | Deno.TlsConn) {
     this.conn = conn;
+  }
+
+  /** Connects over TLS (trusting `caCerts`), presenting a client certificate when given. */
+  static async connectTls(
+    addr: string,
+    tls: { caCerts: string[]; cert?: string; key?: string },
+  ): Promise<RawClient> {
+    const at = parseHostPort(addr);
+    const conn = await Deno.connectTls({
+      hostname: at.hostname === "127.0.0.1" ? "localhost" : at.hostname,
+      port: at.port,
+      caCerts: tls.caCerts,
+      ...(tls.cert === undefined ? {} : { cert: tls.cert, key: tls.key }),
+    });
+    await conn.handshake();
+    return new RawClient(conn);
+  }
+
+  /** Completes HELLO/WELCOME on a connected client. */
+  async hello(clientName = "raw"): Promise<this> {
+    await this.send({ type: "hello", version: PROTOCOL_VERSION, clientName });
+    const welcome = await this.next();
+    if (welcome?.type !== "welcome") {
+      throw new Error(`expected WELCOME, got ${JSON.stringify(welcome)}`);
+    }
+    return this;
   }
 
   static async connect(addr: string): Promise<RawClient> {
@@ -24,13 +50,7 @@ export class RawClient implements AsyncDisposable {
 
   /** Connects and completes HELLO/WELCOME. */
   static async session(addr: string): Promise<RawClient> {
-    const client = await RawClient.connect(addr);
-    await client.send({ type: "hello", version: PROTOCOL_VERSION, clientName: "raw" });
-    const welcome = await client.next();
-    if (welcome?.type !== "welcome") {
-      throw new Error(`expected WELCOME, got ${JSON.stringify(welcome)}`);
-    }
-    return client;
+    return await (await RawClient.connect(addr)).hello();
   }
 
   async send(...messages: ClientMessage[]): Promise<void> {

@@ -187,38 +187,6 @@ for (const [client, identity] of MTLS_IDENTITIES) {
   });
 }
 
-Deno.test("mTLS: the contended-lock contract holds: FIFO order and growing tokens", async () => {
-  await using t = await startTestServer(serverTlsConfig(true));
-  const clients = await Promise.all(
-    Array.from({ length: 5 }, () => connectAs(t.addr, "client-uri")),
-  );
-  try {
-    const first = await clients[0].acquire("shared");
-    const order: number[] = [];
-    const tokens = [first.token];
-    const waits: Promise<void>[] = [];
-    for (let i = 1; i < clients.length; i++) {
-      waits.push(
-        clients[i].acquire("shared").then(async (lock) => {
-          order.push(i);
-          tokens.push(lock.token);
-          await lock.release();
-        }),
-      );
-      await eventually(
-        () => t.server.context.engine.getLock("shared")?.waiters.length === i,
-        `client ${i} queued`,
-      );
-    }
-    await first.release();
-    await Promise.all(waits);
-    assert.deepEqual(order, [1, 2, 3, 4]);
-    for (let i = 1; i < tokens.length; i++) assert.ok(tokens[i] > tokens[i - 1], `${tokens}`);
-  } finally {
-    await Promise.all(clients.map((c) => c.close()));
-  }
-});
-
 Deno.test("mTLS: a client without a certificate is refused in the handshake, counted and logged; others are still served", async () => {
   using log = captureDiagnosticLog("info", "json");
   await using t = await startTestServer(serverTlsConfig(true));

@@ -1,0 +1,292 @@
+/**
+ * Runs the lock contract (`lock_contract.ts`) against every way of reaching the engine: the
+ * LockService directly (no sockets, no codec), plain TCP, TLS and mutual TLS. Every server has
+ * a manual scheduler, so leases, wait bounds and I/O timeouts move only when a case says so.
+ */
+
+import { ManualScheduler } from "../../src/clock.ts";
+import { DEFAULT_CONFIG, type ServerConfig } from "../../src/config.ts";
+import { LockEngine } from "../../src/core/engine.ts";
+import type { Peer } from "../../src/core/types.ts";
+import { AuditLog } from "../../src/log/audit.ts";
+import { ServerCounters } from "../../src/ops/counters.ts";
+import { errorFrame } from "../../src/protocol/codes.ts";
+import {
+  type ClientMessage,
+  type ServerMessage,
+  WAIT_FOREVER,
+} from "../../src/protocol/messages.ts";
+import { LockService } from "../../src/service/lock_service.ts";
+import type { SessionPort } from "../../src/service/session_registry.ts";
+import { openTokenIssuer } from "../../src/storage/token_store.ts";
+import { certPem, keyPem, serverTlsConfig } from "../fixtures/tls/certs.ts";
+import { MemorySink } from "../helpers/memory_sink.ts";
+import { RawClient } from "../helpers/raw_client.ts";
+import { startTestServer } from "../helpers/start_server.ts";
+import {
+  type ContractClient,
+  type ContractTransport,
+  LOCK_CONTRACT,
+} from "./lock_contract.ts";
+
+/** How long a case waits for a frame before it fails (real time: only I/O is awaited). */
+const FRAME_WAIT_MS = 5_000;
+
+// ---- the service, without sockets ---------------------------------------------
+
+/** What the service sends to one session, kept in the order it decided (holds included). */
+class ServicePort implements SessionPort {
+  readonly #delivered: (ServerMessage | null)[] = [];
+  readonly #held: { message: ServerMessage | null; ready: boolean; close: boolean }[] = [];
+  #wake: (() => void) | null = null;
+  closed = false;
+
+  send(message: ServerMessage): void {
+    this.#queue(message, false);
+  }
+
+  hold(): (message: ServerMessage | null) => void {
+    const place = { message: null as ServerMessage | null, ready: false, close: false };
+    this.#held.push(place);
+    return (message) => {
+      place.message = message;
+      place.ready = true;
+      this.#drain();
+    };
+  }
+
+  terminate(finalError: ServerMessage | null): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (finalError !== null) this.#queue(finalError, false);
+    this.#queue(null, true);
+  }
+
+  /** The next frame delivered (null: the session was closed); fails after FRAME_WAIT_MS. */
+  async next(): Promise<ServerMessage | null> {
+    const deadline = performance.now() + FRAME_WAIT_MS;
+    while (this.#delivered.length === 0) {
+      if (performance.now() > deadline) throw new Error(`no frame within ${FRAME_WAIT_MS} ms`);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, 20);
+        this.#wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.#wake = null;
+    }
+    return this.#delivered.shift()!;
+  }
+
+  #queue(message: ServerMessage | null, close: boolean): void {
+    this.#held.push({ message, ready: true, close });
+    this.#drain();
+  }
+
+  #drain(): void {
+    while (this.#held.length > 0 && this.#held[0].ready) {
+      const entry = this.#held.shift()!;
+      if (entry.message !== null || entry.close) this.#delivered.push(entry.message);
+    }
+    this.#wake?.();
+  }
+}
+
+/** A client of the service: each request is the service command a session would call. */
+function serviceClient(service: LockService, peer: Peer, port: ServicePort): ContractClient {
+  const request = (message: ClientMessage) => {
+    service.touch(peer.sessionId);
+    switch (message.type) {
+      case "acquire":
+        service.acquire(
+          peer,
+          message.requestId,
+          message.name,
+          message.leaseMs,
+          message.waitMs === WAIT_FOREVER ? null : message.waitMs,
+        );
+        return;
+      case "release":
+        service.release(peer, message.requestId, message.name, message.token);
+        return;
+      case "heartbeat":
+        service.heartbeat(peer, message.requestId);
+        return;
+      default:
+        throw new Error(`not a request: ${message.type}`);
+    }
+  };
+  return {
+    send(...messages) {
+      for (const message of messages) request(message);
+      return Promise.resolve();
+    },
+    next: () => port.next(),
+    close() {
+      if (!port.closed) {
+        port.closed = true;
+        service.closeSession(peer.sessionId, "client_closed");
+      }
+      return Promise.resolve();
+    },
+  };
+}
+
+function isServerMessage(value: { type: string }): value is ServerMessage {
+  return ["welcome", "queued", "acquired", "released", "heartbeat_ack", "error"].includes(
+    value.type,
+  );
+}
+
+const serviceTransport: ContractTransport = {
+  name: "service",
+  start(overrides) {
+    const config: ServerConfig = { ...DEFAULT_CONFIG, ...overrides };
+    const scheduler = new ManualScheduler();
+    const sink = new MemorySink();
+    const engine = new LockEngine({
+      tokens: openTokenIssuer(null, scheduler.wallMs()),
+      ioTimeoutMs: config.ioTimeoutMs,
+      leaseDefaultMs: config.leaseDefaultMs,
+      leaseMaxMs: config.leaseMaxMs,
+      sessionsMax: config.sessionsMax,
+      claimsPerSessionMax: config.claimsPerSessionMax,
+      waitersPerLockMax: config.waitersPerLockMax,
+    });
+    const audit = new AuditLog(sink, { scheduler });
+    const service = new LockService({ engine, audit, scheduler, counters: new ServerCounters() });
+    audit.onHealthChange = (failure) => service.auditHealthChanged(failure);
+    let nextPort = 40_000;
+    const open = (): ContractClient | ServerMessage => {
+      const port = new ServicePort();
+      const opened = service.openSession("", `127.0.0.1:${nextPort++}`, port);
+      if ("code" in opened) {
+        return errorFrame(0, "", opened);
+      }
+      return serviceClient(service, opened, port);
+    };
+    return Promise.resolve({
+      identity: "",
+      engine,
+      service,
+      open() {
+        const client = open();
+        if ("type" in client) throw new Error(`HELLO refused: ${JSON.stringify(client)}`);
+        return Promise.resolve(client);
+      },
+      openRefused() {
+        const client = open();
+        if (!("type" in client)) throw new Error("HELLO was accepted");
+        return Promise.resolve(client);
+      },
+      advance: (ms) => scheduler.advance(ms),
+      auditRecords: () => sink.records(),
+      async close() {
+        engine.assertInvariants();
+        service.beginShutdown();
+        service.stop();
+        await audit.close();
+      },
+    });
+  },
+};
+
+// ---- real servers over sockets ------------------------------------------------
+
+/** A server on loopback port 0 reached with `connect` (TCP or TLS), on a manual scheduler. */
+function socketTransport(
+  name: string,
+  tlsConfig: Partial<ServerConfig>,
+  identity: string,
+  connect: (addr: string) => Promise<RawClient>,
+): ContractTransport {
+  return {
+    name,
+    async start(config) {
+      const scheduler = new ManualScheduler();
+      const t = await startTestServer({ ...tlsConfig, ...config }, { scheduler });
+      const clients: RawClient[] = [];
+      const wrap = (raw: RawClient): ContractClient => ({
+        send: (...messages) => raw.send(...messages),
+        next: async () => {
+          const message = await raw.next(FRAME_WAIT_MS);
+          if (message !== null && message.type !== "error" && !isServerMessage(message)) {
+            throw new Error(`a client frame from the server: ${message.type}`);
+          }
+          return message as ServerMessage | null;
+        },
+        close: async () => {
+          await raw[Symbol.asyncDispose]();
+          // The server has handled the close once the session is gone from the engine.
+          const deadline = performance.now() + FRAME_WAIT_MS;
+          while (t.server.context.connections.size > clients.filter((c) => c !== raw).length) {
+            if (performance.now() > deadline) break;
+            await new Promise((resolve) => setTimeout(resolve, 2));
+          }
+          clients.splice(clients.indexOf(raw), 1);
+        },
+      });
+      return {
+        identity,
+        engine: t.server.context.engine,
+        service: t.server.context.service,
+        async open() {
+          const raw = await (await connect(t.addr)).hello();
+          clients.push(raw);
+          return wrap(raw);
+        },
+        async openRefused() {
+          await using raw = await connect(t.addr);
+          await raw.send({ type: "hello", version: 1, clientName: "refused" });
+          const refusal = await raw.next(FRAME_WAIT_MS);
+          return refusal as ServerMessage | null;
+        },
+        advance: (ms) => scheduler.advance(ms),
+        auditRecords: () => t.audit.records(),
+        async close() {
+          t.server.context.engine.assertInvariants();
+          for (const raw of clients) await raw[Symbol.asyncDispose]();
+          await t.server.shutdown();
+        },
+      };
+    },
+  };
+}
+
+const caCerts = [certPem("ca")];
+
+const TRANSPORTS: readonly ContractTransport[] = [
+  serviceTransport,
+  socketTransport("tcp", {}, "", (addr) => RawClient.connect(addr)),
+  socketTransport(
+    "tls",
+    serverTlsConfig(false),
+    "",
+    (addr) => RawClient.connectTls(addr, { caCerts }),
+  ),
+  socketTransport(
+    "mtls",
+    serverTlsConfig(true),
+    "spiffe://example.org/worker",
+    (addr) =>
+      RawClient.connectTls(addr, {
+        caCerts,
+        cert: certPem("client-uri"),
+        key: keyPem("client-uri"),
+      }),
+  ),
+];
+
+for (const transport of TRANSPORTS) {
+  for (const c of LOCK_CONTRACT) {
+    Deno.test(`${transport.name}: ${c.name}`, async () => {
+      const server = await transport.start({ listen: "127.0.0.1:0", ...c.config });
+      try {
+        await c.run(server);
+      } finally {
+        await server.close();
+      }
+    });
+  }
+}
