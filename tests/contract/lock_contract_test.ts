@@ -23,11 +23,7 @@ import { certPem, keyPem, serverTlsConfig } from "../fixtures/tls/certs.ts";
 import { MemorySink } from "../helpers/memory_sink.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 import { startTestServer } from "../helpers/start_server.ts";
-import {
-  type ContractClient,
-  type ContractTransport,
-  LOCK_CONTRACT,
-} from "./lock_contract.ts";
+import { type ContractClient, type ContractTransport, LOCK_CONTRACT } from "./lock_contract.ts";
 
 /** How long a case waits for a frame before it fails (real time: only I/O is awaited). */
 const FRAME_WAIT_MS = 5_000;
