@@ -146,7 +146,11 @@ export async function startServer(
   let tlsListener: TlsProtocolListener | null = null;
   try {
     listener = tlsMaterial === null
-      ? listenTcp(listenAt, counters, (conn) => serve(tcpTransport(conn)))
+      ? listenTcp(
+        listenAt,
+        counters,
+        (conn) => serve(tcpTransport(conn, () => counters.protocolConnectionsOpen--)),
+      )
       : tlsListener = await listenTls(listenAt, counters, tlsMaterial, {
         handshakeTimeoutMs: config.handshakeTimeoutMs,
       }, serve);

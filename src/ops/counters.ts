@@ -4,6 +4,12 @@
  */
 export class ServerCounters {
   connectionsAccepted = 0;
+  /**
+   * Protocol connections open now, in any state (TLS handshake, before HELLO, session):
+   * about one file descriptor each. `/proc/self/fd` needs `--allow-all` in Deno, so this is
+   * the figure the descriptor runbook can rely on under the shipped permissions.
+   */
+  protocolConnectionsOpen = 0;
   /** Failed accepts of every listener (the spec's unlabelled `lockd_accept_errors_total`). */
   acceptErrors = 0;
   /** The same failed accepts by listener. */

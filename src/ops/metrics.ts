@@ -50,6 +50,11 @@ export function collectMetrics({ server, runtime }: MetricsSource): MetricFamily
   for (const [code, count] of counters.protocolErrors) errorCounts.set(code, count);
   const families: MetricFamily[] = [
     gauge("lockd_connections_active", "Open sessions.", stats.sessionsOpen),
+    gauge(
+      "lockd_connections_open",
+      "Protocol connections open now, in any state (TLS handshake, before HELLO, session).",
+      counters.protocolConnectionsOpen,
+    ),
     gauge("lockd_locks_held", "Locks that have an owner now.", stats.locksHeld),
     gauge("lockd_waiters", "Waiting claims across all queues.", stats.waiters),
     counter(

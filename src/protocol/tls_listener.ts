@@ -76,6 +76,8 @@ export async function listenTls(
   // emit("connection") is the documented way to inject connections into node's tls.Server.
   const acceptor = net.createServer((raw: Socket) => {
     counters.connectionsAccepted++;
+    counters.protocolConnectionsOpen++;
+    raw.once("close", () => counters.protocolConnectionsOpen--);
     if (closed) {
       raw.destroy();
       return;

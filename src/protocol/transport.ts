@@ -17,8 +17,11 @@ export interface Transport {
   close(): void;
 }
 
-/** A plain TCP connection from `Deno.listen`, with Nagle off (see DENO-NOTES). */
-export function tcpTransport(conn: Deno.TcpConn): Transport {
+/**
+ * A plain TCP connection from `Deno.listen`, with Nagle off (see DENO-NOTES).
+ * `onClosed` runs once, when the connection is closed.
+ */
+export function tcpTransport(conn: Deno.TcpConn, onClosed: () => void = () => {}): Transport {
   const addr = conn.remoteAddr;
   try {
     conn.setNoDelay(true);
@@ -34,6 +37,7 @@ export function tcpTransport(conn: Deno.TcpConn): Transport {
     close() {
       if (closed) return;
       closed = true;
+      onClosed();
       try {
         conn.close();
       } catch {
