@@ -267,6 +267,8 @@ export async function startServer(
         admin_listen: admin.addr,
         auth: adminToken === null ? "none" : "token",
       });
+      const exposure = adminExposureWarning(adminAt.hostname, adminToken !== null);
+      if (exposure !== null) logger.warn(exposure, { admin_listen: admin.addr });
     }
   } catch (error) {
     // E.g. the port is taken: undo what started, without a grace window.
@@ -275,6 +277,12 @@ export async function startServer(
   }
 
   const reload = async () => {
+    if (tlsListener === null && config.aclFile === null) {
+      // Say so, or an operator who sent SIGHUP after editing a file lockd does not use waits
+      // for a line that never comes.
+      logger.info("SIGHUP: nothing to reload (no -acl-file and no TLS certificates)");
+      return;
+    }
     if (tlsListener !== null) await reloadCertificates(tlsListener, config);
     if (config.aclFile !== null) {
       try {
@@ -298,4 +306,19 @@ export async function startServer(
     reload,
     [Symbol.asyncDispose]: () => shutdown(),
   };
+}
+
+/**
+ * The start-up warning for an admin API that anyone on the network can use:
+ * a non-loopback listen address and no token. Null when there is nothing to say.
+ */
+export function adminExposureWarning(hostname: string, hasToken: boolean): string | null {
+  if (hasToken || isLoopbackHost(hostname)) return null;
+  return "admin API listens on a non-loopback address without a token: anyone who can reach it " +
+    "can force-release locks; add -admin-token-file, or listen on 127.0.0.1";
+}
+
+/** Whether a listen host accepts connections from this machine only. */
+function isLoopbackHost(hostname: string): boolean {
+  return hostname === "localhost" || hostname === "::1" || /^127\.\d+\.\d+\.\d+$/.test(hostname);
 }

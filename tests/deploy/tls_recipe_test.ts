@@ -64,3 +64,35 @@ Deno.test("TLS recipe: the files it makes serve mutual TLS with the promised ide
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("TLS rotation check of the runbook shows the certificate and does not count a failed handshake on mTLS", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "lockd-tls-check-" });
+  try {
+    await runBash(recipeForLoopback(), { cwd: dir });
+    await using t = await startTestServer({
+      tlsCert: `${dir}/server.crt`,
+      tlsKey: `${dir}/server.key`,
+      tlsClientCa: `${dir}/ca.crt`,
+    });
+    const check = markedBlock(readRepoFile("docs/operations.md"), "tls-rotation-check");
+    const script = check.body.replace("lockd.example.org:7400", t.addr);
+    assert.notEqual(script, check.body, "the check dials lockd.example.org:7400");
+    const { stdout } = await runBash(script, { cwd: dir });
+    const serial = await runBash("openssl x509 -noout -serial -in server.crt", { cwd: dir });
+    assert.ok(stdout.startsWith(serial.stdout), `${stdout} shows ${serial.stdout}`);
+    assert.match(stdout, /^notAfter=/m);
+    // The handshake must complete; give the server a moment to count a failure if there was one.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.equal(t.server.context.counters.tlsHandshakeErrors, 0);
+    // What the runbook warns about: the same check without a client certificate counts one.
+    await runBash(`set +o pipefail\n${script.replace(/ -cert worker\.crt -key worker\.key/, "")}`, {
+      cwd: dir,
+    });
+    await eventually(
+      () => t.server.context.counters.tlsHandshakeErrors === 1,
+      "one failed handshake",
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
