@@ -41,6 +41,7 @@ const ERROR_CODES = Object.values(WIRE_CODES).map((info) => info.code);
 function expected(changes: Record<string, number>, version: string): Record<string, number> {
   const base: Record<string, number> = {
     "lockd_connections_active": 0,
+    "lockd_connections_open": 0,
     "lockd_locks_held": 0,
     "lockd_waiters": 0,
     "lockd_acquires_total": 0,
@@ -115,6 +116,7 @@ Deno.test("every gauge and counter of /metrics follows acquires, waits, releases
     });
     await check({
       "lockd_connections_active": 4,
+      "lockd_connections_open": 4,
       "lockd_connections_accepted_total": 4,
       "lockd_locks_held": 1,
       "lockd_waiters": 2,
@@ -144,6 +146,7 @@ Deno.test("every gauge and counter of /metrics follows acquires, waits, releases
     await eventually(() => t.server.context.engine.stats.sessionsOpen === 2, "b and c closed");
     const afterAdmin = {
       "lockd_connections_active": 2,
+      "lockd_connections_open": 2,
       "lockd_connections_accepted_total": 4,
       "lockd_acquires_total": 2,
       "lockd_wait_seconds_count": 2,
@@ -177,6 +180,7 @@ Deno.test("every gauge and counter of /metrics follows acquires, waits, releases
     const final = {
       ...afterAdmin,
       "lockd_connections_active": 4,
+      "lockd_connections_open": 4,
       "lockd_connections_accepted_total": 6,
       "lockd_acquires_total": 3,
       "lockd_wait_seconds_count": 3,
