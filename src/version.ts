@@ -1,2 +1,9 @@
-/** The server and client version, reported in WELCOME and GET /api/info. */
+/**
+ * The one place of the release's name and version: the server reports VERSION (WELCOME,
+ * GET /api/info, `lockd version`), the TypeScript client sends it in its HELLO, and the npm
+ * package of the client is built with this name and version (npm/build.ts).
+ */
 export const VERSION = "0.1.0";
+
+/** Name of the npm package of the TypeScript client (built by `deno task npm:pack`). */
+export const NPM_PACKAGE_NAME = "lockd-client";

@@ -8,7 +8,7 @@
 
 import type { Scheduler } from "../clock.ts";
 import { parseHostPort } from "../host_port.ts";
-import { ProtocolError, wireCodeInfo } from "../protocol/codes.ts";
+import { ProtocolError, WIRE_CODES, wireCodeInfo } from "../protocol/codes.ts";
 import { FrameWriter } from "../protocol/frame.ts";
 import { FrameReader } from "../protocol/frame_reader.ts";
 import {
@@ -283,11 +283,13 @@ function isServerReply(message: { type: string }): message is ServerMessage {
 }
 
 /**
- * An ERROR ends the session when the server sends it on its own (request id 0: this client
- * never uses id 0) or when its code closes the connection.
+ * After WELCOME, an ERROR ends the session when it has request id 0 and any code but
+ * INVALID_ARGUMENT (the answer to a request with id 0, which this client never sends), or a
+ * code that always closes the connection (docs/protocol.md, "Requests in flight").
  */
 function endsSession(error: ErrorMessage): boolean {
-  return error.requestId === 0 || wireCodeInfo(error.code).closes;
+  if (error.requestId === 0) return error.code !== WIRE_CODES.INVALID_ARGUMENT.code;
+  return wireCodeInfo(error.code).closes;
 }
 
 function messageOf(error: unknown): string {

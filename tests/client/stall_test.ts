@@ -82,95 +82,91 @@ function tracingDial(trace: Trace): Dial {
   };
 }
 
-Deno.test({
-  name:
-    "a holder behind a stalled path reports lost before the server grants the next waiter, within lease + 100 ms of its last acknowledged heartbeat, and late frames do not revive it",
-  async fn() {
-    await using t = await startTestServer({}, { scheduler: sharedClock });
-    await using waiter = await connect({ addr: t.addr });
-    const margins: number[] = [];
-    for (let round = 0; round < ROUNDS; round++) {
-      const name = `stall/${round}`;
-      const trace: Trace = {
-        heartbeatSentAtMs: new Map(),
-        acquireSentAtMs: NaN,
-        acks: [],
-        arrivals: [],
-        releases: [],
-      };
-      await using proxy = new ChaosProxy(t.addr);
-      await using holder = await connectWith(
-        { addr: proxy.addr, reconnect: false },
-        { dial: tracingDial(trace) },
-      );
-      const lock = await holder.acquire(name, { leaseMs: LEASE_MS });
-      let lostAtMs = NaN;
-      const lost = new Promise<void>((resolve) =>
-        lock.lost.addEventListener("abort", () => {
-          lostAtMs = performance.now();
-          resolve();
-        })
-      );
-      const next = waiter.acquire(name, { leaseMs: 5_000 });
-      await eventually(() => t.server.context.engine.getLock(name)?.waiters.length === 1, "queued");
-      // Stall at a different point of the heartbeat cycle each round.
-      await new Promise((resolve) => setTimeout(resolve, Math.random() * LEASE_MS / 3));
-      proxy.hold();
-      await lost;
-      const nextLock = await next;
-
-      assert.equal((lock.lost.reason as LockLostError).reason, "lease_unconfirmed");
-      // The grant, as the server's clock read it (audit `ts`, same clock, floored to the ms).
-      const grant = t.audit.records().find((r) =>
-        r.event === "acquire" && r.token === nextLock.token
-      );
-      assert.ok(grant, "the grant is in the audit log");
-      const grantedAtMs = Date.parse(grant.ts as string) - performance.timeOrigin;
-      assert.ok(
-        lostAtMs < grantedAtMs,
-        `round ${round}: lost at ${lostAtMs.toFixed(1)} ms, granted at ${grantedAtMs} ms`,
-      );
-      // No later than lease + 100 ms after the send time of the last acknowledged heartbeat
-      // (or of the ACQUIRE, when the path stalled before the first heartbeat was answered).
-      const ackedBeforeLoss = trace.acks.filter((ack) => ack.atMs <= lostAtMs);
-      const lastAcked = ackedBeforeLoss.at(-1);
-      const confirmedAtMs = Math.max(
-        trace.acquireSentAtMs,
-        lastAcked === undefined ? -Infinity : trace.heartbeatSentAtMs.get(lastAcked.requestId)!,
-      );
-      assert.ok(
-        lostAtMs <= confirmedAtMs + LEASE_MS + 100,
-        `round ${round}: lost ${(lostAtMs - confirmedAtMs).toFixed(1)} ms after the heartbeat`,
-      );
-      margins.push(grantedAtMs - lostAtMs);
-
-      // Late frames: what the stalled path kept arrives now (heartbeats reach the server,
-      // its LEASE_EXPIRED and ACKs reach the holder). None revives the ownership.
-      const arrivedBefore = trace.arrivals.length;
-      await proxy.resume();
-      await eventually(
-        () => trace.arrivals.slice(arrivedBefore).some((a) => a.code === 0x05),
-        "the late LEASE_EXPIRED reached the holder",
-      );
-      await eventually(
-        () => trace.arrivals.slice(arrivedBefore).some((a) => a.type === "heartbeat_ack"),
-        "late heartbeat acknowledgements reached the holder",
-      );
-      assert.equal((lock.lost.reason as LockLostError).reason, "lease_unconfirmed");
-      await lock.release(); // a lost lock: nothing to send
-      assert.deepEqual(
-        trace.releases.map((r) => [r.name, r.token]),
-        [[name, lock.token]],
-        "the one RELEASE is the give-back sent when the deadline passed",
-      );
-      assert.equal(await holder.tryAcquire(name), null, "the next owner still holds it");
-      await nextLock.release();
-    }
-    margins.sort((a, b) => a - b);
-    console.log(
-      `lost before grant by (ms): min ${margins[0].toFixed(1)}, median ${
-        margins[margins.length >> 1].toFixed(1)
-      }`,
+Deno.test("a holder behind a stalled path reports lost before the server grants the next waiter, within lease + 100 ms of its last acknowledged heartbeat, and late frames do not revive it", async () => {
+  await using t = await startTestServer({}, { scheduler: sharedClock });
+  await using waiter = await connect({ addr: t.addr });
+  const margins: number[] = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    const name = `stall/${round}`;
+    const trace: Trace = {
+      heartbeatSentAtMs: new Map(),
+      acquireSentAtMs: NaN,
+      acks: [],
+      arrivals: [],
+      releases: [],
+    };
+    await using proxy = new ChaosProxy(t.addr);
+    await using holder = await connectWith(
+      { addr: proxy.addr, reconnect: false },
+      { dial: tracingDial(trace) },
     );
-  },
+    const lock = await holder.acquire(name, { leaseMs: LEASE_MS });
+    let lostAtMs = NaN;
+    const lost = new Promise<void>((resolve) =>
+      lock.lost.addEventListener("abort", () => {
+        lostAtMs = performance.now();
+        resolve();
+      })
+    );
+    const next = waiter.acquire(name, { leaseMs: 5_000 });
+    await eventually(() => t.server.context.engine.getLock(name)?.waiters.length === 1, "queued");
+    // Stall at a different point of the heartbeat cycle each round.
+    await new Promise((resolve) => setTimeout(resolve, Math.random() * LEASE_MS / 3));
+    proxy.hold();
+    await lost;
+    const nextLock = await next;
+
+    assert.equal((lock.lost.reason as LockLostError).reason, "lease_unconfirmed");
+    // The grant, as the server's clock read it (audit `ts`, same clock, floored to the ms).
+    const grant = t.audit.records().find((r) =>
+      r.event === "acquire" && r.token === nextLock.token
+    );
+    assert.ok(grant, "the grant is in the audit log");
+    const grantedAtMs = Date.parse(grant.ts as string) - performance.timeOrigin;
+    assert.ok(
+      lostAtMs < grantedAtMs,
+      `round ${round}: lost at ${lostAtMs.toFixed(1)} ms, granted at ${grantedAtMs} ms`,
+    );
+    // No later than lease + 100 ms after the send time of the last acknowledged heartbeat
+    // (or of the ACQUIRE, when the path stalled before the first heartbeat was answered).
+    const ackedBeforeLoss = trace.acks.filter((ack) => ack.atMs <= lostAtMs);
+    const lastAcked = ackedBeforeLoss.at(-1);
+    const confirmedAtMs = Math.max(
+      trace.acquireSentAtMs,
+      lastAcked === undefined ? -Infinity : trace.heartbeatSentAtMs.get(lastAcked.requestId)!,
+    );
+    assert.ok(
+      lostAtMs <= confirmedAtMs + LEASE_MS + 100,
+      `round ${round}: lost ${(lostAtMs - confirmedAtMs).toFixed(1)} ms after the heartbeat`,
+    );
+    margins.push(grantedAtMs - lostAtMs);
+
+    // Late frames: what the stalled path kept arrives now (heartbeats reach the server,
+    // its LEASE_EXPIRED and ACKs reach the holder). None revives the ownership.
+    const arrivedBefore = trace.arrivals.length;
+    await proxy.resume();
+    await eventually(
+      () => trace.arrivals.slice(arrivedBefore).some((a) => a.code === 0x05),
+      "the late LEASE_EXPIRED reached the holder",
+    );
+    await eventually(
+      () => trace.arrivals.slice(arrivedBefore).some((a) => a.type === "heartbeat_ack"),
+      "late heartbeat acknowledgements reached the holder",
+    );
+    assert.equal((lock.lost.reason as LockLostError).reason, "lease_unconfirmed");
+    await lock.release(); // a lost lock: nothing to send
+    assert.deepEqual(
+      trace.releases.map((r) => [r.name, r.token]),
+      [[name, lock.token]],
+      "the one RELEASE is the give-back sent when the deadline passed",
+    );
+    assert.equal(await holder.tryAcquire(name), null, "the next owner still holds it");
+    await nextLock.release();
+  }
+  margins.sort((a, b) => a - b);
+  console.log(
+    `lost before grant by (ms): min ${margins[0].toFixed(1)}, median ${
+      margins[margins.length >> 1].toFixed(1)
+    }`,
+  );
 });
