@@ -149,6 +149,11 @@ export const TOKEN_RETRY_MS_MAX = 5_000;
  */
 export const RECONNECT_BACKOFF_MS_MIN = 50;
 export const RECONNECT_BACKOFF_MS_MAX = 5_000;
+/**
+ * After the client's FIN, how long close() keeps reading for the server's: closing with unread
+ * bytes would reset the connection (the server then ends ownerships as io_timeout, not graceful).
+ */
+export const CLIENT_CLOSE_GRACE_MS = 1_000;
 /** Client dial + TLS + HELLO/WELCOME bound (option `connectTimeoutMs`): a mute server cannot hang connect(). */
 export const CONNECT_TIMEOUT_MS_DEFAULT = 5_000;
 /**

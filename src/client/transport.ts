@@ -14,6 +14,7 @@
 
 import net from "node:net";
 import tls from "node:tls";
+import { CLIENT_CLOSE_GRACE_MS } from "../limits.ts";
 
 /** TLS settings of a client: PEM text, not paths (the CLI reads the files). */
 export interface ClientTlsOptions {
@@ -47,7 +48,7 @@ export interface SocketEvents {
 export interface ClientSocket {
   /** Queues bytes for the server; a failure shows up as `onClose`. */
   write(bytes: Uint8Array): void;
-  /** Closes the socket (the server sees the end of the stream); `onClose` follows. */
+  /** Closes the socket gracefully (the server sees the end of the stream); `onClose` follows. */
   close(): void;
 }
 
@@ -82,6 +83,7 @@ export const dialNodeSocket: Dial = (target, events, signal) =>
       : net.connect({ host: target.hostname, port: target.port });
     let open = false;
     let closed = false;
+    let closing = false;
     const onAbort = () => {
       socket.destroy();
       reject(signal.reason);
@@ -96,11 +98,15 @@ export const dialNodeSocket: Dial = (target, events, signal) =>
           if (!closed) socket.write(bytes);
         },
         close() {
-          if (closed) return;
-          // end() alone would wait for the server's FIN, forever when the path is stalled;
-          // the kernel still sends what was written, then FIN.
+          if (closed || closing) return;
+          closing = true;
+          // FIN after what was written, then keep reading until the server closes too: closing
+          // with unread bytes in the receive buffer would send a reset, which the server counts
+          // as a failure (io_timeout) instead of a graceful end. A stalled path never answers,
+          // so the socket is dropped after CLIENT_CLOSE_GRACE_MS.
           socket.end();
-          socket.destroy();
+          const timer = setTimeout(() => socket.destroy(), CLIENT_CLOSE_GRACE_MS);
+          socket.once("close", () => clearTimeout(timer));
         },
       });
     });

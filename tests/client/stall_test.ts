@@ -20,14 +20,47 @@ const ROUNDS = 25;
 const LEASE_MS = 200;
 
 /**
- * The server's wall clock is the monotonic clock plus the time origin, so the `ts` of an audit
- * record is a reading of the same clock the client's timers use (to the millisecond).
+ * The server's wall clock is the monotonic clock plus the time origin, so the instant the
+ * engine records for a grant (`sinceWallMs`) is a reading of the clock the client's timers use.
  */
 const sharedClock: Scheduler = {
   ...systemScheduler,
   monotonicMs: () => performance.now(),
   wallMs: () => performance.timeOrigin + performance.now(),
 };
+
+/**
+ * Event-loop stalls of this process, from a 5 ms interval timer: how much later than due each
+ * tick ran. Timer lateness that a stall explains is not the client's.
+ */
+class LagProbe implements Disposable {
+  static readonly PERIOD_MS = 5;
+  readonly #ticks: { atMs: number; lateMs: number }[] = [];
+  readonly #handle: ReturnType<typeof setInterval>;
+
+  constructor() {
+    let lastMs = performance.now();
+    this.#handle = setInterval(() => {
+      const nowMs = performance.now();
+      this.#ticks.push({ atMs: nowMs, lateMs: Math.max(0, nowMs - lastMs - LagProbe.PERIOD_MS) });
+      lastMs = nowMs;
+    }, LagProbe.PERIOD_MS);
+  }
+
+  /** The longest stall that overlaps [fromMs, toMs]. */
+  maxBetween(fromMs: number, toMs: number): number {
+    let maxMs = 0;
+    for (const tick of this.#ticks) {
+      const stalledFromMs = tick.atMs - tick.lateMs;
+      if (tick.atMs >= fromMs && stalledFromMs <= toMs) maxMs = Math.max(maxMs, tick.lateMs);
+    }
+    return maxMs;
+  }
+
+  [Symbol.dispose](): void {
+    clearInterval(this.#handle);
+  }
+}
 
 /** What crossed the holder's socket, with `performance.now()` times. */
 interface Trace {
@@ -86,6 +119,8 @@ Deno.test("a holder behind a stalled path reports lost before the server grants 
   await using t = await startTestServer({}, { scheduler: sharedClock });
   await using waiter = await connect({ addr: t.addr });
   const margins: number[] = [];
+  using lag = new LagProbe();
+  let maxStallMs = 0;
   for (let round = 0; round < ROUNDS; round++) {
     const name = `stall/${round}`;
     const trace: Trace = {
@@ -117,12 +152,10 @@ Deno.test("a holder behind a stalled path reports lost before the server grants 
     const nextLock = await next;
 
     assert.equal((lock.lost.reason as LockLostError).reason, "lease_unconfirmed");
-    // The grant, as the server's clock read it (audit `ts`, same clock, floored to the ms).
-    const grant = t.audit.records().find((r) =>
-      r.event === "acquire" && r.token === nextLock.token
-    );
-    assert.ok(grant, "the grant is in the audit log");
-    const grantedAtMs = Date.parse(grant.ts as string) - performance.timeOrigin;
+    // The grant, as the server's clock read it: the one instant of that engine operation.
+    const owner = t.server.context.engine.getLock(name)?.holder;
+    assert.ok(owner && owner.token === nextLock.token, "the next waiter holds it");
+    const grantedAtMs = owner.sinceWallMs - performance.timeOrigin;
     assert.ok(
       lostAtMs < grantedAtMs,
       `round ${round}: lost at ${lostAtMs.toFixed(1)} ms, granted at ${grantedAtMs} ms`,
@@ -135,10 +168,15 @@ Deno.test("a holder behind a stalled path reports lost before the server grants 
       trace.acquireSentAtMs,
       lastAcked === undefined ? -Infinity : trace.heartbeatSentAtMs.get(lastAcked.requestId)!,
     );
+    // The bound is on the client's logic: a stall of the whole process (the machine is
+    // shared; it delays the server's timers as much) is measured and reported, not hidden.
+    const stalledMs = lag.maxBetween(confirmedAtMs, lostAtMs);
     assert.ok(
-      lostAtMs <= confirmedAtMs + LEASE_MS + 100,
-      `round ${round}: lost ${(lostAtMs - confirmedAtMs).toFixed(1)} ms after the heartbeat`,
+      lostAtMs <= confirmedAtMs + LEASE_MS + 100 + stalledMs,
+      `round ${round}: lost ${(lostAtMs - confirmedAtMs).toFixed(1)} ms after the heartbeat ` +
+        `(the event loop stalled ${stalledMs.toFixed(1)} ms meanwhile)`,
     );
+    maxStallMs = Math.max(maxStallMs, stalledMs);
     margins.push(grantedAtMs - lostAtMs);
 
     // Late frames: what the stalled path kept arrives now (heartbeats reach the server,
@@ -167,6 +205,6 @@ Deno.test("a holder behind a stalled path reports lost before the server grants 
   console.log(
     `lost before grant by (ms): min ${margins[0].toFixed(1)}, median ${
       margins[margins.length >> 1].toFixed(1)
-    }`,
+    }; longest event-loop stall: ${maxStallMs.toFixed(1)} ms`,
   );
 });
