@@ -3,20 +3,24 @@
  *
  * ```
  * lockd admin [-admin ADDR] [-token-file F] [-json] info
- * lockd admin ... locks [-match GLOB]
- * lockd admin ... show NAME
+ * lockd admin ... locks [-match GLOB] [-watch [-interval D]]
+ * lockd admin ... show NAME [-watch [-interval D]]
  * lockd admin ... release NAME
  * lockd admin ... kick NAME REMOTE_ADDR
  * ```
  *
  * Flags may come before or after the subcommand. Exit codes: 0 done, 1 the
  * request failed (HTTP error, server unreachable, token file unusable), 2 a
- * usage error.
+ * usage error. With `-watch`, `locks` and `show` ask again every `-interval`
+ * (one request at a time, never two at once) and redraw the screen like
+ * `watch` on a terminal, or print the view again each time it changes, like
+ * `kubectl get -w`, when the output is a pipe; Ctrl-C ends it (exit 0).
  *
  * @module
  */
 
 import type { HolderJson, InfoJson, LockJson, WaiterJson } from "../admin/views.ts";
+import { rfc3339, type Scheduler, systemScheduler } from "../clock.ts";
 import { formatHostPort, parseHostPort } from "../host_port.ts";
 import { FlagError, type FlagSpec, formatFlagHelp, HelpRequested, parseFlags } from "./flags.ts";
 import { describeFetchError } from "./http_errors.ts";
@@ -27,27 +31,50 @@ export const ADMIN_ADDR_DEFAULT = "127.0.0.1:7401";
 /** How long one request may take before `lockd admin` gives up. */
 const REQUEST_TIMEOUT_MS = 10_000;
 
+/** `-watch`: time between two requests, by default and at least. */
+export const WATCH_INTERVAL_MS_DEFAULT = 2_000;
+export const WATCH_INTERVAL_MS_MIN = 100;
+
 const FLAGS: readonly FlagSpec[] = [
   { name: "admin", kind: "string", help: "admin API host:port", defaultText: ADMIN_ADDR_DEFAULT },
   { name: "token-file", kind: "string", help: "file with the admin bearer token" },
   { name: "json", kind: "bool", help: "print the raw JSON of the admin API" },
   { name: "match", kind: "string", help: "locks: only names matching this glob" },
+  {
+    name: "watch",
+    kind: "bool",
+    help: "locks, show: ask again every -interval and redraw (Ctrl-C stops)",
+  },
+  {
+    name: "interval",
+    kind: "duration",
+    help: "with -watch: time between two requests",
+    defaultText: `${WATCH_INTERVAL_MS_DEFAULT / 1000}s`,
+  },
 ];
 
 export const ADMIN_USAGE = `Usage:
   lockd admin [flags] info                    version, uptime, configuration, counts
   lockd admin [flags] locks [-match GLOB]     locks with an owner or waiters
   lockd admin [flags] show NAME               one lock: holder and waiters (FIFO)
+  lockd admin [flags] locks|show ... -watch   the same, redrawn as locks change
   lockd admin [flags] release NAME            force-release: disconnect the holder
   lockd admin [flags] kick NAME REMOTE_ADDR   remove one waiter (REMOTE_ADDR as shown)
 
 Flags (before or after the subcommand):
 ${formatFlagHelp(FLAGS)}`;
 
-/** Where `lockd admin` writes; tests capture it. */
+/** Where `lockd admin` writes, and what watch mode runs on; tests replace them. */
 export interface AdminIo {
   stdout(text: string): void;
   stderr(text: string): void;
+  /** Watch mode redraws the screen on a terminal, and prints changes only otherwise. */
+  isTerminal: boolean;
+  /** Watch mode's clock and timers. */
+  scheduler: Scheduler;
+  /** Ends watch mode (the CLI aborts it on SIGINT). */
+  signal?: AbortSignal;
+  fetch: typeof fetch;
 }
 
 const encoder = new TextEncoder();
@@ -61,7 +88,15 @@ function writeAllSync(file: { writeSync(bytes: Uint8Array): number }, text: stri
 const STANDARD_IO: AdminIo = {
   stdout: (text) => writeAllSync(Deno.stdout, text),
   stderr: (text) => writeAllSync(Deno.stderr, text),
+  get isTerminal() {
+    return Deno.stdout.isTerminal();
+  },
+  scheduler: systemScheduler,
+  fetch: (input, init) => fetch(input, init),
 };
+
+/** Clears a terminal and moves the cursor home (what `watch` and `clear` send). */
+const CLEAR_SCREEN = "\x1b[H\x1b[2J";
 
 const SUBCOMMAND_ARITY: Readonly<Record<string, number>> = {
   info: 0,
@@ -110,6 +145,15 @@ export async function adminCommand(
     return usageError("-match only applies to the locks subcommand");
   }
   const json = values.get("json") === true;
+  const watch = values.get("watch") === true;
+  const intervalMs = (values.get("interval") as number | undefined) ?? WATCH_INTERVAL_MS_DEFAULT;
+  if (values.has("interval") && !watch) return usageError("-interval only applies with -watch");
+  if (watch && subcommand !== "locks" && subcommand !== "show") {
+    return usageError("-watch only applies to the locks and show subcommands");
+  }
+  if (intervalMs < WATCH_INTERVAL_MS_MIN) {
+    return usageError(`-interval must be at least ${WATCH_INTERVAL_MS_MIN}ms`);
+  }
 
   let baseUrl: string;
   const adminAddr = (values.get("admin") as string | undefined) ?? ADMIN_ADDR_DEFAULT;
@@ -160,34 +204,72 @@ export async function adminCommand(
       break;
   }
 
-  const controller = new AbortController();
-  const timer = setTimeout(() => controller.abort(), REQUEST_TIMEOUT_MS);
-  let status: number;
-  let contentType: string;
-  let statusText: string;
-  let body: string;
-  try {
-    const response = await fetch(baseUrl + path, { method, headers, signal: controller.signal });
-    status = response.status;
-    statusText = response.statusText;
-    contentType = response.headers.get("content-type") ?? "";
-    body = await response.text();
-  } catch (error) {
-    const target = {
-      what: "the admin API",
-      addr: adminAddr,
-      clientFlag: "-admin",
-      serverFlag: "-admin-listen",
-    };
-    const why = controller.signal.aborted
-      ? describeFetchError(new DOMException("timeout", "TimeoutError"), target, REQUEST_TIMEOUT_MS)
-      : describeFetchError(error, target, REQUEST_TIMEOUT_MS);
-    out.stderr(`lockd admin: ${why}\n`);
-    return 1;
-  } finally {
-    clearTimeout(timer);
+  const request = async (): Promise<Reply> => {
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(), REQUEST_TIMEOUT_MS);
+    try {
+      const response = await out.fetch(baseUrl + path, {
+        method,
+        headers,
+        signal: controller.signal,
+      });
+      return {
+        status: response.status,
+        statusText: response.statusText,
+        contentType: response.headers.get("content-type") ?? "",
+        body: await response.text(),
+      };
+    } catch (error) {
+      const target = {
+        what: "the admin API",
+        addr: adminAddr,
+        clientFlag: "-admin",
+        serverFlag: "-admin-listen",
+      };
+      return {
+        failure: controller.signal.aborted
+          ? describeFetchError(
+            new DOMException("timeout", "TimeoutError"),
+            target,
+            REQUEST_TIMEOUT_MS,
+          )
+          : describeFetchError(error, target, REQUEST_TIMEOUT_MS),
+      };
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+
+  if (watch) {
+    const title = `lockd admin ${subcommand}${operands.map((o) => ` ${o}`).join("")}${
+      match === undefined ? "" : ` -match ${match}`
+    }`;
+    return await watchLoop(out, request, intervalMs, (reply) => {
+      // In watch mode an idle lock is a state to show, not an error.
+      if (subcommand === "show" && reply.status === 404 && /lock-not-found/.test(reply.body)) {
+        const idle: LockJson = { name: operands[0], holder: null, waiters: [] };
+        return { text: json ? `${JSON.stringify(idle)}\n` : formatLock(idle) };
+      }
+      if (reply.status < 200 || reply.status > 299) {
+        return {
+          error: describeFailure(reply.status, reply.statusText, reply.contentType, reply.body),
+        };
+      }
+      if (json) return { text: `${JSON.stringify(JSON.parse(reply.body))}\n` };
+      return {
+        text: subcommand === "locks"
+          ? formatLockList((JSON.parse(reply.body) as { locks: LockJson[] }).locks)
+          : formatLock(JSON.parse(reply.body) as LockJson),
+      };
+    }, `Every ${formatDurationMs(intervalMs)}: ${title} (admin API ${adminAddr})`);
   }
 
+  const reply = await request();
+  if ("failure" in reply) {
+    out.stderr(`lockd admin: ${reply.failure}\n`);
+    return 1;
+  }
+  const { status, statusText, contentType, body } = reply;
   if (status < 200 || status > 299) {
     out.stderr(`lockd admin: ${describeFailure(status, statusText, contentType, body)}\n`);
     return 1;
@@ -214,6 +296,68 @@ export async function adminCommand(
       break;
   }
   return 0;
+}
+
+/** One answer of the admin API, or why there was none. */
+type Reply =
+  | { status: number; statusText: string; contentType: string; body: string }
+  | { failure: string };
+
+/** What one round of watch mode shows: the view, or an error line. */
+type Frame = { text: string } | { error: string };
+
+/**
+ * Watch mode: one request, then the next `intervalMs` after the previous one
+ * started (or at once if it took longer), never two at once. A terminal gets
+ * the whole screen redrawn under a header, like `watch`; a pipe gets a view
+ * only when it differs from the previous one, each under a `--- time` line
+ * (or, with -json, one JSON document per line), like `kubectl get -w`.
+ * Errors (server down, 401) are shown and the loop goes on. Returns 0 when
+ * `io.signal` (Ctrl-C) ends it.
+ */
+async function watchLoop(
+  io: AdminIo,
+  request: () => Promise<Reply>,
+  intervalMs: number,
+  render: (reply: Exclude<Reply, { failure: string }>) => Frame,
+  header: string,
+): Promise<number> {
+  const ownStop = io.signal === undefined ? new AbortController() : null;
+  const signal = io.signal ?? ownStop!.signal;
+  const onSigint = () => ownStop?.abort();
+  if (ownStop !== null) Deno.addSignalListener("SIGINT", onSigint);
+  try {
+    let last = "";
+    while (!signal.aborted) {
+      const startedMs = io.scheduler.monotonicMs();
+      const reply = await request();
+      if (signal.aborted) break;
+      const frame: Frame = "failure" in reply ? { error: reply.failure } : render(reply);
+      const shown = "text" in frame ? frame.text : `lockd admin: ${frame.error}\n`;
+      const now = rfc3339(io.scheduler.wallMs());
+      if (io.isTerminal) {
+        io.stdout(`${CLEAR_SCREEN}${header}   ${now}\n\n${shown}`);
+      } else if (shown !== last) {
+        if ("error" in frame) io.stderr(shown);
+        else if (shown.startsWith("{")) io.stdout(shown);
+        else io.stdout(`--- ${now}\n${shown}`);
+      }
+      last = shown;
+      const delayMs = Math.max(0, startedMs + intervalMs - io.scheduler.monotonicMs());
+      await new Promise<void>((resolve) => {
+        const timer = io.scheduler.setTimer(done, delayMs);
+        function done() {
+          timer.cancel();
+          signal.removeEventListener("abort", done);
+          resolve();
+        }
+        signal.addEventListener("abort", done, { once: true });
+      });
+    }
+    return 0;
+  } finally {
+    if (ownStop !== null) Deno.removeSignalListener("SIGINT", onSigint);
+  }
 }
 
 /** `host:port` to dial: a wildcard listen address means this host. */
