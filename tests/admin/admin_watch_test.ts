@@ -59,7 +59,7 @@ Deno.test("admin locks -watch on a terminal: redraws every interval, one request
   try {
     await round(w, 1, "first frame");
     assert.equal(w.requests, 1);
-    assert.match(w.stdout[0], /^\x1b\[H\x1b\[2JEvery 1s: lockd admin locks \(admin API /);
+    assert.ok(w.stdout[0].startsWith("\x1b[H\x1b[2JEvery 1s: lockd admin locks (admin API "));
     assert.doesNotMatch(w.stdout[0], /jobs\/a/);
 
     await using client = await connect({ addr: t.addr });
