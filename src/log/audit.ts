@@ -126,6 +126,7 @@ export class AuditLog {
   #pendingRecords = 0;
   #pendingBytes = 0;
   #closing: Promise<void> | null = null;
+  #lostAfterClose = 0;
   /** Set when `close()` stops waiting for the backlog: no write starts after it. */
   #stopping = false;
   /** Settles when the write in flight does (null when none is). */
@@ -181,6 +182,13 @@ export class AuditLog {
    */
   append(record: AuditRecord, onWritten?: () => void): void {
     if (this.#state === "closed") {
+      // Nothing should produce records after the shutdown closed the log; say so once.
+      if (this.#lostAfterClose++ === 0) {
+        logger.error("audit record after the log closed; it is lost", {
+          event: record.event,
+          lock: record.lock,
+        });
+      }
       this.lostRecords.exit++;
       return;
     }

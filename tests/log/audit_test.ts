@@ -413,9 +413,10 @@ Deno.test("AuditLog.close writes the backlog within its bound, then counts and l
   await settle();
   assert.deepEqual(b.written, []);
   const errors = captured.records().filter((r) => r.level === "ERROR");
-  assert.equal(errors.length, 1, JSON.stringify(captured.records()));
+  assert.equal(errors.length, 2, JSON.stringify(captured.records()));
   assert.match(String(errors[0].message), /audit log closed with records not written/);
   assert.equal(errors[0].lost_records, 4);
+  assert.match(String(errors[1].message), /audit record after the log closed/);
 });
 
 Deno.test("openAuditSink appends to an existing file and never truncates it", async () => {
