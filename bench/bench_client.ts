@@ -20,8 +20,17 @@ interface Pending {
   reject: (error: Error) => void;
 }
 
+/** Client side of TLS or mutual TLS (PEM text), for `BenchConn.connect`. */
+export interface BenchTls {
+  readonly ca: string;
+  readonly cert?: string;
+  readonly key?: string;
+  /** Name to verify the server certificate against (default "localhost"). */
+  readonly serverName?: string;
+}
+
 export class BenchConn {
-  readonly conn: Deno.TcpConn;
+  readonly conn: Deno.TcpConn | Deno.TlsConn;
   readonly #writer = new FrameWriter({ initialBytes: 64 });
   readonly #reader = new FrameReader();
   readonly #pending = new Map<number, Pending>();
@@ -35,22 +44,40 @@ export class BenchConn {
   onQueued: ((msg: Message) => void) | null = null;
   readonly done: Promise<void>;
 
-  private constructor(conn: Deno.TcpConn) {
+  private constructor(conn: Deno.TcpConn | Deno.TlsConn) {
     this.conn = conn;
     this.done = this.#readLoop();
   }
 
-  static async connect(addr: string): Promise<BenchConn> {
+  /** Connects over TCP, or over TLS (handshake completed) when `tls` is given. */
+  static async connect(addr: string, tls?: BenchTls): Promise<BenchConn> {
     const i = addr.lastIndexOf(":");
     const hostname = addr.slice(0, i).replace(/^\[|\]$/g, "");
-    const conn = await Deno.connect({ hostname, port: Number(addr.slice(i + 1)) });
+    const port = Number(addr.slice(i + 1));
+    if (tls !== undefined) {
+      // Deno.TlsConn has no setNoDelay; every request here is one write, so Nagle does not bite.
+      const conn = await Deno.connectTls({
+        hostname: tls.serverName ?? "localhost",
+        port,
+        caCerts: [tls.ca],
+        ...(tls.cert !== undefined ? { cert: tls.cert, key: tls.key } : {}),
+      });
+      try {
+        await conn.handshake();
+      } catch (error) {
+        conn.close();
+        throw error;
+      }
+      return new BenchConn(conn);
+    }
+    const conn = await Deno.connect({ hostname, port });
     conn.setNoDelay(true);
     return new BenchConn(conn);
   }
 
   /** Connects and completes HELLO → WELCOME. */
-  static async session(addr: string, clientName = "bench"): Promise<BenchConn> {
-    const c = await BenchConn.connect(addr);
+  static async session(addr: string, clientName = "bench", tls?: BenchTls): Promise<BenchConn> {
+    const c = await BenchConn.connect(addr, tls);
     const welcome = await c.request({ type: "hello", version: PROTOCOL_VERSION, clientName });
     if (welcome.type !== "welcome") {
       c.close();

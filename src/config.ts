@@ -11,6 +11,7 @@ import {
   LEASE_MS_MAX_DEFAULT,
   SESSIONS_MAX,
   SHUTDOWN_GRACE_MS_DEFAULT,
+  TLS_HANDSHAKE_RATE_PER_S_DEFAULT,
   WAITERS_PER_LOCK_MAX,
 } from "./limits.ts";
 import type { LogFormat, LogLevel } from "./log/diagnostic.ts";
@@ -47,6 +48,8 @@ export interface ServerConfig {
   tlsCert: string | null;
   tlsKey: string | null;
   tlsClientCa: string | null;
+  /** TLS handshakes started per second at most; 0 = no limit. */
+  tlsHandshakeRatePerS: number;
   aclFile: string | null;
   /** "-" = standard output, else a file appended to. */
   auditLog: string;
@@ -78,6 +81,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = {
   tlsCert: null,
   tlsKey: null,
   tlsClientCa: null,
+  tlsHandshakeRatePerS: TLS_HANDSHAKE_RATE_PER_S_DEFAULT,
   aclFile: null,
   auditLog: "-",
   auditWriteTimeoutMs: AUDIT_WRITE_TIMEOUT_MS_DEFAULT,

@@ -55,6 +55,23 @@ export const READ_BUFFER_BYTES = 1024;
 export const READ_BUFFER_BYTES_MAX = 64 * 1024;
 
 /**
+ * TLS handshakes started per second at most (0: no limit). A handshake costs the server's one
+ * JavaScript thread about 0.4 ms at the ClientHello and 0.85 ms for a whole mutual-TLS session
+ * open with an ECDSA P-256 key (RSA-2048 about 2 ms, RSA-4096 several ms); a flood of
+ * ClientHellos, a few recorded bytes each for the client, would otherwise queue more work than
+ * the thread can do and starve the heartbeats of established sessions. 500/s keeps handshakes
+ * below about half of a core with P-256 or RSA-2048 keys; lower it for RSA-4096. A reconnect
+ * storm of 10,000 clients takes 20 s at this rate. Flag `-max-tls-handshake-rate`.
+ */
+export const TLS_HANDSHAKE_RATE_PER_S_DEFAULT = 500;
+export const TLS_HANDSHAKE_RATE_PER_S_MAX = 1_000_000;
+/**
+ * Accepted TLS connections waiting for their handshake to start; a new one past it drops the
+ * oldest waiting (likely a client that gave up). One second of a 1,000/s flood; a descriptor each.
+ */
+export const TLS_PENDING_CONNECTIONS_MAX = 1_024;
+
+/**
  * Received bytes a TLS connection may have queued that its session has not read by the end of an
  * event-loop turn; past it the connection is closed. Sessions read eagerly, so only a peer that
  * floods a session that stopped reading gets there. (`pause()` cannot bound this: node:tls in

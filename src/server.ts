@@ -7,7 +7,12 @@ import type { TokenIssuer } from "./core/tokens.ts";
 import { parseHostPort } from "./host_port.ts";
 import { parseAllowedHosts } from "./http/host_policy.ts";
 import type { HttpLimits, HttpListener } from "./http/listen.ts";
-import { HTTP_BODY_BYTES_MAX, HTTP_HEAD_BYTES_MAX, SESSIONS_CLOSE_MS_MAX } from "./limits.ts";
+import {
+  HTTP_BODY_BYTES_MAX,
+  HTTP_HEAD_BYTES_MAX,
+  SESSIONS_CLOSE_MS_MAX,
+  TLS_PENDING_CONNECTIONS_MAX,
+} from "./limits.ts";
 import { AuditLog, type AuditSink, openAuditSink } from "./log/audit.ts";
 import { log } from "./log/diagnostic.ts";
 import { ServerCounters } from "./ops/counters.ts";
@@ -153,6 +158,8 @@ export async function startServer(
       )
       : tlsListener = await listenTls(listenAt, counters, tlsMaterial, {
         handshakeTimeoutMs: config.handshakeTimeoutMs,
+        handshakesPerS: config.tlsHandshakeRatePerS,
+        pendingMax: TLS_PENDING_CONNECTIONS_MAX,
       }, serve);
   } catch (error) {
     // E.g. the port is taken: nothing listens yet, stop the timers and the sink.

@@ -12,6 +12,7 @@ import {
   IO_TIMEOUT_MS_MIN,
   LEASE_MS_MIN,
   LOCK_NAME_BYTES_MAX,
+  TLS_HANDSHAKE_RATE_PER_S_MAX,
 } from "../limits.ts";
 import {
   configureDiagnosticLog,
@@ -135,6 +136,12 @@ export const SERVE_FLAGS: readonly FlagSpec[] = [
     help: "CA (PEM) that must sign client certificates; turns mutual TLS on",
   },
   {
+    name: "max-tls-handshake-rate",
+    kind: "int",
+    help: "TLS handshakes started per second at most (0: no limit); the rest wait their turn",
+    defaultText: String(D.tlsHandshakeRatePerS),
+  },
+  {
     name: "acl-file",
     kind: "string",
     help: "ACL rules (see docs/operations.md); reloaded on SIGHUP",
@@ -207,6 +214,7 @@ export function serveConfigFromArgs(args: readonly string[]): ServerConfig {
   config.tlsCert = str("tls-cert") ?? null;
   config.tlsKey = str("tls-key") ?? null;
   config.tlsClientCa = str("tls-client-ca") ?? null;
+  config.tlsHandshakeRatePerS = num("max-tls-handshake-rate") ?? config.tlsHandshakeRatePerS;
   config.aclFile = str("acl-file") ?? null;
   config.auditLog = str("audit-log") ?? config.auditLog;
   config.auditWriteTimeoutMs = num("audit-write-timeout") ?? config.auditWriteTimeoutMs;
@@ -290,6 +298,13 @@ function validate(config: ServerConfig): void {
     config.httpConnectionsMax,
     1,
     HTTP_CONNECTIONS_MAX_MAX,
+    String,
+  );
+  checkRange(
+    "max-tls-handshake-rate",
+    config.tlsHandshakeRatePerS,
+    0,
+    TLS_HANDSHAKE_RATE_PER_S_MAX,
     String,
   );
   const frameMin = LOCK_NAME_BYTES_MAX + 64;

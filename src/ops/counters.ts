@@ -15,6 +15,12 @@ export class ServerCounters {
   /** The same failed accepts by listener. */
   readonly acceptErrorsByListener: Record<ListenerName, number> = { protocol: 0, admin: 0, ops: 0 };
   tlsHandshakeErrors = 0;
+  /** TLS handshakes started (admitted by the handshake rate limit). */
+  tlsHandshakesStarted = 0;
+  /** Accepted TLS connections waiting for their handshake to start. */
+  tlsHandshakesQueued = 0;
+  /** Accepted TLS connections dropped before their handshake started, by reason. */
+  readonly tlsShed: Record<TlsShedReason, number> = { pending_full: 0, queue_timeout: 0 };
   aclDenials = 0;
   /** ERROR frames sent, by wire code. */
   readonly protocolErrors = new Map<number, number>();
@@ -33,6 +39,14 @@ export class ServerCounters {
     this.acceptErrorsByListener[listener]++;
   }
 }
+
+/**
+ * Why a TLS connection was dropped before its handshake started (the `reason` label of
+ * `lockd_tls_connections_shed_total`): `pending_full` (the oldest waiting connection, dropped for
+ * a new one), `queue_timeout` (waited past the handshake timeout).
+ */
+export const TLS_SHED_REASONS = ["pending_full", "queue_timeout"] as const;
+export type TlsShedReason = typeof TLS_SHED_REASONS[number];
 
 /** lockd's listeners, as the `listener` label of the per-listener metrics names them. */
 export type ListenerName = "protocol" | "admin" | "ops";

@@ -6,7 +6,7 @@
  * @module
  */
 
-import { HTTP_DROP_REASONS, type ServerCounters } from "./counters.ts";
+import { HTTP_DROP_REASONS, type ServerCounters, TLS_SHED_REASONS } from "./counters.ts";
 import type { MetricFamily } from "./prometheus.ts";
 
 const HTTP_LISTENERS = ["admin", "ops"] as const;
@@ -22,6 +22,27 @@ export function listenerFamilies(counters: ServerCounters): MetricFamily[] {
       samples: (["protocol", "admin", "ops"] as const).map((listener) => ({
         labels: { listener },
         value: counters.acceptErrorsByListener[listener],
+      })),
+    },
+    {
+      name: "lockd_tls_handshakes_started_total",
+      help: "TLS handshakes started (admitted by -max-tls-handshake-rate).",
+      type: "counter",
+      samples: [{ value: counters.tlsHandshakesStarted }],
+    },
+    {
+      name: "lockd_tls_handshakes_queued",
+      help: "Accepted TLS connections waiting for their handshake to start.",
+      type: "gauge",
+      samples: [{ value: counters.tlsHandshakesQueued }],
+    },
+    {
+      name: "lockd_tls_connections_shed_total",
+      help: "TLS connections dropped before their handshake started, by reason.",
+      type: "counter",
+      samples: TLS_SHED_REASONS.map((reason) => ({
+        labels: { reason },
+        value: counters.tlsShed[reason],
       })),
     },
     {

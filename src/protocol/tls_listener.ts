@@ -14,7 +14,6 @@
  * @module
  */
 
-import * as net from "node:net";
 import type { Socket } from "node:net";
 import * as tls from "node:tls";
 import { formatHostPort, type HostPort } from "../host_port.ts";
@@ -26,6 +25,7 @@ import type { ServerCounters } from "../ops/counters.ts";
 import { CertificateIdentityError, identityFromCertificate } from "../security/identity.ts";
 import { loadServerTlsFromConfig, type ServerTlsMaterial } from "../security/tls.ts";
 import type { ProtocolListener } from "./listener.ts";
+import { TlsAcceptor } from "./tls_accept.ts";
 import type { Transport } from "./transport.ts";
 
 const logger = log("tls");
@@ -41,6 +41,10 @@ export interface TlsProtocolListener extends ProtocolListener {
 export interface TlsListenOptions {
   /** A connection whose TLS handshake has not finished by then is closed (counted as a handshake error). */
   handshakeTimeoutMs: number;
+  /** Handshakes started per second at most (0: no limit); see tls_accept.ts. */
+  handshakesPerS: number;
+  /** Accepted connections whose handshake has not started, at most. */
+  pendingMax: number;
 }
 
 /**
@@ -69,13 +73,15 @@ export async function listenTls(
   /** Connections still in their TLS handshake (or before it), by remote address, so close() can end them. */
   const handshaking = new Map<string, Socket>();
 
-  // Connections are accepted by a plain TCP server and handed to the TLS server only when their
-  // first byte starts a TLS record. A client that speaks the plain lockd protocol gets an
-  // ERROR frame saying that this listener expects TLS, instead of a TLS alert it would read as
-  // a frame length of 352518912 (0x15030300). Handing an accepted socket to a TLS server with
-  // emit("connection") is the documented way to inject connections into node's tls.Server.
-  const acceptor = net.createServer((raw: Socket) => {
-    counters.connectionsAccepted++;
+  // Connections are accepted by a plain TCP server (TlsAcceptor: re-listens if node's accept loop
+  // dies, bounds the connections not yet in a handshake) and handed to the TLS server only when
+  // their first byte starts a TLS record, and then only as fast as -max-tls-handshake-rate
+  // allows. A client that speaks the plain lockd protocol gets an ERROR frame saying that this
+  // listener expects TLS, instead of a TLS alert it would read as a frame length of 352518912
+  // (0x15030300). Handing an accepted socket to a TLS server with emit("connection") is the
+  // documented way to inject connections into node's tls.Server, and the path that verifies
+  // client certificates (a TLSSocket built by hand does not check them in Deno 2.9).
+  const onConnection = (raw: Socket) => {
     counters.protocolConnectionsOpen++;
     raw.once("close", () => counters.protocolConnectionsOpen--);
     if (closed) {
@@ -102,12 +108,12 @@ export async function listenTls(
       raw.pause();
       if (first[0] === TLS_HANDSHAKE_RECORD) {
         raw.unshift(first);
-        server.emit("connection", raw);
+        acceptor.admit(raw, () => server.emit("connection", raw));
         return;
       }
       refuseNotTls(raw, key, first, counters);
     });
-  });
+  };
 
   server.on("tlsClientError", (error: Error & { code?: string }, socket: tls.TLSSocket) => {
     counters.tlsHandshakeErrors++;
@@ -155,25 +161,13 @@ export async function listenTls(
     onTransport(nodeSocketTransport(socket, remoteAddr, identity));
   });
 
-  await new Promise<void>((resolve, reject) => {
-    const onError = (error: Error) => reject(error);
-    acceptor.once("error", onError);
-    acceptor.listen({ host: at.hostname, port: at.port }, () => {
-      acceptor.off("error", onError);
-      resolve();
-    });
-  });
-
-  // After listening, an error is a failed accept (e.g. descriptor exhaustion); the server keeps listening.
-  acceptor.on("error", (error: Error) => {
-    counters.countAcceptError("protocol");
-    logger.warn("accept failed", { error: error.message });
-  });
-
-  const bound = acceptor.address();
-  const addr = typeof bound === "object" && bound !== null
-    ? formatHostPort(bound.address, bound.port)
-    : formatHostPort(at.hostname, at.port);
+  const acceptor = await TlsAcceptor.listen(at, {
+    handshakesPerS: options.handshakesPerS,
+    pendingMax: options.pendingMax,
+    handshakeTimeoutMs: options.handshakeTimeoutMs,
+    counters,
+  }, onConnection);
+  const addr = acceptor.addr;
   const done = Promise.withResolvers<void>();
   return {
     addr,
@@ -182,8 +176,7 @@ export async function listenTls(
     close() {
       if (closed) return;
       closed = true;
-      // Stops accepting at once; node's close callback would wait for every session, which
-      // the shutdown closes itself afterwards.
+      // Stops accepting at once; sessions are closed by the shutdown afterwards.
       acceptor.close();
       for (const raw of handshaking.values()) raw.destroy();
       handshaking.clear();

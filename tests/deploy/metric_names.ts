@@ -33,6 +33,10 @@ export const EXPECTED_FAMILIES: readonly string[] = [
   "lockd_http_connections_open",
   "lockd_http_connections_dropped_total",
   "lockd_http_server_restarts_total",
+  // TLS handshake admission (issue 9 item 17)
+  "lockd_tls_handshakes_started_total",
+  "lockd_tls_handshakes_queued",
+  "lockd_tls_connections_shed_total",
   // runtime
   "process_resident_memory_bytes",
   "process_start_time_seconds",
