@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import unittest
+from unittest import mock
 
 import lockd
 
@@ -132,6 +133,26 @@ class RealServer(unittest.IsolatedAsyncioTestCase):
             with self.assertRaises(lockd.LockLostError):
                 lock.check()
             await granted.release()
+
+    async def test_a_lease_the_server_expires_reports_lost_with_reason_expired(self) -> None:
+        paused, waiter = await self.client(), await self.client()
+        lock = await paused.acquire("py/expired", lease_ms=200)
+        # A client whose timers stop (a process paused in a debugger): no heartbeat leaves and
+        # no local deadline passes; the server's LEASE_EXPIRED is what ends the ownership.
+        with (
+            mock.patch.object(lockd.Client, "_schedule_heartbeat", lambda self, session: None),
+            mock.patch.object(lockd.Lock, "_arm_deadline", lambda self, loop: None),
+        ):
+            if lock._deadline_handle is not None:
+                lock._deadline_handle.cancel()
+            session = paused._session
+            assert session is not None and session.heartbeat_handle is not None
+            session.heartbeat_handle.cancel()
+            granted = await asyncio.wait_for(waiter.acquire("py/expired"), 5)
+            await asyncio.wait_for(lock.lost.wait(), 5)
+        self.assertEqual(lock.lost.reason, "expired")
+        self.assertGreater(granted.token, lock.token)
+        await granted.release()
 
     async def test_force_release_marks_the_lock_lost_and_the_waiting_claim_rejoins(self) -> None:
         a, b, c = await self.client(), await self.client(), await self.client()
