@@ -11,7 +11,7 @@ export interface Clock {
 }
 
 /** The process clock. */
-export const systemClock: Clock = {
+const systemClock: Clock = {
   monotonicMs: () => performance.now(),
   wallMs: () => Date.now(),
 };

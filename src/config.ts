@@ -1,20 +1,48 @@
+/**
+ * The server's configuration: its shape, its defaults, the one table that maps every
+ * `lockd serve` flag onto it (with its bounds), and its validation. `src/cli/serve.ts` builds
+ * the usage and parses the command line from the table; `startServer` validates any
+ * configuration it is given the same way.
+ *
+ * @module
+ */
+
+import { parseHostPort } from "./host_port.ts";
+import { parseAllowedHosts } from "./http/host_policy.ts";
 import {
   AUDIT_WRITE_TIMEOUT_MS_DEFAULT,
-  CLAIMS_PER_SESSION_MAX,
-  FRAME_BYTES_MAX,
-  HANDSHAKE_TIMEOUT_MS,
+  AUDIT_WRITE_TIMEOUT_MS_MAX,
+  AUDIT_WRITE_TIMEOUT_MS_MIN,
+  CLAIMS_PER_SESSION_MAX_DEFAULT,
+  FRAME_BYTES_MAX_DEFAULT,
+  FRAME_BYTES_MAX_MAX,
+  FRAME_BYTES_MAX_MIN,
+  HANDSHAKE_TIMEOUT_MS_DEFAULT,
+  HANDSHAKE_TIMEOUT_MS_MAX,
+  HANDSHAKE_TIMEOUT_MS_MIN,
   HTTP_CONNECTIONS_MAX_DEFAULT,
+  HTTP_CONNECTIONS_MAX_MAX,
   HTTP_HEADER_TIMEOUT_MS_DEFAULT,
+  HTTP_HEADER_TIMEOUT_MS_MAX,
+  HTTP_HEADER_TIMEOUT_MS_MIN,
   HTTP_IDLE_TIMEOUT_MS_DEFAULT,
+  HTTP_IDLE_TIMEOUT_MS_MAX,
+  HTTP_IDLE_TIMEOUT_MS_MIN,
   IO_TIMEOUT_MS_DEFAULT,
+  IO_TIMEOUT_MS_MAX,
+  IO_TIMEOUT_MS_MIN,
   LEASE_MS_DEFAULT,
   LEASE_MS_MAX_DEFAULT,
-  SESSIONS_MAX,
+  LEASE_MS_MAX_MAX,
+  LEASE_MS_MIN,
+  SESSIONS_MAX_DEFAULT,
   SHUTDOWN_GRACE_MS_DEFAULT,
+  SHUTDOWN_GRACE_MS_MAX,
   TLS_HANDSHAKE_RATE_PER_S_DEFAULT,
-  WAITERS_PER_LOCK_MAX,
+  TLS_HANDSHAKE_RATE_PER_S_MAX,
+  WAITERS_PER_LOCK_MAX_DEFAULT,
 } from "./limits.ts";
-import type { LogFormat, LogLevel } from "./log/diagnostic.ts";
+import { LOG_FORMATS, LOG_LEVELS, type LogFormat, type LogLevel } from "./log/diagnostic.ts";
 
 /** The effective configuration of a server; `lockd serve` flags map onto it one to one. */
 export interface ServerConfig {
@@ -69,12 +97,12 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = {
   ioTimeoutMs: IO_TIMEOUT_MS_DEFAULT,
   leaseDefaultMs: LEASE_MS_DEFAULT,
   leaseMaxMs: LEASE_MS_MAX_DEFAULT,
-  handshakeTimeoutMs: HANDSHAKE_TIMEOUT_MS,
+  handshakeTimeoutMs: HANDSHAKE_TIMEOUT_MS_DEFAULT,
   shutdownGraceMs: SHUTDOWN_GRACE_MS_DEFAULT,
-  sessionsMax: SESSIONS_MAX,
-  claimsPerSessionMax: CLAIMS_PER_SESSION_MAX,
-  waitersPerLockMax: WAITERS_PER_LOCK_MAX,
-  frameBytesMax: FRAME_BYTES_MAX,
+  sessionsMax: SESSIONS_MAX_DEFAULT,
+  claimsPerSessionMax: CLAIMS_PER_SESSION_MAX_DEFAULT,
+  waitersPerLockMax: WAITERS_PER_LOCK_MAX_DEFAULT,
+  frameBytesMax: FRAME_BYTES_MAX_DEFAULT,
   httpHeaderTimeoutMs: HTTP_HEADER_TIMEOUT_MS_DEFAULT,
   httpIdleTimeoutMs: HTTP_IDLE_TIMEOUT_MS_DEFAULT,
   httpConnectionsMax: HTTP_CONNECTIONS_MAX_DEFAULT,
@@ -88,3 +116,299 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = {
   logLevel: "info",
   logFormat: "text",
 };
+
+/** A configuration that cannot run: one line saying which flag and why (the CLI exits 2). */
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ConfigError";
+  }
+}
+
+/** How a flag's text is read: durations in milliseconds, whole numbers, or text. */
+export type ConfigFlagKind = "string" | "duration" | "int";
+
+/** One `lockd serve` flag: the config field it sets, how, and its bounds. */
+export interface ConfigFlag {
+  /** The flag without its dash, e.g. `io-timeout`. */
+  readonly flag: string;
+  readonly key: keyof ServerConfig;
+  readonly kind: ConfigFlagKind;
+  readonly help: string;
+  /** Bounds of a number (durations in ms); the default lies within them (limits_test.ts). */
+  readonly min?: number;
+  readonly max?: number;
+  /** The only values a string may take. */
+  readonly choices?: readonly string[];
+  /** A `host:port` address. */
+  readonly address?: true;
+  /** Turns the text into the config value (lists); throws RangeError with the reason. */
+  readonly parse?: (text: string) => unknown;
+}
+
+/** Every flag of `lockd serve`, in usage order; docs/operations.md lists the same table. */
+export const CONFIG_FLAGS: readonly ConfigFlag[] = [
+  {
+    flag: "listen",
+    key: "listen",
+    kind: "string",
+    address: true,
+    help: "protocol listener host:port",
+  },
+  {
+    flag: "admin-listen",
+    key: "adminListen",
+    kind: "string",
+    address: true,
+    help: "admin HTTP API host:port (off when absent)",
+  },
+  {
+    flag: "admin-token-file",
+    key: "adminTokenFile",
+    kind: "string",
+    help: "file with the bearer token the admin API requires",
+  },
+  {
+    flag: "admin-allowed-hosts",
+    key: "adminAllowedHosts",
+    kind: "string",
+    help: "comma-separated Host names the admin API also answers (DNS-rebinding guard)",
+    parse: parseAllowedHosts,
+  },
+  {
+    flag: "ops-listen",
+    key: "opsListen",
+    kind: "string",
+    address: true,
+    help: "metrics and health HTTP host:port (off when absent)",
+  },
+  {
+    flag: "data-dir",
+    key: "dataDir",
+    kind: "string",
+    help: "directory keeping the fencing-token high-water mark (tokens grow across restarts)",
+  },
+  {
+    flag: "io-timeout",
+    key: "ioTimeoutMs",
+    kind: "duration",
+    min: IO_TIMEOUT_MS_MIN,
+    max: IO_TIMEOUT_MS_MAX,
+    help: "close a session that sends nothing (or reads nothing) this long",
+  },
+  {
+    flag: "default-lease",
+    key: "leaseDefaultMs",
+    kind: "duration",
+    min: LEASE_MS_MIN,
+    max: LEASE_MS_MAX_MAX,
+    help: "lease of an ACQUIRE that asks for 0 (at most -max-lease)",
+  },
+  {
+    flag: "max-lease",
+    key: "leaseMaxMs",
+    kind: "duration",
+    min: LEASE_MS_MIN,
+    max: LEASE_MS_MAX_MAX,
+    help: "longest lease granted; longer requests are clamped",
+  },
+  {
+    flag: "handshake-timeout",
+    key: "handshakeTimeoutMs",
+    kind: "duration",
+    min: HANDSHAKE_TIMEOUT_MS_MIN,
+    max: HANDSHAKE_TIMEOUT_MS_MAX,
+    help: "close a connection that sends no HELLO within this time",
+  },
+  {
+    flag: "shutdown-grace",
+    key: "shutdownGraceMs",
+    kind: "duration",
+    min: 0,
+    max: SHUTDOWN_GRACE_MS_MAX,
+    help: "after SIGTERM, keep /metrics and 503 probes up this long",
+  },
+  { flag: "max-sessions", key: "sessionsMax", kind: "int", min: 1, help: "open sessions at once" },
+  {
+    flag: "max-claims-per-session",
+    key: "claimsPerSessionMax",
+    kind: "int",
+    min: 1,
+    help: "locks one session may own or wait for",
+  },
+  {
+    flag: "max-waiters-per-lock",
+    key: "waitersPerLockMax",
+    kind: "int",
+    min: 1,
+    help: "queue length of one lock",
+  },
+  {
+    flag: "max-frame-bytes",
+    key: "frameBytesMax",
+    kind: "int",
+    min: FRAME_BYTES_MAX_MIN,
+    max: FRAME_BYTES_MAX_MAX,
+    help: "largest frame a client may send (at least the largest frame the server sends)",
+  },
+  {
+    flag: "http-header-timeout",
+    key: "httpHeaderTimeoutMs",
+    kind: "duration",
+    min: HTTP_HEADER_TIMEOUT_MS_MIN,
+    max: HTTP_HEADER_TIMEOUT_MS_MAX,
+    help: "admin/ops HTTP: close a connection whose request is not complete this long after " +
+      "the accept (or its first byte)",
+  },
+  {
+    flag: "http-idle-timeout",
+    key: "httpIdleTimeoutMs",
+    kind: "duration",
+    min: HTTP_IDLE_TIMEOUT_MS_MIN,
+    max: HTTP_IDLE_TIMEOUT_MS_MAX,
+    help: "admin/ops HTTP: close a connection with no byte in either direction this long",
+  },
+  {
+    flag: "max-http-connections",
+    key: "httpConnectionsMax",
+    kind: "int",
+    min: 1,
+    max: HTTP_CONNECTIONS_MAX_MAX,
+    help: "admin/ops HTTP: open connections per listener",
+  },
+  {
+    flag: "tls-cert",
+    key: "tlsCert",
+    kind: "string",
+    help: "server certificate (PEM); turns TLS on",
+  },
+  { flag: "tls-key", key: "tlsKey", kind: "string", help: "server private key (PEM)" },
+  {
+    flag: "tls-client-ca",
+    key: "tlsClientCa",
+    kind: "string",
+    help: "CA (PEM) that must sign client certificates; turns mutual TLS on",
+  },
+  {
+    flag: "max-tls-handshake-rate",
+    key: "tlsHandshakeRatePerS",
+    kind: "int",
+    min: 0,
+    max: TLS_HANDSHAKE_RATE_PER_S_MAX,
+    help: "TLS handshakes started per second at most (0: no limit); the rest wait their turn",
+  },
+  {
+    flag: "acl-file",
+    key: "aclFile",
+    kind: "string",
+    help: "ACL rules (see docs/operations.md); reloaded on SIGHUP",
+  },
+  {
+    flag: "audit-log",
+    key: "auditLog",
+    kind: "string",
+    help: "audit log: - for standard output, or a file to append to",
+  },
+  {
+    flag: "audit-write-timeout",
+    key: "auditWriteTimeoutMs",
+    kind: "duration",
+    min: AUDIT_WRITE_TIMEOUT_MS_MIN,
+    max: AUDIT_WRITE_TIMEOUT_MS_MAX,
+    help: "an audit write pending this long counts as a failed sink: grants pause",
+  },
+  {
+    flag: "log-level",
+    key: "logLevel",
+    kind: "string",
+    choices: LOG_LEVELS,
+    help: "diagnostic log level: debug, info, warn, error",
+  },
+  {
+    flag: "log-format",
+    key: "logFormat",
+    kind: "string",
+    choices: LOG_FORMATS,
+    help: "diagnostic log format: text, json",
+  },
+];
+
+/** `500ms`, `30s`, `5m`, `1h`: the shortest exact Go-style spelling of a duration. */
+export function durationText(ms: number): string {
+  if (ms !== 0 && ms % 3_600_000 === 0) return `${ms / 3_600_000}h`;
+  if (ms !== 0 && ms % 60_000 === 0) return `${ms / 60_000}m`;
+  return ms % 1_000 === 0 ? `${ms / 1_000}s` : `${ms}ms`;
+}
+
+/** How the usage shows a flag's default, or undefined when the flag is off by default. */
+export function defaultText(row: ConfigFlag): string | undefined {
+  const value = DEFAULT_CONFIG[row.key];
+  if (value === null || (Array.isArray(value) && value.length === 0)) return undefined;
+  return row.kind === "duration" ? durationText(value as number) : String(value);
+}
+
+/**
+ * Builds a configuration from parsed flag values (by flag name; durations in ms), then
+ * validates it. Flags not given keep their defaults. Throws ConfigError.
+ */
+export function configFromFlags(
+  values: ReadonlyMap<string, string | number | boolean>,
+): ServerConfig {
+  const config: Record<string, unknown> = { ...DEFAULT_CONFIG };
+  for (const row of CONFIG_FLAGS) {
+    const value = values.get(row.flag);
+    if (value === undefined) continue;
+    if (row.parse === undefined) {
+      config[row.key] = value;
+      continue;
+    }
+    try {
+      config[row.key] = row.parse(String(value));
+    } catch (error) {
+      throw new ConfigError(`invalid value for flag -${row.flag}: ${(error as Error).message}`);
+    }
+  }
+  const typed = config as unknown as ServerConfig;
+  validateConfig(typed);
+  return typed;
+}
+
+/** Checks every bound and rule of a configuration; throws ConfigError naming the flag. */
+export function validateConfig(config: Readonly<ServerConfig>): void {
+  for (const row of CONFIG_FLAGS) {
+    const value = config[row.key];
+    if (value === null) continue;
+    if (row.address) {
+      try {
+        parseHostPort(value as string);
+      } catch (error) {
+        throw new ConfigError(`invalid value for flag -${row.flag}: ${(error as Error).message}`);
+      }
+    }
+    if (row.choices !== undefined && !row.choices.includes(value as string)) {
+      throw new ConfigError(
+        `invalid value "${value}" for flag -${row.flag}: want ${row.choices.join(", ")}`,
+      );
+    }
+    if (row.kind === "string") continue;
+    const number = value as number;
+    const show = row.kind === "duration" ? durationText : String;
+    const min = row.min ?? 0;
+    if (!Number.isSafeInteger(number) || number < min || number > (row.max ?? Infinity)) {
+      throw new ConfigError(
+        row.max === undefined
+          ? `-${row.flag} must be at least ${show(min)}`
+          : `-${row.flag} must be between ${show(min)} and ${show(row.max)}`,
+      );
+    }
+  }
+  if (config.leaseDefaultMs > config.leaseMaxMs) {
+    throw new ConfigError(`-default-lease must be between ${LEASE_MS_MIN}ms and -max-lease`);
+  }
+  if ((config.tlsCert === null) !== (config.tlsKey === null)) {
+    throw new ConfigError("-tls-cert and -tls-key go together");
+  }
+  if (config.tlsClientCa !== null && config.tlsCert === null) {
+    throw new ConfigError("-tls-client-ca needs -tls-cert and -tls-key");
+  }
+}

@@ -1,12 +1,36 @@
 /**
- * Every bound and default of lockd in one place. Units are the last part of
- * each name. Flags that override a value name it in their help text.
+ * Every bound and default of lockd in one place. Names end in the unit, then `_MIN`, `_MAX` or
+ * `_DEFAULT` when the value bounds or defaults a setting (`LEASE_MS_MAX_DEFAULT` is the default
+ * of the longest lease; `FRAME_BYTES_MAX_MAX` the largest allowed frame limit). Each has a
+ * one-line reason. `tests/limits_test.ts` checks the relations between them (every default
+ * within its bounds, the largest frame the server sends within the smallest frame limit, ...),
+ * and `src/config.ts` maps each flag onto them.
  */
 
-/** Largest frame (length prefix excluded) a peer may send; checked before the body is read. Flag `-max-frame-bytes`. */
-export const FRAME_BYTES_MAX = 64 * 1024;
+// ---- wire protocol: sizes ------------------------------------------------------------------
+
 /** Lock names are 1..1024 UTF-8 bytes: long enough for paths, short enough to index cheaply. */
 export const LOCK_NAME_BYTES_MAX = 1024;
+/** Client names (HELLO) are informational; a longer one gets INVALID_ARGUMENT and the connection closes. */
+export const CLIENT_NAME_BYTES_MAX = 256;
+/** Error messages on the wire are cut to this many bytes (with "…"), so ERROR frames are bounded. */
+export const ERROR_MESSAGE_BYTES_MAX = 1024;
+/**
+ * Largest frame (length prefix excluded) the server itself sends: an ERROR carrying a longest
+ * lock name and a longest message (type 1 + request id 4 + code 1 + two strings with u16
+ * lengths). An ERROR echoing a longer, invalid name is cut to fit (src/protocol/session.ts).
+ */
+export const SERVER_FRAME_BYTES_MAX = 1 + 4 + 1 + 2 + LOCK_NAME_BYTES_MAX + 2 +
+  ERROR_MESSAGE_BYTES_MAX;
+/**
+ * Largest frame a peer may send (length prefix excluded), checked before the body is read.
+ * Flag `-max-frame-bytes`. The smallest allowed limit is what the server must be able to send
+ * (and every valid request is smaller); the largest is what clients read (64 KiB): a lock name
+ * is at most 1 KiB, so nothing larger is ever needed.
+ */
+export const FRAME_BYTES_MAX_DEFAULT = 64 * 1024;
+export const FRAME_BYTES_MAX_MIN = SERVER_FRAME_BYTES_MAX;
+export const FRAME_BYTES_MAX_MAX = 64 * 1024;
 /**
  * Longest glob in UTF-8 bytes: `GET /api/locks?match=` and each glob of an ACL rule; longer ones
  * are refused (400, or `file:line` in the ACL file). A lock name is at most 1024 bytes, so a longer
@@ -14,46 +38,76 @@ export const LOCK_NAME_BYTES_MAX = 1024;
  * per code point of a name (`src/security/glob.ts`).
  */
 export const GLOB_BYTES_MAX = 1024;
-/** Client names (HELLO) are informational; a longer one gets INVALID_ARGUMENT and the connection closes. */
-export const CLIENT_NAME_BYTES_MAX = 256;
-/** Error messages on the wire are cut to this many bytes. */
-export const ERROR_MESSAGE_BYTES_MAX = 1024;
+
+// ---- sessions and locks (flags; defaults sized for one server) -----------------------------
 
 /** Open sessions at once; connections beyond are refused with LIMIT_EXCEEDED. Flag `-max-sessions`. */
-export const SESSIONS_MAX = 16_384;
+export const SESSIONS_MAX_DEFAULT = 16_384;
 /** Claims (owned or queued) one session may hold. Flag `-max-claims-per-session`. */
-export const CLAIMS_PER_SESSION_MAX = 1_024;
+export const CLAIMS_PER_SESSION_MAX_DEFAULT = 1_024;
 /** Waiters one lock may queue. Flag `-max-waiters-per-lock`. */
-export const WAITERS_PER_LOCK_MAX = 65_536;
+export const WAITERS_PER_LOCK_MAX_DEFAULT = 65_536;
 
-/** A connection that has not sent HELLO by then is closed. Flag `-handshake-timeout`. */
-export const HANDSHAKE_TIMEOUT_MS = 5_000;
-/** A session that sends nothing for this long is closed (reason io_timeout). Flag `-io-timeout`. */
-export const IO_TIMEOUT_MS_DEFAULT = 30_000;
-/** Shortest accepted `-io-timeout`. */
-export const IO_TIMEOUT_MS_MIN = 100;
+// ---- time: leases, timeouts, shutdown (flags) ----------------------------------------------
 
 /** Lease used when ACQUIRE asks for 0. Flag `-default-lease`. */
 export const LEASE_MS_DEFAULT = 15_000;
+/** Shortest lease granted; shorter requests are clamped up so heartbeats (every lease/3) keep up. */
+export const LEASE_MS_MIN = 50;
 /** Longest lease granted; longer requests are clamped. Flag `-max-lease`. */
 export const LEASE_MS_MAX_DEFAULT = 300_000;
-/** Shortest lease granted; shorter requests are clamped up so heartbeats can keep up. */
-export const LEASE_MS_MIN = 50;
+/** One day: a holder that cannot renew for a day is gone, and a dead holder blocks a lock this long. */
+export const LEASE_MS_MAX_MAX = 86_400_000;
+/** A session that sends nothing for this long is closed (reason io_timeout). Flag `-io-timeout`. */
+export const IO_TIMEOUT_MS_DEFAULT = 30_000;
+/** Clients heartbeat every io_timeout/3: shorter would be a heartbeat storm. */
+export const IO_TIMEOUT_MS_MIN = 100;
+/** One hour: a half-open connection keeps its claims at most this long. */
+export const IO_TIMEOUT_MS_MAX = 3_600_000;
+/** A connection that has not sent HELLO by then is closed. Flag `-handshake-timeout`. */
+export const HANDSHAKE_TIMEOUT_MS_DEFAULT = 5_000;
+/** Shorter than a TLS handshake over a slow link. */
+export const HANDSHAKE_TIMEOUT_MS_MIN = 10;
+/** Five minutes: a HELLO follows the connect at once; longer only shelters idle sockets. */
+export const HANDSHAKE_TIMEOUT_MS_MAX = 300_000;
+/** Window in which probes answer 503 and /metrics stays up during shutdown. Flag `-shutdown-grace`. */
+export const SHUTDOWN_GRACE_MS_DEFAULT = 5_000;
+/** Ten minutes: the service manager's stop timeout (systemd, Kubernetes) must exceed it. */
+export const SHUTDOWN_GRACE_MS_MAX = 600_000;
+/** At shutdown, sessions get this long to write their last frames before their sockets are closed. */
+export const SESSIONS_CLOSE_MS_MAX = 2_000;
 
-/** Largest wait bound an ACQUIRE may carry (u32 on the wire, 0xFFFFFFFF means forever). */
-export const WAIT_MS_MAX = 0xffff_fffe;
+// ---- the server shell ------------------------------------------------------------------------
 
-/** Replies buffered for one session before it counts as a slow reader and is closed. */
+/** Most deadlines handled in one engine tick; the rest wait for the next (bounded work per sweep). */
+export const DEADLINES_PER_TICK_MAX = 10_000;
+/**
+ * Replies buffered for one session (written and not yet taken by the socket, or held back
+ * behind a frame that waits for its audit record) before it counts as a slow reader and is
+ * closed.
+ */
 export const WRITE_BUFFER_BYTES_MAX = 1024 * 1024;
 /**
  * First size of a session's reusable read buffer. Small, because every idle session keeps
  * one in its pending read; a read that fills it moves the session to a buffer four times
  * larger, up to READ_BUFFER_BYTES_MAX.
  */
-export const READ_BUFFER_BYTES = 1024;
+export const READ_BUFFER_BYTES_MIN = 1024;
 /** Largest read buffer of a busy (pipelining) session. */
 export const READ_BUFFER_BYTES_MAX = 64 * 1024;
-
+/** First size of a session's reply buffer: a handful of small frames. */
+export const SESSION_WRITER_BYTES_MIN = 256;
+/** First size of a frame writer outside sessions (clients, tests). */
+export const FRAME_WRITER_BYTES_DEFAULT = 512;
+/** A frame writer grown past this by a burst is dropped at `take()`, so idle sessions stay small. */
+export const FRAME_WRITER_RETAINED_BYTES_MAX = 64 * 1024;
+/** A frame reader's buffer grown past this is dropped once empty. */
+export const FRAME_READER_RETAINED_BYTES_MAX = 4 * 1024;
+/** Smallest buffer a frame reader keeps a partial frame in. */
+export const FRAME_READER_PARTIAL_BYTES_MIN = 256;
+/** The stall watchdog looks at writes in flight every io_timeout/4, within these bounds. */
+export const STALL_CHECK_MS_MIN = 50;
+export const STALL_CHECK_MS_MAX = 1_000;
 /**
  * TLS handshakes started per second at most (0: no limit). A handshake costs the server's one
  * JavaScript thread about 0.4 ms at the ClientHello and 0.85 ms for a whole mutual-TLS session
@@ -78,16 +132,42 @@ export const TLS_PENDING_CONNECTIONS_MAX = 1_024;
  * Deno 2.9 keeps reading the socket into a hidden buffer while paused.)
  */
 export const TLS_READ_QUEUE_BYTES_MAX = 1024 * 1024;
+/** First and last delay of the acceptor's back-off after a failed accept (descriptor exhaustion). */
+export const ACCEPT_BACKOFF_MS_MIN = 5;
+export const ACCEPT_BACKOFF_MS_MAX = 1_000;
+/**
+ * How often the event-loop lag probe of /metrics wakes: one tiny callback twice a second, often
+ * enough to catch pauses of the length that matter for leases (hundreds of milliseconds).
+ */
+export const EVENT_LOOP_PROBE_INTERVAL_MS = 500;
+
+// ---- fencing tokens ----------------------------------------------------------------------------
 
 /** Tokens are reserved in blocks this large; a restart skips at most one block. */
-export const TOKEN_BLOCK_SIZE = 65_536;
+export const TOKENS_PER_BLOCK = 65_536;
 /** Tokens stay exact in a JavaScript number and in JSON. */
 export const TOKEN_MAX = Number.MAX_SAFE_INTEGER;
+/**
+ * First and last delay between retries of a token store that failed to reserve a block: soon
+ * enough that a waiter gets its lock shortly after the disk recovers, rare enough not to spin.
+ */
+export const TOKEN_RETRY_MS_MIN = 100;
+export const TOKEN_RETRY_MS_MAX = 5_000;
 
-/** Window in which probes answer 503 and /metrics stays up during shutdown. Flag `-shutdown-grace`. */
-export const SHUTDOWN_GRACE_MS_DEFAULT = 5_000;
-/** At shutdown, sessions get this long to write their last frames before their sockets are closed. */
-export const SESSIONS_CLOSE_MS_MAX = 2_000;
+// ---- ACL and certificates ----------------------------------------------------------------------
+
+/**
+ * Most rules one ACL file may hold. Every ACQUIRE walks the rules in order, so an unbounded file
+ * would make each acquire arbitrarily slow.
+ */
+export const ACL_RULES_MAX = 10_000;
+/**
+ * Longest line of an ACL file in UTF-8 bytes (newline excluded): two globs of the longest length
+ * (`GLOB_BYTES_MAX`), quoted and escaped, with room for a comment.
+ */
+export const ACL_LINE_BYTES_MAX = 8 * 1024;
+/** A certificate that is about to expire gets a warning this long before. */
+export const CERT_EXPIRY_WARNING_MS = 14 * 86_400_000;
 
 // ---- HTTP listeners (admin API, ops server): src/http/listen.ts -----------------------------
 
@@ -130,9 +210,7 @@ export const HTTP_HEAD_BYTES_MAX = 32 * 1024;
  */
 export const HTTP_BODY_BYTES_MAX = 1024;
 
-/** First and last delay of the acceptor's back-off after a failed accept (descriptor exhaustion). */
-export const ACCEPT_BACKOFF_MS_MIN = 5;
-export const ACCEPT_BACKOFF_MS_MAX = 1_000;
+// ---- audit log: src/log/audit.ts -----------------------------------------------------------
 
 /** Audit records kept in memory while the sink cannot be written; past it records are dropped (counted). */
 export const AUDIT_PENDING_RECORDS_MAX = 100_000;
@@ -153,12 +231,22 @@ export const AUDIT_WRITE_TIMEOUT_MS_MAX = 600_000;
 export const AUDIT_WRITE_BYTES_MAX = 64 * 1024;
 /** At shutdown, how long the audit log keeps writing its backlog before counting the rest lost. */
 export const AUDIT_CLOSE_TIMEOUT_MS = 2_000;
-/**
- * First and last delay between retries of a token store that failed to reserve a block: soon
- * enough that a waiter gets its lock shortly after the disk recovers, rare enough not to spin.
- */
-export const TOKEN_RETRY_MS_MIN = 100;
-export const TOKEN_RETRY_MS_MAX = 5_000;
+
+// ---- command-line clients -----------------------------------------------------------------
+
+/** How long one request of `lockd admin` may take before it gives up. */
+export const ADMIN_REQUEST_TIMEOUT_MS = 10_000;
+/** `lockd admin -watch`: time between two requests, by default and at least (no busy polling). */
+export const WATCH_INTERVAL_MS_DEFAULT = 2_000;
+export const WATCH_INTERVAL_MS_MIN = 100;
+/** How long `lockd health` waits for one answer. */
+export const HEALTH_TIMEOUT_MS = 2_000;
+/** With `lockd health -wait`, how long between two probes. */
+export const HEALTH_RETRY_MS = 250;
+/** `lockd run`: time between SIGTERM and SIGKILL to the command's group when the lock is lost. Flag `-kill-grace`. */
+export const KILL_GRACE_MS_DEFAULT = 5_000;
+
+// ---- the client library -------------------------------------------------------------------
 
 /**
  * Client reconnect back-off with full jitter: attempt n waits random(0, min(MAX, MIN * 2^n)) ms,

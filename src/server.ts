@@ -1,7 +1,7 @@
 import { readAdminToken } from "./admin/auth.ts";
 import { startAdminServer } from "./admin/server.ts";
 import { type Scheduler, systemScheduler } from "./clock.ts";
-import { DEFAULT_CONFIG, type ServerConfig } from "./config.ts";
+import { DEFAULT_CONFIG, type ServerConfig, validateConfig } from "./config.ts";
 import { LockEngine, type LockEngineView } from "./core/engine.ts";
 import type { TokenIssuer } from "./core/tokens.ts";
 import { parseHostPort } from "./host_port.ts";
@@ -87,6 +87,7 @@ export async function startServer(
   deps: ServerDeps = {},
 ): Promise<ServerHandle> {
   const config: ServerConfig = { ...DEFAULT_CONFIG, ...overrides };
+  validateConfig(config);
   const scheduler = deps.scheduler ?? systemScheduler;
   const listenAt = parseHostPort(config.listen);
   // Bad addresses and an unusable admin token file fail before anything listens.

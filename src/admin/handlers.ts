@@ -27,7 +27,7 @@ export interface AdminContext {
 type AdminMatch = RouteMatch<AdminContext>;
 
 /** Every way an admin request can fail in the domain, and the problem that answers it. */
-export const OUTCOME_PROBLEMS = {
+const OUTCOME_PROBLEMS = {
   /** A path segment is not valid percent-encoded UTF-8. */
   bad_path_encoding: "invalid-path-encoding",
   /** `?match=` does not compile. */

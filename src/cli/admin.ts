@@ -22,18 +22,16 @@
 import type { HolderJson, InfoJson, LockJson, WaiterJson } from "../admin/views.ts";
 import { rfc3339, type Scheduler, systemScheduler } from "../clock.ts";
 import { formatHostPort, parseHostPort } from "../host_port.ts";
+import {
+  ADMIN_REQUEST_TIMEOUT_MS,
+  WATCH_INTERVAL_MS_DEFAULT,
+  WATCH_INTERVAL_MS_MIN,
+} from "../limits.ts";
 import { FlagError, type FlagSpec, formatFlagHelp, HelpRequested, parseFlags } from "./flags.ts";
 import { describeFetchError } from "./http_errors.ts";
 
 /** Default admin API address (matches the documented `-admin-listen`). */
-export const ADMIN_ADDR_DEFAULT = "127.0.0.1:7401";
-
-/** How long one request may take before `lockd admin` gives up. */
-const REQUEST_TIMEOUT_MS = 10_000;
-
-/** `-watch`: time between two requests, by default and at least. */
-export const WATCH_INTERVAL_MS_DEFAULT = 2_000;
-export const WATCH_INTERVAL_MS_MIN = 100;
+const ADMIN_ADDR_DEFAULT = "127.0.0.1:7401";
 
 const FLAGS: readonly FlagSpec[] = [
   { name: "admin", kind: "string", help: "admin API host:port", defaultText: ADMIN_ADDR_DEFAULT },
@@ -206,7 +204,7 @@ export async function adminCommand(
 
   const request = async (): Promise<Reply> => {
     const controller = new AbortController();
-    const timer = setTimeout(() => controller.abort(), REQUEST_TIMEOUT_MS);
+    const timer = setTimeout(() => controller.abort(), ADMIN_REQUEST_TIMEOUT_MS);
     try {
       const response = await out.fetch(baseUrl + path, {
         method,
@@ -231,9 +229,9 @@ export async function adminCommand(
           ? describeFetchError(
             new DOMException("timeout", "TimeoutError"),
             target,
-            REQUEST_TIMEOUT_MS,
+            ADMIN_REQUEST_TIMEOUT_MS,
           )
-          : describeFetchError(error, target, REQUEST_TIMEOUT_MS),
+          : describeFetchError(error, target, ADMIN_REQUEST_TIMEOUT_MS),
       };
     } finally {
       clearTimeout(timer);

@@ -1,11 +1,8 @@
 import { formatHostPort, parseHostPort } from "../host_port.ts";
+import { HEALTH_RETRY_MS, HEALTH_TIMEOUT_MS } from "../limits.ts";
 import { FlagError, type FlagSpec, formatFlagHelp, HelpRequested, parseFlags } from "./flags.ts";
 import { describeFetchError } from "./http_errors.ts";
 
-/** How long `lockd health` waits for one answer. */
-const HEALTH_TIMEOUT_MS = 2_000;
-/** With `-wait`, how long between two probes. */
-const HEALTH_RETRY_MS = 250;
 const OPS_ADDR_DEFAULT = "127.0.0.1:7402";
 
 const FLAGS: readonly FlagSpec[] = [
@@ -53,10 +50,8 @@ export async function healthCommand(
     if (hostname === "0.0.0.0") ops = formatHostPort("127.0.0.1", port);
     if (hostname === "::") ops = formatHostPort("::1", port);
   } catch (error) {
-    if (error instanceof HelpRequested) {
-      io.stderr(`${HEALTH_USAGE}\n`);
-      return 0;
-    }
+    // -h: main.ts prints HEALTH_USAGE on standard output.
+    if (error instanceof HelpRequested) throw error;
     if (error instanceof FlagError || error instanceof RangeError) {
       const message = (error as Error).message;
       const line = error instanceof FlagError ? message : `invalid value for flag -ops: ${message}`;

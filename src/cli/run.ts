@@ -1,3 +1,4 @@
+import { KILL_GRACE_MS_DEFAULT } from "../limits.ts";
 import { type Client, connect, type Lock } from "../client/client.ts";
 import { LockdError, LockLostError } from "../client/errors.ts";
 import { WIRE_CODES } from "../protocol/codes.ts";
@@ -10,12 +11,9 @@ export const EXIT_WAIT_TIMEOUT = 75;
 /** Exit status when the lock was lost while the command ran (EX_UNAVAILABLE). */
 export const EXIT_LOCK_LOST = 69;
 /** Exit status for usage errors. */
-export const EXIT_USAGE = 2;
+const EXIT_USAGE = 2;
 /** Exit status when the server cannot be reached or refuses the request. */
-export const EXIT_ERROR = 1;
-
-/** Time between SIGTERM and SIGKILL when the lock is lost. */
-export const KILL_GRACE_MS_DEFAULT = 5_000;
+const EXIT_ERROR = 1;
 
 export const RUN_FLAGS: readonly FlagSpec[] = [
   { name: "addr", kind: "string", help: "lockd server host:port", defaultText: "127.0.0.1:7400" },

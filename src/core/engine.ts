@@ -1,11 +1,12 @@
 import {
-  CLAIMS_PER_SESSION_MAX,
+  CLAIMS_PER_SESSION_MAX_DEFAULT,
+  DEADLINES_PER_TICK_MAX,
   IO_TIMEOUT_MS_DEFAULT,
   LEASE_MS_DEFAULT,
   LEASE_MS_MAX_DEFAULT,
   LEASE_MS_MIN,
-  SESSIONS_MAX,
-  WAITERS_PER_LOCK_MAX,
+  SESSIONS_MAX_DEFAULT,
+  WAITERS_PER_LOCK_MAX_DEFAULT,
 } from "../limits.ts";
 import { DeadlineHeap, type DeadlineNode } from "./deadline_heap.ts";
 import { lockNameProblem } from "./lock_name.ts";
@@ -118,9 +119,6 @@ export type LockEngineView = Pick<
   | "leaseMaxMs"
 >;
 
-/** Most deadlines handled in one `tick`; the rest wait for the next one (bounded work per sweep). */
-const DEADLINES_PER_TICK_MAX = 10_000;
-
 export class LockEngine {
   readonly #tokens: TokenIssuer;
   readonly ioTimeoutMs: number;
@@ -160,9 +158,9 @@ export class LockEngine {
     this.ioTimeoutMs = options.ioTimeoutMs ?? IO_TIMEOUT_MS_DEFAULT;
     this.leaseMaxMs = options.leaseMaxMs ?? LEASE_MS_MAX_DEFAULT;
     this.leaseDefaultMs = Math.min(options.leaseDefaultMs ?? LEASE_MS_DEFAULT, this.leaseMaxMs);
-    this.#sessionsMax = options.sessionsMax ?? SESSIONS_MAX;
-    this.#claimsPerSessionMax = options.claimsPerSessionMax ?? CLAIMS_PER_SESSION_MAX;
-    this.#waitersPerLockMax = options.waitersPerLockMax ?? WAITERS_PER_LOCK_MAX;
+    this.#sessionsMax = options.sessionsMax ?? SESSIONS_MAX_DEFAULT;
+    this.#claimsPerSessionMax = options.claimsPerSessionMax ?? CLAIMS_PER_SESSION_MAX_DEFAULT;
+    this.#waitersPerLockMax = options.waitersPerLockMax ?? WAITERS_PER_LOCK_MAX_DEFAULT;
   }
 
   // ---- sessions -----------------------------------------------------------

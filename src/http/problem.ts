@@ -12,10 +12,10 @@
  */
 
 /** Base of every problem `type` URI. */
-export const PROBLEM_TYPE_BASE = "https://lockd.dev/problems/";
+const PROBLEM_TYPE_BASE = "https://lockd.dev/problems/";
 
 /** The `Content-Type` of every error body. */
-export const PROBLEM_CONTENT_TYPE = "application/problem+json";
+const PROBLEM_CONTENT_TYPE = "application/problem+json";
 
 /** Every problem lockd's HTTP servers answer with: status and fixed title, by slug. */
 export const PROBLEMS = {
@@ -50,7 +50,7 @@ export interface ProblemBody {
 }
 
 /** Builds the body of a problem. */
-export function problemBody(slug: ProblemSlug, detail: string): ProblemBody {
+function problemBody(slug: ProblemSlug, detail: string): ProblemBody {
   const { status, title } = PROBLEMS[slug];
   return { type: PROBLEM_TYPE_BASE + slug, title, status, detail };
 }

@@ -6,13 +6,7 @@
  * @module
  */
 
-/**
- * How often the event-loop lag probe wakes. Each wake is one timer callback
- * (well under a microsecond of work), so twice a second costs nothing
- * measurable while still catching pauses of the length that matter for
- * leases (hundreds of milliseconds and up).
- */
-export const EVENT_LOOP_PROBE_INTERVAL_MS = 500;
+import { EVENT_LOOP_PROBE_INTERVAL_MS } from "../limits.ts";
 
 /** One reading of the runtime. */
 export interface RuntimeSample {

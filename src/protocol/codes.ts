@@ -198,7 +198,7 @@ const GRANT_BLOCK_CODES: Readonly<Record<GrantBlock, WireCodeName>> = {
 };
 
 /** Why grants are blocked, as a clause for messages (wire and admin API alike). */
-export function grantBlockText(block: GrantBlock, detail = ""): string {
+function grantBlockText(block: GrantBlock, detail = ""): string {
   switch (block) {
     case "audit_unavailable":
       return "the audit log cannot be written, grants are paused";

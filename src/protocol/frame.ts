@@ -5,21 +5,21 @@
  * batch is what keeps Nagle and per-write syscalls off the hot path.
  */
 
-import { ERROR_MESSAGE_BYTES_MAX, FRAME_BYTES_MAX } from "../limits.ts";
+import {
+  ERROR_MESSAGE_BYTES_MAX,
+  FRAME_BYTES_MAX_DEFAULT,
+  FRAME_WRITER_BYTES_DEFAULT,
+  FRAME_WRITER_RETAINED_BYTES_MAX,
+} from "../limits.ts";
 import { type Message, MessageType } from "./messages.ts";
 
 /** Bytes of the length prefix in front of every frame. */
 export const FRAME_HEADER_BYTES = 4;
 /** Largest byte length of a `str` field (u16 prefix). */
-export const STRING_BYTES_MAX = 0xffff;
-/** Largest value of a `u64` field: it must stay exact in a JavaScript number. */
-export const U64_MAX = Number.MAX_SAFE_INTEGER;
+const STRING_BYTES_MAX = 0xffff;
 
-const INITIAL_BYTES_DEFAULT = 512;
 /** Strings up to this many characters are first tried as pure ASCII. */
 const ASCII_FAST_PATH_CHARS_MAX = 256;
-/** A buffer grown past this by a burst is dropped at `take()` so idle sessions stay small. */
-const RETAINED_BYTES_MAX = 64 * 1024;
 
 const textEncoder = new TextEncoder();
 
@@ -49,8 +49,8 @@ export class FrameWriter {
   readonly #maxFrameBytes: number;
 
   constructor(options: FrameWriterOptions = {}) {
-    this.#initialBytes = Math.max(16, options.initialBytes ?? INITIAL_BYTES_DEFAULT);
-    this.#maxFrameBytes = options.maxFrameBytes ?? FRAME_BYTES_MAX;
+    this.#initialBytes = Math.max(16, options.initialBytes ?? FRAME_WRITER_BYTES_DEFAULT);
+    this.#maxFrameBytes = options.maxFrameBytes ?? FRAME_BYTES_MAX_DEFAULT;
     this.#buf = new Uint8Array(this.#initialBytes);
     this.#view = new DataView(this.#buf.buffer);
   }
@@ -87,7 +87,7 @@ export class FrameWriter {
   take(): Uint8Array {
     const out = this.#buf.slice(0, this.#len);
     this.#len = 0;
-    if (this.#buf.byteLength > RETAINED_BYTES_MAX) {
+    if (this.#buf.byteLength > FRAME_WRITER_RETAINED_BYTES_MAX) {
       this.#buf = new Uint8Array(this.#initialBytes);
       this.#view = new DataView(this.#buf.buffer);
     }

@@ -4,14 +4,14 @@
  * every message type whichever direction it travels.
  */
 
-import { FRAME_BYTES_MAX } from "../limits.ts";
+import {
+  FRAME_BYTES_MAX_DEFAULT,
+  FRAME_READER_PARTIAL_BYTES_MIN,
+  FRAME_READER_RETAINED_BYTES_MAX,
+} from "../limits.ts";
 import { ProtocolError } from "./codes.ts";
+import { FRAME_HEADER_BYTES } from "./frame.ts";
 import { type Message, MessageType } from "./messages.ts";
-
-const FRAME_HEADER_BYTES = 4;
-/** Partial-frame buffers above this size are dropped once their frame is decoded. */
-const RETAINED_BYTES_MAX = 4 * 1024;
-const PARTIAL_BYTES_MIN = 256;
 /** Strings up to this many bytes are first tried as pure ASCII (kept well below the argument-count limit of `apply`). */
 const ASCII_FAST_PATH_BYTES_MAX = 256;
 
@@ -257,7 +257,7 @@ export class FrameReader {
 
   readonly #cursor = new BodyCursor();
 
-  constructor(maxFrameBytes: number = FRAME_BYTES_MAX) {
+  constructor(maxFrameBytes: number = FRAME_BYTES_MAX_DEFAULT) {
     if (!(Number.isInteger(maxFrameBytes) && maxFrameBytes >= 1)) {
       throw new RangeError(
         `Cannot create frame reader: maxFrameBytes ${maxFrameBytes} is not a positive integer`,
@@ -385,7 +385,7 @@ export class FrameReader {
     if (bytes <= this.#partial.byteLength) return;
     const capacity = Math.max(
       bytes,
-      Math.min(PARTIAL_BYTES_MIN, this.maxFrameBytes + FRAME_HEADER_BYTES),
+      Math.min(FRAME_READER_PARTIAL_BYTES_MIN, this.maxFrameBytes + FRAME_HEADER_BYTES),
     );
     const grown = new Uint8Array(capacity);
     grown.set(this.#partial.subarray(0, this.#partialLen));
@@ -396,7 +396,7 @@ export class FrameReader {
   #dropPartial(): void {
     this.#partialLen = 0;
     this.#partialFrameBytes = -1;
-    if (this.#partial.byteLength > RETAINED_BYTES_MAX) {
+    if (this.#partial.byteLength > FRAME_READER_RETAINED_BYTES_MAX) {
       this.#partial = new Uint8Array(0);
     }
   }

@@ -3,8 +3,9 @@ import type { CloseCause, Peer } from "../core/types.ts";
 import {
   CLIENT_NAME_BYTES_MAX,
   LOCK_NAME_BYTES_MAX,
-  READ_BUFFER_BYTES,
   READ_BUFFER_BYTES_MAX,
+  READ_BUFFER_BYTES_MIN,
+  SESSION_WRITER_BYTES_MIN,
   WRITE_BUFFER_BYTES_MAX,
 } from "../limits.ts";
 import { debugEnabled, log } from "../log/diagnostic.ts";
@@ -100,7 +101,10 @@ export class Session implements SessionPort, StallWatched {
     this.transport = transport;
     this.#host = host;
     this.#reader = new FrameReader(host.frameBytesMax);
-    this.#writer = new FrameWriter({ initialBytes: 256, maxFrameBytes: host.frameBytesMax });
+    this.#writer = new FrameWriter({
+      initialBytes: SESSION_WRITER_BYTES_MIN,
+      maxFrameBytes: host.frameBytesMax,
+    });
   }
 
   get state(): SessionState {
@@ -134,7 +138,7 @@ export class Session implements SessionPort, StallWatched {
     }, this.#host.handshakeTimeoutMs);
     // Idle sessions keep a small buffer in their pending read; one that fills it is busy
     // (pipelining) and gets a larger one, up to READ_BUFFER_BYTES_MAX.
-    let buffer = new Uint8Array(READ_BUFFER_BYTES);
+    let buffer = new Uint8Array(READ_BUFFER_BYTES_MIN);
     try {
       while (this.#state === "handshake" || this.#state === "open") {
         let n: number | null;

@@ -365,7 +365,7 @@ export function nodeSocketTransport(
 const TLS_HANDSHAKE_RECORD = 0x16;
 
 /** What a plaintext client on the TLS listener is told (an ERROR frame, MALFORMED_FRAME). */
-export const EXPECTS_TLS_MESSAGE =
+const EXPECTS_TLS_MESSAGE =
   "This listener expects TLS: the client sent a plaintext lockd frame. Connect with TLS " +
   "(lockd run -ca FILE; connect({ tls: { ca } }) in the client library).";
 

@@ -23,20 +23,9 @@
  * @module
  */
 
+import { ACL_LINE_BYTES_MAX, ACL_RULES_MAX } from "../limits.ts";
 import { compileGlob, type Glob, GlobError } from "./glob.ts";
 import { firstInvalidUtf8 } from "./utf8.ts";
-
-/**
- * Most rules one ACL file may hold. Every ACQUIRE walks the rules in order,
- * so an unbounded file would make each acquire arbitrarily slow.
- */
-export const ACL_RULES_MAX = 10_000;
-
-/**
- * Longest line of an ACL file in UTF-8 bytes (newline excluded): two globs of the longest length
- * (`GLOB_BYTES_MAX` in `src/limits.ts`), quoted and escaped, with room for a comment.
- */
-export const ACL_LINE_BYTES_MAX = 8 * 1024;
 
 /** One rule as written in the file. */
 export interface AclRule {
@@ -161,7 +150,7 @@ export async function loadAclFile(path: string): Promise<Acl> {
 }
 
 /** Decodes a whole ACL file as UTF-8 (a leading BOM is dropped); throws AclParseError at the first bad byte. */
-export function decodeAclBytes(bytes: Uint8Array, fileName: string): string {
+function decodeAclBytes(bytes: Uint8Array, fileName: string): string {
   const bad = firstInvalidUtf8(bytes);
   if (bad >= 0) {
     let line = 1;

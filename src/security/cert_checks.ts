@@ -22,13 +22,11 @@ import {
   expectTag,
   readWhole,
 } from "./der.ts";
+import { CERT_EXPIRY_WARNING_MS } from "../limits.ts";
 import { readCertificateNames } from "./identity.ts";
 
 /** Where the recipe that makes a good set of certificates is. */
-export const TLS_RECIPE_REF = `docs/operations.md, "A TLS recipe"`;
-
-/** A certificate that is about to expire gets a warning this long before. */
-export const CERT_EXPIRY_WARNING_MS = 14 * 86_400_000;
+const TLS_RECIPE_REF = `docs/operations.md, "A TLS recipe"`;
 
 /** What the checks found; each text names the file and says what to do. */
 export interface CertificateFindings {

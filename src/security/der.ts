@@ -48,7 +48,7 @@ export const DER_TAGS = {
 } as const;
 
 /** Reads the element that starts at `offset` and must end by `limit`. */
-export function readElement(bytes: Uint8Array, offset: number, limit: number): DerElement {
+function readElement(bytes: Uint8Array, offset: number, limit: number): DerElement {
   if (offset + 2 > limit) throw new DerError(`truncated element at byte ${offset}`);
   const tag = bytes[offset];
   if ((tag & 0x1f) === 0x1f) throw new DerError(`multi-byte tag at byte ${offset}`);

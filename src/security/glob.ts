@@ -28,11 +28,6 @@
 import { isNfc, NOT_NFC_REASON } from "../core/lock_name.ts";
 import { GLOB_BYTES_MAX } from "../limits.ts";
 
-/** One-line summary of the glob syntax, for error messages and help texts. */
-export const GLOB_SYNTAX_HELP =
-  "glob syntax: * any characters except '/', ** any characters, ? one character except '/', " +
-  "[abc] [a-z] [!a] one character of a class, \\ escapes the next character; the whole name must match";
-
 /** A pattern that is not valid glob syntax. */
 export class GlobError extends Error {
   /** The pattern as given. */

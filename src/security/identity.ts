@@ -253,7 +253,7 @@ function decodeAscii(bytes: Uint8Array): string | null {
 }
 
 /** DNS names are case-insensitive in ASCII only; other characters are kept. */
-export function canonicalDnsName(name: string): string {
+function canonicalDnsName(name: string): string {
   return asciiLowerCase(name);
 }
 
@@ -282,7 +282,7 @@ export function canonicalUri(uri: string): string {
 }
 
 /** The CN is free text: only its Unicode normalization is made canonical (NFC). */
-export function canonicalCommonName(cn: string): string {
+function canonicalCommonName(cn: string): string {
   return cn.normalize("NFC");
 }
 
@@ -300,7 +300,7 @@ const CONTROL_CHARACTERS = /[\u0000-\u001f\u007f-\u009f]/;
  * they name nothing. Throws {@link CertificateIdentityError} when the entry
  * the rule picks cannot be decoded or holds a control character.
  */
-export function identityFromNames(names: CertificateNames): string {
+function identityFromNames(names: CertificateNames): string {
   const identity = pickIdentity(names);
   if (CONTROL_CHARACTERS.test(identity)) {
     throw new CertificateIdentityError(

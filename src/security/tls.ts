@@ -53,14 +53,6 @@ export class TlsConfigError extends Error {
   }
 }
 
-/** Whether a configuration turns TLS and mutual TLS on (what `/api/info` reports). */
-export function tlsModeOf(
-  config: { tlsCert: string | null; tlsKey: string | null; tlsClientCa: string | null },
-): { tls: boolean; mtls: boolean } {
-  const tls = config.tlsCert !== null && config.tlsKey !== null;
-  return { tls, mtls: tls && config.tlsClientCa !== null };
-}
-
 /**
  * Loads the server's TLS files named by the configuration: null when TLS is
  * off, else the checked material. Throws TlsConfigError on a half-given pair

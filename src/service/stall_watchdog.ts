@@ -1,4 +1,5 @@
 import type { Scheduler, Timer } from "../clock.ts";
+import { STALL_CHECK_MS_MAX, STALL_CHECK_MS_MIN } from "../limits.ts";
 import { log } from "../log/diagnostic.ts";
 
 const logger = log("server");
@@ -28,7 +29,10 @@ export class StallWatchdog {
     this.#scheduler = scheduler;
     this.#ioTimeoutMs = ioTimeoutMs;
     // Often enough that a stall is noticed within a quarter of the timeout, never busier than 20/s.
-    this.#checkEveryMs = Math.max(50, Math.min(1_000, ioTimeoutMs / 4));
+    this.#checkEveryMs = Math.max(
+      STALL_CHECK_MS_MIN,
+      Math.min(STALL_CHECK_MS_MAX, ioTimeoutMs / 4),
+    );
     this.#arm();
   }
 

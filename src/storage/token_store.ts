@@ -1,5 +1,5 @@
 import { join } from "node:path";
-import { TOKEN_BLOCK_SIZE } from "../limits.ts";
+import { TOKENS_PER_BLOCK } from "../limits.ts";
 import { clockTokenFloor, TokenIssuer } from "../core/tokens.ts";
 
 /** Name of the high-water file inside `-data-dir`. */
@@ -33,7 +33,7 @@ export function readHighWater(dataDir: string): number {
  * the old one, fsync the directory. Synchronous on purpose: no token of the new
  * block may be issued before this returns, and it runs once per block.
  */
-export function writeHighWater(dataDir: string, highWater: number): void {
+function writeHighWater(dataDir: string, highWater: number): void {
   const path = join(dataDir, TOKEN_FILE_NAME);
   const temp = `${path}.tmp`;
   const file = Deno.openSync(temp, { write: true, create: true, truncate: true });
@@ -68,7 +68,7 @@ export function writeHighWater(dataDir: string, highWater: number): void {
 export function openTokenIssuer(
   dataDir: string | null,
   wallMs: number,
-  blockSize = TOKEN_BLOCK_SIZE,
+  blockSize = TOKENS_PER_BLOCK,
 ): TokenIssuer {
   const floor = clockTokenFloor(wallMs);
   if (dataDir === null) {

@@ -85,11 +85,11 @@ Deno.test("serve flags map onto the configuration and are validated", () => {
   const bad: [string[], RegExp][] = [
     [["-log-level", "loud"], /-log-level: want debug, info, warn, error/],
     [["-listen", "nowhere"], /"nowhere" is not a host:port address/],
-    [["-io-timeout", "10ms"], /-io-timeout must be at least 100ms/],
+    [["-io-timeout", "10ms"], /-io-timeout must be between 100ms and 1h/],
     [["-tls-cert", "a.pem"], /-tls-cert and -tls-key go together/],
     [["-tls-client-ca", "ca.pem"], /needs -tls-cert/],
     [["-default-lease", "10m"], /-default-lease must be between/],
-    [["-max-frame-bytes", "100"], /-max-frame-bytes must be at least/],
+    [["-max-frame-bytes", "100"], /-max-frame-bytes must be between 2058 and 65536/],
     [["extra"], /unexpected argument "extra"/],
   ];
   for (const [args, message] of bad) assert.throws(() => serveConfigFromArgs(args), message);
@@ -105,4 +105,34 @@ Deno.test("-audit-write-timeout takes a duration between 1ms and 10m (default 1s
       /-audit-write-timeout must be between 1ms and 10m/,
     );
   }
+});
+
+Deno.test("every duration flag has a documented maximum and a longer value is refused (issue 9.12)", () => {
+  const cases: [string, string, RegExp][] = [
+    ["io-timeout", "600h", /^-io-timeout must be between 100ms and 1h$/],
+    ["handshake-timeout", "600h", /^-handshake-timeout must be between 10ms and 5m$/],
+    ["max-lease", "25h", /^-max-lease must be between 50ms and 24h$/],
+    ["default-lease", "25h", /^-default-lease must be between 50ms and 24h$/],
+    ["shutdown-grace", "11m", /^-shutdown-grace must be between 0s and 10m$/],
+    ["audit-write-timeout", "11m", /^-audit-write-timeout must be between 1ms and 10m$/],
+    ["http-header-timeout", "11m", /^-http-header-timeout must be between 100ms and 10m$/],
+    ["http-idle-timeout", "2h", /^-http-idle-timeout must be between 1s and 1h$/],
+  ];
+  for (const [flag, value, message] of cases) {
+    assert.throws(() => serveConfigFromArgs([`-${flag}`, value]), (error: unknown) => {
+      assert.ok(error instanceof FlagError, flag);
+      assert.match(error.message, message);
+      return true;
+    });
+  }
+  // The maxima themselves are accepted.
+  const config = serveConfigFromArgs([
+    "-io-timeout",
+    "1h",
+    "-max-lease",
+    "24h",
+    "-default-lease",
+    "24h",
+  ]);
+  assert.deepEqual([config.ioTimeoutMs, config.leaseMaxMs], [3_600_000, 86_400_000]);
 });

@@ -74,7 +74,7 @@ Deno.test("a bad flag exits 2 with a one-line reason and the usage", async () =>
 Deno.test("-h prints the usage and exits 0; version prints the version", async () => {
   const help = await lockd(["serve", "-h"]).output();
   assert.equal(help.code, 0);
-  assert.match(new TextDecoder().decode(help.stderr), /-io-timeout duration/);
+  assert.match(new TextDecoder().decode(help.stdout), /-io-timeout duration/);
   const version = await lockd(["version"]).output();
   assert.equal(version.code, 0);
   assert.match(new TextDecoder().decode(version.stdout), /^\d+\.\d+\.\d+\n$/);
@@ -85,4 +85,45 @@ Deno.test("a port in use fails the start with status 1 and one line", async () =
   const output = await lockd(["-listen", `127.0.0.1:${blocker.addr.port}`]).output();
   assert.equal(output.code, 1);
   assert.match(new TextDecoder().decode(output.stderr), /lockd: .*(in use|Address)/i);
+});
+
+Deno.test("every subcommand answers -h with its own usage on standard output and exits 0", async () => {
+  const cases: [string[], RegExp][] = [
+    [["-h"], /^lockd \d+\.\d+\.\d+: a network lock service/],
+    [["serve", "-h"], /^Usage: lockd serve \[flags\]/],
+    [["-listen", "127.0.0.1:0", "-h"], /^Usage: lockd serve \[flags\]/],
+    [["run", "-h"], /^Usage: lockd run NAME/],
+    [["admin", "-h"], /^Usage:\n\s+lockd admin/],
+    [["health", "-h"], /^Usage: lockd health/],
+    [["version", "-h"], /^Usage: lockd version/],
+  ];
+  for (const [args, usage] of cases) {
+    const output = await lockd(args).output();
+    assert.equal(output.code, 0, args.join(" "));
+    assert.match(new TextDecoder().decode(output.stdout), usage, args.join(" "));
+    assert.equal(output.stderr.length, 0, `${args.join(" ")}: nothing on standard error`);
+  }
+});
+
+Deno.test("only main.ts exits the process: nothing under src/ calls Deno.exit", async () => {
+  const offenders: string[] = [];
+  for await (const path of walkTs(new URL("../../src/", import.meta.url))) {
+    if ((await Deno.readTextFile(path)).includes("Deno.exit(")) offenders.push(path.pathname);
+  }
+  assert.deepEqual(offenders, []);
+});
+
+async function* walkTs(dir: URL): AsyncGenerator<URL> {
+  for await (const entry of Deno.readDir(dir)) {
+    const url = new URL(entry.name + (entry.isDirectory ? "/" : ""), dir);
+    if (entry.isDirectory) yield* walkTs(url);
+    else if (entry.name.endsWith(".ts")) yield url;
+  }
+}
+
+Deno.test("a duration past its maximum exits 2 with one line, before anything listens", async () => {
+  const output = await lockd(["-listen", "127.0.0.1:0", "-handshake-timeout", "600h"]).output();
+  assert.equal(output.code, 2);
+  const stderr = new TextDecoder().decode(output.stderr);
+  assert.equal(stderr.split("\n")[0], "lockd: -handshake-timeout must be between 10ms and 5m");
 });

@@ -565,7 +565,7 @@ Deno.test("a random workload never breaks an invariant and tokens only grow", ()
   assert.ok(tokens.size > 1000, `many grants happened (${tokens.size})`);
 });
 
-Deno.test("holderOf and findWaiter answer in O(1) without building the queue view", () => {
+Deno.test("holderOf, queueLengthOf and findWaiter read the owner, the queue length and one waiter of a lock", () => {
   const h = harness();
   const owner = h.open("127.0.0.1:2000");
   const waiter = h.open("[::1]:2001");

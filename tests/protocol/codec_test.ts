@@ -12,7 +12,7 @@ import {
 import {
   CLIENT_NAME_BYTES_MAX,
   ERROR_MESSAGE_BYTES_MAX,
-  FRAME_BYTES_MAX,
+  FRAME_BYTES_MAX_DEFAULT,
   LOCK_NAME_BYTES_MAX,
   WRITE_BUFFER_BYTES_MAX,
 } from "../../src/limits.ts";
@@ -375,9 +375,13 @@ Deno.test("a partial frame yields null until its last byte arrives", () => {
 });
 
 Deno.test("a frame of exactly the limit is accepted", () => {
-  const msg: Message = { type: "released", requestId: 1, name: "n".repeat(FRAME_BYTES_MAX - 7) };
+  const msg: Message = {
+    type: "released",
+    requestId: 1,
+    name: "n".repeat(FRAME_BYTES_MAX_DEFAULT - 7),
+  };
   const frame = encodeFrame(msg);
-  assert.equal(frame.byteLength, FRAME_BYTES_MAX + 4);
+  assert.equal(frame.byteLength, FRAME_BYTES_MAX_DEFAULT + 4);
   assert.deepEqual(decodeChunks([frame.subarray(0, 3), frame.subarray(3, 9), frame.subarray(9)]), [
     msg,
   ]);
@@ -681,7 +685,7 @@ Deno.test("property: well-framed random bodies yield messages or a ProtocolError
     fc.property(
       fc.array(fc.oneof(frameLikeArb, messageArb.map(encodeFrame)), { maxLength: 8 }),
       fc.array(fc.integer({ min: 1, max: 64 }), { maxLength: 8 }),
-      (frames, sizes) => feedArbitraryBytes(concat(frames), sizes, FRAME_BYTES_MAX),
+      (frames, sizes) => feedArbitraryBytes(concat(frames), sizes, FRAME_BYTES_MAX_DEFAULT),
     ),
     { numRuns: 500 },
   );
@@ -839,7 +843,7 @@ Deno.test("the u64 example and the stated byte limits in docs/protocol.md hold",
     u64[2].trim().split(" ").map((b) => parseInt(b, 16)),
   );
   const stated: [RegExp, number][] = [
-    [/\(`FRAME_BYTES_MAX`, (\d+) bytes by default/, FRAME_BYTES_MAX],
+    [/\(`FRAME_BYTES_MAX_DEFAULT`, (\d+) bytes by default/, FRAME_BYTES_MAX_DEFAULT],
     [/A lock name is 1\.\.(\d+) UTF-8 bytes \(`LOCK_NAME_BYTES_MAX`\)/, LOCK_NAME_BYTES_MAX],
     [/at most (\d+) bytes \(`CLIENT_NAME_BYTES_MAX`\)/, CLIENT_NAME_BYTES_MAX],
     [/human-readable, ≤ (\d+) bytes/, ERROR_MESSAGE_BYTES_MAX],

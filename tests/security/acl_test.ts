@@ -1,14 +1,8 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import {
-  ACL_LINE_BYTES_MAX,
-  ACL_RULES_MAX,
-  AclParseError,
-  ALLOW_ALL,
-  loadAclFile,
-  parseAcl,
-} from "../../src/security/acl.ts";
+import { AclParseError, ALLOW_ALL, loadAclFile, parseAcl } from "../../src/security/acl.ts";
 import { firstInvalidUtf8 } from "../../src/security/utf8.ts";
+import { ACL_LINE_BYTES_MAX, ACL_RULES_MAX } from "../../src/limits.ts";
 
 const TEAM_ACL = [
   "# lockd ACL for the example cluster",

@@ -6,7 +6,6 @@ import { parseHostPort } from "../../src/host_port.ts";
 import { TLS_READ_QUEUE_BYTES_MAX } from "../../src/limits.ts";
 import { nodeSocketTransport } from "../../src/protocol/tls_listener.ts";
 import type { Transport } from "../../src/protocol/transport.ts";
-import { tlsModeOf } from "../../src/security/tls.ts";
 import {
   loadClientTls,
   loadServerTls,
@@ -105,15 +104,6 @@ Deno.test("loadServerTlsFromConfig: off without files, refuses half a pair", asy
     loadServerTlsFromConfig({ tlsCert: null, tlsKey: null, tlsClientCa: certPath("ca") }),
     /-tls-client-ca needs -tls-cert and -tls-key/,
   );
-});
-
-Deno.test("tlsModeOf tells TLS and mutual TLS apart as /api/info reports them", () => {
-  assert.deepEqual(tlsModeOf({ tlsCert: null, tlsKey: null, tlsClientCa: null }), {
-    tls: false,
-    mtls: false,
-  });
-  assert.deepEqual(tlsModeOf(serverTlsConfig(false)), { tls: true, mtls: false });
-  assert.deepEqual(tlsModeOf(serverTlsConfig(true)), { tls: true, mtls: true });
 });
 
 Deno.test("loadClientTls: nothing given is plain TCP; a CA alone, or a CA with a client pair", async () => {

@@ -1,0 +1,90 @@
+/**
+ * Tidiness rules checked on the source tree itself, in the spirit of TigerBeetle's tidy.zig:
+ *
+ * 1. The core is pure: `src/core/` imports nothing outside `src/core/` except `src/limits.ts`
+ *    (and `import type` only from there too), so the engine can be reasoned about and tested
+ *    without I/O, clocks or the protocol.
+ * 2. No unused exports: every exported value (function, class, const, let, enum) of `src/` is
+ *    named by some other module (src, tests, bench, main.ts, mod.ts). Exported types are
+ *    exempt: a type in an exported signature is exported for its callers and the docs even
+ *    when nobody names it.
+ * 3. No file is longer than FILE_LINES_MAX lines (the largest today is about 890): past that, a
+ *    file has more than one responsibility and should be split.
+ * 4. Only `main.ts` exits the process (tests/cli/serve_test.ts checks it).
+ */
+
+import assert from "node:assert/strict";
+
+/** Longest allowed TypeScript file, in lines. */
+const FILE_LINES_MAX = 1_000;
+
+const ROOT = new URL("../", import.meta.url);
+
+async function tsFiles(dir: string): Promise<string[]> {
+  const out: string[] = [];
+  const walk = async (path: string) => {
+    for await (const entry of Deno.readDir(new URL(path, ROOT))) {
+      const child = `${path}/${entry.name}`;
+      if (entry.isDirectory) await walk(child);
+      else if (entry.name.endsWith(".ts")) out.push(child);
+    }
+  };
+  await walk(dir);
+  return out.sort();
+}
+
+async function read(path: string): Promise<string> {
+  return await Deno.readTextFile(new URL(path, ROOT));
+}
+
+/** The module specifiers a file imports or re-exports. */
+function importsOf(text: string): string[] {
+  return [...text.matchAll(/^(?:import|export)\b[^;]*?from\s+"([^"]+)"/gms)].map((m) => m[1]);
+}
+
+Deno.test("tidy: src/core imports nothing outside src/core except src/limits.ts", async () => {
+  const offenders: string[] = [];
+  for (const file of await tsFiles("src/core")) {
+    for (const specifier of importsOf(await read(file))) {
+      const inCore = specifier.startsWith("./") && !specifier.includes("..");
+      if (!inCore && specifier !== "../limits.ts") offenders.push(`${file}: ${specifier}`);
+    }
+  }
+  assert.deepEqual(offenders, []);
+});
+
+Deno.test("tidy: every exported value of src/ is used by another module", async () => {
+  const files = [
+    ...await tsFiles("src"),
+    ...await tsFiles("tests"),
+    ...await tsFiles("bench"),
+    "main.ts",
+    "mod.ts",
+  ];
+  const texts = new Map<string, string>();
+  for (const file of files) texts.set(file, await read(file));
+  const unused: string[] = [];
+  for (const file of files.filter((f) => f.startsWith("src/"))) {
+    const declared = texts.get(file)!.matchAll(
+      /^export (?:async )?(?:function\*?|class|const|let|enum) ([A-Za-z_$][\w$]*)/gm,
+    );
+    for (const [, name] of declared) {
+      const word = new RegExp(`\\b${name.replace("$", "\\$")}\\b`);
+      if (!files.some((other) => other !== file && word.test(texts.get(other)!))) {
+        unused.push(`${file}: ${name}`);
+      }
+    }
+  }
+  assert.deepEqual(unused, []);
+});
+
+Deno.test(`tidy: no TypeScript file is longer than ${FILE_LINES_MAX} lines`, async () => {
+  const long: string[] = [];
+  for (const dir of ["src", "tests", "bench"]) {
+    for (const file of await tsFiles(dir)) {
+      const lines = (await read(file)).split("\n").length;
+      if (lines > FILE_LINES_MAX) long.push(`${file}: ${lines} lines`);
+    }
+  }
+  assert.deepEqual(long, []);
+});
