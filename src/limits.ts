@@ -132,6 +132,12 @@ export const TLS_PENDING_CONNECTIONS_MAX = 1_024;
  * Deno 2.9 keeps reading the socket into a hidden buffer while paused.)
  */
 export const TLS_READ_QUEUE_BYTES_MAX = 1024 * 1024;
+/**
+ * How often the TLS listener's watchdog checks an idle listener (node's accept loop can stop for
+ * good after EMFILE), and how long it waits for its probe connection.
+ */
+export const ACCEPT_PROBE_INTERVAL_MS = 1_000;
+export const ACCEPT_PROBE_TIMEOUT_MS = 2_000;
 /** First and last delay of the acceptor's back-off after a failed accept (descriptor exhaustion). */
 export const ACCEPT_BACKOFF_MS_MIN = 5;
 export const ACCEPT_BACKOFF_MS_MAX = 1_000;

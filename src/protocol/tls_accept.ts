@@ -29,6 +29,7 @@
  * @module
  */
 
+import { ACCEPT_PROBE_INTERVAL_MS, ACCEPT_PROBE_TIMEOUT_MS } from "../limits.ts";
 import * as net from "node:net";
 import { type Scheduler, systemScheduler, type Timer } from "../clock.ts";
 import { formatHostPort, type HostPort } from "../host_port.ts";
@@ -36,10 +37,6 @@ import { log } from "../log/diagnostic.ts";
 import type { ServerCounters } from "../ops/counters.ts";
 
 const logger = log("tls");
-
-/** How often the watchdog checks an idle TLS listener, and how long it waits for its probe. */
-export const ACCEPT_PROBE_INTERVAL_MS = 1_000;
-export const ACCEPT_PROBE_TIMEOUT_MS = 2_000;
 
 export interface TlsAcceptOptions {
   /** Handshakes started per second; 0 means no limit. */
