@@ -30,7 +30,7 @@ import { ALLOW_ALL, loadAclFile } from "./security/acl.ts";
 import { loadServerTlsFromConfig } from "./security/tls.ts";
 import { LockService } from "./service/lock_service.ts";
 import { StallWatchdog } from "./service/stall_watchdog.ts";
-import { openTokenIssuer } from "./storage/token_store.ts";
+import { lockDataDir, openTokenIssuer } from "./storage/token_store.ts";
 import { VERSION } from "./version.ts";
 
 const logger = log("server");
@@ -99,7 +99,17 @@ export async function startServer(
     : await readAdminToken(config.adminTokenFile);
   const acl = config.aclFile === null ? ALLOW_ALL : await loadAclFile(config.aclFile);
   const tlsMaterial = await loadServerTlsFromConfig(config);
-  const tokens = deps.tokens ?? openTokenIssuer(config.dataDir, scheduler.wallMs());
+  // One server per data dir: a second one would issue the same tokens. Held until shutdown ends.
+  const dataDirLock = deps.tokens === undefined && config.dataDir !== null
+    ? lockDataDir(config.dataDir)
+    : null;
+  let tokens: TokenIssuer;
+  try {
+    tokens = deps.tokens ?? openTokenIssuer(config.dataDir, scheduler.wallMs());
+  } catch (error) {
+    dataDirLock?.release();
+    throw error;
+  }
   const engine = new LockEngine({
     tokens,
     ioTimeoutMs: config.ioTimeoutMs,
@@ -166,6 +176,7 @@ export async function startServer(
     // E.g. the port is taken: nothing listens yet, stop the timers and the sink.
     stopTimers();
     await audit.close();
+    dataDirLock?.release();
     throw error;
   }
 
@@ -231,6 +242,7 @@ export async function startServer(
         }
         await ops.close();
       }
+      dataDirLock?.release();
       logger.info("shutdown complete");
     })();
     return shutdownPromise;

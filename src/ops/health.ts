@@ -2,17 +2,18 @@
  * Health probes of the ops server.
  *
  * - `/healthz` (liveness): 200 `ok` until shutdown begins, then 503
- *   `shutting down`. It stays 200 while the audit log is unwritable: the
- *   process is alive and recovers by itself, and restarting it would end
- *   every ownership and lose the records not yet written.
- * - `/readyz` (readiness): like `/healthz`, and also 503
- *   `audit log unavailable` while the audit log cannot be written (no new
- *   ownership can be granted then), so load balancers route clients to
- *   another instance.
+ *   `shutting down`. It stays 200 while grants are blocked: the process is
+ *   alive and recovers by itself, and restarting it would end every
+ *   ownership (and lose the audit records not yet written).
+ * - `/readyz` (readiness): like `/healthz`, and also 503 while no ownership
+ *   can be granted, for whatever reason, with the reason as the body:
+ *   `audit log unavailable` or `token store unavailable`; load balancers
+ *   then route clients to another instance.
  *
  * @module
  */
 
+import type { GrantBlock } from "../core/types.ts";
 import type { ServerContext } from "../server.ts";
 
 function text(status: number, body: string): Response {
@@ -26,8 +27,16 @@ export function healthz(server: ServerContext): Response {
   return server.live ? text(200, "ok") : text(503, "shutting down");
 }
 
+/** The body of a 503 `/readyz`, by why grants are blocked. */
+const NOT_READY: Readonly<Record<GrantBlock, string>> = {
+  shutting_down: "shutting down",
+  audit_unavailable: "audit log unavailable",
+  token_store_unavailable: "token store unavailable",
+};
+
 export function readyz(server: ServerContext): Response {
   if (!server.live) return text(503, "shutting down");
-  if (!server.ready) return text(503, "audit log unavailable");
+  const block = server.engine.grantBlock;
+  if (block !== null) return text(503, NOT_READY[block]);
   return text(200, "ok");
 }

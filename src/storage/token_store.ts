@@ -64,6 +64,10 @@ function writeHighWater(dataDir: string, highWater: number): void {
  * `clockTokenFloor` for its assumption). The file alone makes restarts safe;
  * the floor also covers a server without a data dir, a lost or emptied token
  * file and an old backup restored by mistake, as long as the wall clock is sane.
+ *
+ * The first block is reserved at once, so a data dir that cannot be written and
+ * an exhausted token space stop the start (one line saying why) instead of
+ * failing every later ACQUIRE.
  */
 export function openTokenIssuer(
   dataDir: string | null,
@@ -72,9 +76,68 @@ export function openTokenIssuer(
 ): TokenIssuer {
   const floor = clockTokenFloor(wallMs);
   if (dataDir === null) {
-    return new TokenIssuer(floor, Number.MAX_SAFE_INTEGER, () => {});
+    const issuer = new TokenIssuer(floor, Number.MAX_SAFE_INTEGER, () => {});
+    issuer.prepare();
+    return issuer;
   }
-  Deno.mkdirSync(dataDir, { recursive: true });
+  try {
+    Deno.mkdirSync(dataDir, { recursive: true });
+  } catch (error) {
+    throw new Error(`cannot use -data-dir "${dataDir}": ${errorText(error)}`);
+  }
   const start = Math.max(readHighWater(dataDir), floor);
-  return new TokenIssuer(start, blockSize, (next) => writeHighWater(dataDir, next));
+  const issuer = new TokenIssuer(start, blockSize, (next) => writeHighWater(dataDir, next));
+  try {
+    issuer.prepare();
+  } catch (error) {
+    if (error instanceof RangeError) throw new Error(`-data-dir "${dataDir}": ${error.message}`);
+    throw new Error(`cannot write the token file in -data-dir "${dataDir}": ${errorText(error)}`);
+  }
+  return issuer;
+}
+
+/** Name of the file in `-data-dir` that a running server holds an exclusive lock on. */
+export const DATA_DIR_LOCK_FILE_NAME = "lock";
+
+/**
+ * Takes an exclusive lock on a file in `dataDir` for as long as the server runs, so a second
+ * server on the same directory stops at start-up instead of issuing the same tokens. The lock
+ * is the kernel's (flock): it ends with the process, also after SIGKILL.
+ */
+export function lockDataDir(dataDir: string): { release(): void } {
+  try {
+    Deno.mkdirSync(dataDir, { recursive: true });
+  } catch (error) {
+    throw new Error(`cannot use -data-dir "${dataDir}": ${errorText(error)}`);
+  }
+  const path = join(dataDir, DATA_DIR_LOCK_FILE_NAME);
+  let file: Deno.FsFile;
+  try {
+    file = Deno.openSync(path, { read: true, write: true, create: true });
+  } catch (error) {
+    throw new Error(`cannot use -data-dir "${dataDir}": ${errorText(error)}`);
+  }
+  let locked = false;
+  try {
+    locked = file.tryLockSync(true);
+  } catch (error) {
+    file.close();
+    throw new Error(`cannot lock ${path}: ${errorText(error)}`);
+  }
+  if (!locked) {
+    file.close();
+    throw new Error(`-data-dir "${dataDir}" is in use by another lockd server (it holds ${path})`);
+  }
+  let released = false;
+  return {
+    release() {
+      if (released) return;
+      released = true;
+      file.close(); // closing the descriptor drops the lock
+    },
+  };
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
 }

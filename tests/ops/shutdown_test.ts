@@ -115,3 +115,46 @@ Deno.test("shutdown is idempotent: a second call returns the same completion", a
   await Promise.all([first, second]);
   assert.ok(await refuses(t.server.opsAddr!));
 });
+
+Deno.test("shutdown grants nothing: owners' ownerships end once, waiters get SHUTTING_DOWN only, and no ownership in the audit log begins after shutdown started", async () => {
+  await using t = await startTestServer();
+  const owners = [await RawClient.session(t.addr), await RawClient.session(t.addr)];
+  const waiters = [await RawClient.session(t.addr), await RawClient.session(t.addr)];
+  try {
+    // Each lock has an owner and a queue; the owners' sessions close first at shutdown.
+    for (const [i, name] of ["a", "b"].entries()) {
+      await owners[i].send({ type: "acquire", requestId: 1, name, leaseMs: 0, waitMs: 0 });
+      assert.equal((await owners[i].next())?.type, "acquired");
+    }
+    for (const waiter of waiters) {
+      for (const [i, name] of ["a", "b"].entries()) {
+        await waiter.send({
+          type: "acquire",
+          requestId: i + 1,
+          name,
+          leaseMs: 0,
+          waitMs: 0xffff_ffff,
+        });
+        assert.equal((await waiter.next())?.type, "queued");
+      }
+    }
+    const recordsBefore = t.audit.lines.length;
+    await t.server.shutdown();
+    for (const client of [...owners, ...waiters]) {
+      const frames = await client.drainUntilClosed();
+      assert.deepEqual(
+        frames.map((m) => m.type === "error" ? `error 0x${m.code.toString(16)}` : m.type),
+        ["error 0xa"],
+        "SHUTTING_DOWN and nothing else",
+      );
+    }
+    const after = t.audit.records().slice(recordsBefore);
+    assert.deepEqual(after.map((r) => [r.event, r.lock, r.reason]).sort(), [
+      ["release", "a", "graceful"],
+      ["release", "b", "graceful"],
+    ]);
+    assert.equal(t.server.context.engine.stats.acquiresTotal, 2, "no grant after shutdown began");
+  } finally {
+    for (const client of [...owners, ...waiters]) await client[Symbol.asyncDispose]();
+  }
+});
