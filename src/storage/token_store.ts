@@ -97,7 +97,7 @@ export function openTokenIssuer(
 }
 
 /** Name of the file in `-data-dir` that a running server holds an exclusive lock on. */
-export const DATA_DIR_LOCK_FILE_NAME = "lock";
+const DATA_DIR_LOCK_FILE_NAME = "lock";
 
 /**
  * Takes an exclusive lock on a file in `dataDir` for as long as the server runs, so a second
