@@ -84,7 +84,8 @@ export function listLocks(_request: Request, { context, url }: AdminMatch): Resp
       throw error;
     }
   }
-  const locks = context.server.engine.listLocks(filter).map(lockJson);
+  const nowMs = context.server.scheduler.monotonicMs();
+  const locks = context.server.engine.listLocks(filter).map((view) => lockJson(view, nowMs));
   return jsonResponse({ locks });
 }
 
@@ -94,7 +95,7 @@ export function getLock(_request: Request, { context, params }: AdminMatch): Res
   if (name instanceof Response) return name;
   const view = context.server.engine.getLock(name);
   if (view === undefined) return fail("lock_not_found", notFoundDetail(name));
-  return jsonResponse(lockJson(view));
+  return jsonResponse(lockJson(view, context.server.scheduler.monotonicMs()));
 }
 
 /**
@@ -119,7 +120,11 @@ export function forceRelease(_request: Request, { context, params }: AdminMatch)
       );
     case "released": {
       const after = engine.getLock(name);
-      return jsonResponse(after === undefined ? idleLockJson(name) : lockJson(after));
+      return jsonResponse(
+        after === undefined
+          ? idleLockJson(name)
+          : lockJson(after, context.server.scheduler.monotonicMs()),
+      );
     }
   }
 }

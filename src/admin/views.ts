@@ -1,6 +1,8 @@
 /**
  * The JSON shapes of the admin API (docs/operations.md, "Endpoints"), built
- * from the engine's views. Field order is part of the contract.
+ * from the engine's views. Field order is part of the contract: the spec's
+ * fields first, exactly as the spec has them, then lockd's additions
+ * (`client_name`, `session`, `held_for_ms`, `waiting_for_ms`).
  *
  * @module
  */
@@ -21,12 +23,22 @@ export interface HolderJson {
   since: string;
   lease_ms: number;
   token: number;
+  /** The client name from HELLO (`""` when the client sent none). */
+  client_name: string;
+  /** Session id, as in the audit log's `session`. */
+  session: number;
+  /** Milliseconds since the ownership began (monotonic clock). */
+  held_for_ms: number;
 }
 
 export interface WaiterJson {
   identity: string;
   remote_addr: string;
   queued_at: string;
+  client_name: string;
+  session: number;
+  /** Milliseconds since the claim entered the queue (monotonic clock). */
+  waiting_for_ms: number;
 }
 
 /** Info object. */
@@ -46,7 +58,8 @@ export interface InfoJson {
   sessions: number;
 }
 
-export function lockJson(view: LockView): LockJson {
+/** A Lock object; durations are measured up to `nowMs` (monotonic). */
+export function lockJson(view: LockView, nowMs: number): LockJson {
   const holder = view.holder;
   return {
     name: view.name,
@@ -56,11 +69,17 @@ export function lockJson(view: LockView): LockJson {
       since: rfc3339(holder.sinceWallMs),
       lease_ms: holder.leaseMs,
       token: holder.token,
+      client_name: holder.clientName,
+      session: holder.sessionId,
+      held_for_ms: Math.max(0, Math.round(nowMs - holder.sinceMs)),
     },
     waiters: view.waiters.map((waiter) => ({
       identity: waiter.identity,
       remote_addr: waiter.remoteAddr,
       queued_at: rfc3339(waiter.queuedAtWallMs),
+      client_name: waiter.clientName,
+      session: waiter.sessionId,
+      waiting_for_ms: Math.max(0, Math.round(nowMs - waiter.queuedAtMs)),
     })),
   };
 }

@@ -253,7 +253,7 @@ export async function adminCommand(
           error: describeFailure(reply.status, reply.statusText, reply.contentType, reply.body),
         };
       }
-      if (json) return { text: `${JSON.stringify(JSON.parse(reply.body))}\n` };
+      if (json) return { text: `${JSON.stringify(withoutDurations(JSON.parse(reply.body)))}\n` };
       return {
         text: subcommand === "locks"
           ? formatLockList((JSON.parse(reply.body) as { locks: LockJson[] }).locks)
@@ -300,6 +300,20 @@ export async function adminCommand(
 type Reply =
   | { status: number; statusText: string; contentType: string; body: string }
   | { failure: string };
+
+/**
+ * A watched document without `held_for_ms` and `waiting_for_ms`: they grow with every request,
+ * so a pipe would get a document each interval instead of one per change (`since` and
+ * `queued_at` stay, and give the same durations).
+ */
+function withoutDurations(value: unknown): unknown {
+  return JSON.parse(
+    JSON.stringify(
+      value,
+      (key, field) => key === "held_for_ms" || key === "waiting_for_ms" ? undefined : field,
+    ),
+  );
+}
 
 /** What one round of watch mode shows: the view, or an error line. */
 type Frame = { text: string } | { error: string };

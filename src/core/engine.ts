@@ -166,9 +166,9 @@ export class LockEngine {
   // ---- sessions -----------------------------------------------------------
 
   /** Registers a session; null when the session limit is reached. */
-  openSession(now: Instant, identity: string, remoteAddr: string): Peer | null {
+  openSession(now: Instant, identity: string, remoteAddr: string, clientName = ""): Peer | null {
     if (this.#sessions.size >= this.#sessionsMax) return null;
-    const peer: Peer = { sessionId: this.#nextSessionId++, identity, remoteAddr };
+    const peer: Peer = { sessionId: this.#nextSessionId++, identity, remoteAddr, clientName };
     const session: Session = {
       kind: "io",
       peer,
@@ -799,7 +799,9 @@ function holderView(owner: Claim): HolderView {
     identity: owner.session.peer.identity,
     remoteAddr: owner.session.peer.remoteAddr,
     sessionId: owner.session.peer.sessionId,
+    clientName: owner.session.peer.clientName,
     sinceWallMs: owner.sinceWallMs,
+    sinceMs: owner.sinceMs,
     leaseMs: owner.leaseMs,
     token: owner.token,
   };
@@ -810,7 +812,9 @@ function waiterView(claim: Claim): WaiterView {
     identity: claim.session.peer.identity,
     remoteAddr: claim.session.peer.remoteAddr,
     sessionId: claim.session.peer.sessionId,
+    clientName: claim.session.peer.clientName,
     queuedAtWallMs: claim.queuedAtWallMs,
+    queuedAtMs: claim.queuedAtMs,
   };
 }
 

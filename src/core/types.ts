@@ -75,6 +75,8 @@ export interface Peer {
   readonly identity: string;
   /** `host:port`, IPv6 as `[::1]:port`. */
   readonly remoteAddr: string;
+  /** The client name the session sent in HELLO (informational, at most 256 bytes). */
+  readonly clientName: string;
 }
 
 /** Everything the engine reports back. Adapters carry these out in order. */
@@ -159,7 +161,10 @@ export interface HolderView {
   readonly identity: string;
   readonly remoteAddr: string;
   readonly sessionId: number;
+  readonly clientName: string;
   readonly sinceWallMs: number;
+  /** Monotonic start of the ownership ("held for" is measured from it). */
+  readonly sinceMs: number;
   readonly leaseMs: number;
   readonly token: number;
 }
@@ -168,7 +173,10 @@ export interface WaiterView {
   readonly identity: string;
   readonly remoteAddr: string;
   readonly sessionId: number;
+  readonly clientName: string;
   readonly queuedAtWallMs: number;
+  /** Monotonic time the claim entered the queue ("waiting for" is measured from it). */
+  readonly queuedAtMs: number;
 }
 
 /** Counters and gauges the engine keeps exact; `/metrics` reads them at scrape time. */

@@ -369,6 +369,7 @@ export class Session implements SessionPort, StallWatched {
       this.transport.identity,
       this.transport.remoteAddr,
       this,
+      clientName,
     );
     if ("code" in opened) {
       this.#refuse(opened);

@@ -120,9 +120,14 @@ export class LockService {
   // ---- sessions (the protocol layer) ---------------------------------------
 
   /** A valid HELLO: registers the session, or says why it is refused. */
-  openSession(identity: string, remoteAddr: string, port: SessionPort): Peer | WireError {
+  openSession(
+    identity: string,
+    remoteAddr: string,
+    port: SessionPort,
+    clientName = "",
+  ): Peer | WireError {
     if (this.#engine.isBlocked("shutting_down")) return SHUTTING_DOWN_ERROR;
-    const peer = this.#engine.openSession(this.now(), identity, remoteAddr);
+    const peer = this.#engine.openSession(this.now(), identity, remoteAddr, clientName);
     if (peer === null) {
       logger.warn("session limit reached", { remote_addr: remoteAddr });
       return SESSION_ERRORS.sessionLimit();

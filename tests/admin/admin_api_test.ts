@@ -4,6 +4,7 @@ import { RawClient } from "../helpers/raw_client.ts";
 import { ManualScheduler } from "../../src/clock.ts";
 import { AUDIT_RETRY_MS } from "../../src/limits.ts";
 import { eventually, startTestServer, type TestServer } from "../helpers/start_server.ts";
+import { VERSION } from "../../src/version.ts";
 import { http, problemText, queue, START, start, START_WALL_MS } from "./admin_helpers.ts";
 
 function adminAddr(t: TestServer): string {
@@ -13,6 +14,13 @@ function adminAddr(t: TestServer): string {
 function holderAddr(t: TestServer, name: string): string {
   return t.server.context.engine.getLock(name)!.holder!.remoteAddr;
 }
+
+function holderSession(t: TestServer, name: string): number {
+  return t.server.context.engine.getLock(name)!.holder!.sessionId;
+}
+
+/** The client name the TypeScript client sends in HELLO by default. */
+const CLIENT = `lockd-ts/${VERSION}`;
 
 const ACTOR_ADDR = /^127\.0\.0\.1:\d+$/;
 
@@ -86,6 +94,7 @@ Deno.test("GET /api/locks lists held and queued locks sorted by name, never idle
   const answer = await http(adminAddr(t), "GET", "/api/locks");
   assert.equal(answer.status, 200);
   const owner = holderAddr(t, "zeta");
+  const session = holderSession(t, "zeta");
   assert.equal(
     answer.text,
     JSON.stringify({
@@ -98,6 +107,9 @@ Deno.test("GET /api/locks lists held and queued locks sorted by name, never idle
             since: START,
             lease_ms: 15_000,
             token: alpha.token,
+            client_name: CLIENT,
+            session,
+            held_for_ms: 0,
           },
           waiters: [],
         },
@@ -109,8 +121,18 @@ Deno.test("GET /api/locks lists held and queued locks sorted by name, never idle
             since: START,
             lease_ms: 7_000,
             token: zeta.token,
+            client_name: CLIENT,
+            session,
+            held_for_ms: 0,
           },
-          waiters: [{ identity: "", remote_addr: waiting.remoteAddr, queued_at: START }],
+          waiters: [{
+            identity: "",
+            remote_addr: waiting.remoteAddr,
+            queued_at: START,
+            client_name: CLIENT,
+            session: waiting.sessionId,
+            waiting_for_ms: 0,
+          }],
         },
       ],
     }),
@@ -118,6 +140,34 @@ Deno.test("GET /api/locks lists held and queued locks sorted by name, never idle
   await zeta.release();
   await (await waiting.granted).release();
   await alpha.release();
+});
+
+Deno.test("holders and waiters show the client name, the session and how long they have held or waited", async () => {
+  await using t = await start();
+  await using a = await connect({ addr: t.addr, clientName: "billing-worker/7" });
+  await using b = await connect({ addr: t.addr, clientName: "<b>report</b>" });
+  const lock = await a.acquire("invoices", { leaseMs: 60_000 });
+  t.scheduler.advance(1_000);
+  const waiting = await queue(t, b, "invoices");
+  t.scheduler.advance(2_500);
+  const answer = await http(adminAddr(t), "GET", "/api/locks/invoices");
+  const view = answer.json as {
+    holder: Record<string, unknown>;
+    waiters: Record<string, unknown>[];
+  };
+  assert.deepEqual(
+    [view.holder.client_name, view.holder.session, view.holder.held_for_ms, view.holder.since],
+    ["billing-worker/7", holderSession(t, "invoices"), 3_500, START],
+  );
+  assert.deepEqual(
+    [view.waiters[0].client_name, view.waiters[0].session, view.waiters[0].waiting_for_ms],
+    ["<b>report</b>", waiting.sessionId, 2_500],
+  );
+  // The session ids are the audit log's.
+  const acquired = t.audit.records().find((r) => r.event === "acquire" && r.lock === "invoices");
+  assert.equal(acquired?.session, view.holder.session);
+  await lock.release();
+  await (await waiting.granted).release();
 });
 
 Deno.test("GET /api/locks?match= filters with the glob language, sorted", async () => {
@@ -187,6 +237,9 @@ for (const { what, name, encoded } of NAME_CASES) {
           since: START,
           lease_ms: 15_000,
           token: lock.token,
+          client_name: CLIENT,
+          session: holderSession(t, name),
+          held_for_ms: 0,
         },
         waiters: [],
       }),
@@ -373,8 +426,18 @@ Deno.test("force-release hands the lock to the head waiter with a larger token; 
         since: START,
         lease_ms: 15_000,
         token: next.token,
+        client_name: CLIENT,
+        session: first.sessionId,
+        held_for_ms: 0,
       },
-      waiters: [{ identity: "", remote_addr: second.remoteAddr, queued_at: START }],
+      waiters: [{
+        identity: "",
+        remote_addr: second.remoteAddr,
+        queued_at: START,
+        client_name: CLIENT,
+        session: second.sessionId,
+        waiting_for_ms: 0,
+      }],
     }),
   );
   const reason = await lost;
@@ -468,7 +531,14 @@ Deno.test("force-release of a lock with waiters but no owner is a 409 problem", 
     JSON.stringify({
       name: "paused",
       holder: null,
-      waiters: [{ identity: "", remote_addr: queued.remoteAddr, queued_at: START }],
+      waiters: [{
+        identity: "",
+        remote_addr: queued.remoteAddr,
+        queued_at: START,
+        client_name: CLIENT,
+        session: queued.sessionId,
+        waiting_for_ms: 0,
+      }],
     }),
   );
   const answer = await http(adminAddr(t), "POST", "/api/locks/paused/release");

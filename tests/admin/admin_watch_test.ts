@@ -130,6 +130,28 @@ Deno.test("admin locks -watch -json through a pipe: one JSON document per change
   }
 });
 
+Deno.test("admin show NAME -watch -json through a pipe: held-for and waiting-for growing is no change", async () => {
+  await using t = await start();
+  await using client = await connect({ addr: t.addr });
+  const lock = await client.acquire("jobs/c", { leaseMs: 60_000 });
+  const admin = t.server.adminAddr!;
+  const w = watch(["-admin", admin, "-json", "show", "jobs/c", "-watch", "-interval", "1s"], false);
+  try {
+    await round(w, 1, "first document");
+    const first = JSON.parse(w.stdout[0]);
+    assert.equal(first.holder.token, lock.token);
+    assert.equal(first.holder.held_for_ms, undefined);
+    t.scheduler.advance(1_000);
+    w.scheduler.advance(1_000);
+    await eventually(() => w.requests === 2, "second request");
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    assert.equal(w.stdout.length, 1, "the same lock is not printed again");
+  } finally {
+    assert.equal(await w.stop(), 0);
+    await lock.release();
+  }
+});
+
 Deno.test("admin -watch is refused for other subcommands and -interval without -watch", async () => {
   const io = { stdout: () => {}, stderr: () => {} };
   assert.equal(await adminCommand(["info", "-watch"], io), 2);
