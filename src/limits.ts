@@ -124,6 +124,12 @@ export const TLS_HANDSHAKE_RATE_PER_S_MAX = 1_000_000;
  * oldest waiting (likely a client that gave up). One second of a 1,000/s flood; a descriptor each.
  */
 export const TLS_PENDING_CONNECTIONS_MAX = 1_024;
+/**
+ * `TLS handshake failed` log lines per second at most; the rest are summarised in one line per
+ * second (all are counted in lockd_tls_handshake_errors_total). A flood of bad handshakes must not
+ * turn into a flood of log lines.
+ */
+export const TLS_FAILURE_LOG_LINES_PER_S = 20;
 
 /**
  * Received bytes a TLS connection may have queued that its session has not read by the end of an

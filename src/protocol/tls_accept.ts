@@ -38,6 +38,9 @@ import type { ServerCounters } from "../ops/counters.ts";
 
 const logger = log("tls");
 
+/** EMFILE (process) and ENFILE (system) as Deno reports them. */
+const DESCRIPTORS_EXHAUSTED = /os error 2[34]\b|Too many open files/i;
+
 export interface TlsAcceptOptions {
   /** Handshakes started per second; 0 means no limit. */
   readonly handshakesPerS: number;
@@ -262,11 +265,15 @@ export class TlsAcceptor {
     try {
       probe = await Deno.connect({ hostname: wildcard, port: this.#port });
     } catch (error) {
-      // Out of descriptors (or the port is not listening): accepts fail too. Count and retry.
-      this.#options.counters.countAcceptError("protocol");
-      logger.warn("accept check failed", {
-        error: error instanceof Error ? error.message : String(error),
-      });
+      // Out of descriptors: accepts fail as well, count it. Anything else (a firewall that
+      // refuses the server's own address) says nothing about the listener: log only.
+      const message = error instanceof Error ? error.message : String(error);
+      if (DESCRIPTORS_EXHAUSTED.test(message)) {
+        this.#options.counters.countAcceptError("protocol");
+        logger.warn("accept check failed: out of file descriptors", { error: message });
+      } else {
+        logger.debug("accept check could not connect", { error: message });
+      }
       return;
     }
     const localPort = (probe.localAddr as Deno.NetAddr).port;

@@ -17,7 +17,7 @@
 import type { Socket } from "node:net";
 import * as tls from "node:tls";
 import { formatHostPort, type HostPort } from "../host_port.ts";
-import { TLS_READ_QUEUE_BYTES_MAX } from "../limits.ts";
+import { TLS_FAILURE_LOG_LINES_PER_S, TLS_READ_QUEUE_BYTES_MAX } from "../limits.ts";
 import { WIRE_CODES } from "./codes.ts";
 import { encodeFrame } from "./frame.ts";
 import { log } from "../log/diagnostic.ts";
@@ -70,6 +70,7 @@ export async function listenTls(
     handshakeTimeout: options.handshakeTimeoutMs,
   });
   let closed = false;
+  const failureLog = new HandshakeFailureLog();
   /** Connections still in their TLS handshake (or before it), by remote address, so close() can end them. */
   const handshaking = new Map<string, Socket>();
 
@@ -96,7 +97,7 @@ export async function listenTls(
     raw.on("error", () => {}); // a reset before the first byte: 'close' follows
     const timer = setTimeout(() => {
       counters.tlsHandshakeErrors++;
-      logger.warn("TLS handshake failed", {
+      failureLog.warn({
         remote_addr: key,
         reason: `no TLS ClientHello within ${options.handshakeTimeoutMs} ms`,
       });
@@ -111,13 +112,13 @@ export async function listenTls(
         acceptor.admit(raw, () => server.emit("connection", raw));
         return;
       }
-      refuseNotTls(raw, key, first, counters);
+      refuseNotTls(raw, key, first, counters, failureLog);
     });
   };
 
   server.on("tlsClientError", (error: Error & { code?: string }, socket: tls.TLSSocket) => {
     counters.tlsHandshakeErrors++;
-    logger.warn("TLS handshake failed", {
+    failureLog.warn({
       remote_addr: remoteAddrOf(socket),
       reason: handshakeFailureReason(error, socket),
     });
@@ -135,7 +136,7 @@ export async function listenTls(
     if (mtls && !socket.authorized) {
       // rejectUnauthorized already refuses these; never serve one unverified.
       counters.tlsHandshakeErrors++;
-      logger.warn("TLS handshake failed", {
+      failureLog.warn({
         remote_addr: remoteAddr,
         reason: String(socket.authorizationError ?? "client certificate not verified"),
       });
@@ -149,7 +150,7 @@ export async function listenTls(
       if (!(error instanceof CertificateIdentityError)) throw error;
       // A verified certificate whose names cannot be read safely: refused, never guessed.
       counters.tlsHandshakeErrors++;
-      logger.warn("TLS handshake failed", { remote_addr: remoteAddr, reason: error.message });
+      failureLog.warn({ remote_addr: remoteAddr, reason: error.message });
       socket.destroy();
       return;
     }
@@ -178,6 +179,7 @@ export async function listenTls(
       closed = true;
       // Stops accepting at once; sessions are closed by the shutdown afterwards.
       acceptor.close();
+      failureLog.close();
       for (const raw of handshaking.values()) raw.destroy();
       handshaking.clear();
       done.resolve();
@@ -186,6 +188,60 @@ export async function listenTls(
       server.setSecureContext({ cert: next.cert, key: next.key, ca: next.ca });
     },
   };
+}
+
+/**
+ * The `warn` lines `TLS handshake failed`, at most `TLS_FAILURE_LOG_LINES_PER_S` a second: a
+ * flood of bad handshakes must not become a flood of log lines (each costs the event loop and
+ * the disk). Lines past the limit are counted (every failure is in
+ * `lockd_tls_handshake_errors_total` anyway) and summarised once at the end of the second.
+ */
+class HandshakeFailureLog {
+  #windowStartMs = -Infinity;
+  #lines = 0;
+  #suppressed = 0;
+  #flush: ReturnType<typeof setTimeout> | undefined;
+  #closed = false;
+
+  warn(fields: Record<string, unknown>): void {
+    if (this.#closed) {
+      // Stragglers after the listener closed: few, and no timer may outlive the listener.
+      logger.warn("TLS handshake failed", fields);
+      return;
+    }
+    const now = performance.now();
+    if (now - this.#windowStartMs >= 1_000) {
+      this.#summarise();
+      this.#windowStartMs = now;
+      this.#lines = 0;
+    }
+    if (this.#lines < TLS_FAILURE_LOG_LINES_PER_S) {
+      this.#lines++;
+      logger.warn("TLS handshake failed", fields);
+      return;
+    }
+    this.#suppressed++;
+    this.#flush ??= setTimeout(() => {
+      this.#flush = undefined;
+      this.#summarise();
+    }, Math.max(0, this.#windowStartMs + 1_000 - now));
+  }
+
+  #summarise(): void {
+    clearTimeout(this.#flush);
+    this.#flush = undefined;
+    if (this.#suppressed === 0) return;
+    logger.warn("TLS handshake failures not logged one by one", {
+      failures: this.#suppressed,
+      lines_per_s: TLS_FAILURE_LOG_LINES_PER_S,
+    });
+    this.#suppressed = 0;
+  }
+
+  close(): void {
+    this.#summarise();
+    this.#closed = true;
+  }
 }
 
 /**
@@ -381,11 +437,12 @@ function refuseNotTls(
   remoteAddr: string,
   first: Uint8Array,
   counters: ServerCounters,
+  failureLog: HandshakeFailureLog,
 ) {
   counters.tlsHandshakeErrors++;
   const lockdFrame = first[0] === 0x00;
   const shown = [...first.subarray(0, 4)].map((b) => b.toString(16).padStart(2, "0")).join(" ");
-  logger.warn("TLS handshake failed", {
+  failureLog.warn({
     remote_addr: remoteAddr,
     reason: lockdFrame
       ? "plaintext lockd frame on the TLS listener (the client does not use TLS)"
