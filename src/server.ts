@@ -171,6 +171,7 @@ export async function startServer(
         handshakeTimeoutMs: config.handshakeTimeoutMs,
         handshakesPerS: config.tlsHandshakeRatePerS,
         pendingMax: TLS_PENDING_CONNECTIONS_MAX,
+        scheduler,
       }, serve);
   } catch (error) {
     // E.g. the port is taken: nothing listens yet, stop the timers and the sink.

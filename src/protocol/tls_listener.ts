@@ -16,6 +16,7 @@
 
 import type { Socket } from "node:net";
 import * as tls from "node:tls";
+import { type Scheduler, systemScheduler } from "../clock.ts";
 import { formatHostPort, type HostPort } from "../host_port.ts";
 import { TLS_FAILURE_LOG_LINES_PER_S, TLS_READ_QUEUE_BYTES_MAX } from "../limits.ts";
 import { WIRE_CODES } from "./codes.ts";
@@ -45,6 +46,8 @@ export interface TlsListenOptions {
   handshakesPerS: number;
   /** Accepted connections whose handshake has not started, at most. */
   pendingMax: number;
+  /** The server's clock and timers (handshake timeouts, the rate limit, the accept watchdog). */
+  scheduler?: Scheduler;
 }
 
 /**
@@ -61,6 +64,7 @@ export async function listenTls(
   onTransport: (transport: Transport) => void,
 ): Promise<TlsProtocolListener> {
   const mtls = material.ca !== undefined;
+  const scheduler = options.scheduler ?? systemScheduler;
   const server = tls.createServer({
     cert: material.cert,
     key: material.key,
@@ -95,7 +99,7 @@ export async function listenTls(
       if (handshaking.get(key) === raw) handshaking.delete(key);
     });
     raw.on("error", () => {}); // a reset before the first byte: 'close' follows
-    const timer = setTimeout(() => {
+    const timer = scheduler.setTimer(() => {
       counters.tlsHandshakeErrors++;
       failureLog.warn({
         remote_addr: key,
@@ -103,9 +107,9 @@ export async function listenTls(
       });
       raw.destroy();
     }, options.handshakeTimeoutMs);
-    raw.once("close", () => clearTimeout(timer));
+    raw.once("close", () => timer.cancel());
     raw.once("data", (first: Uint8Array) => {
-      clearTimeout(timer);
+      timer.cancel();
       raw.pause();
       if (first[0] === TLS_HANDSHAKE_RECORD) {
         raw.unshift(first);
@@ -163,6 +167,7 @@ export async function listenTls(
   });
 
   const acceptor = await TlsAcceptor.listen(at, {
+    scheduler,
     handshakesPerS: options.handshakesPerS,
     pendingMax: options.pendingMax,
     handshakeTimeoutMs: options.handshakeTimeoutMs,

@@ -5,7 +5,9 @@
  * a scenario (or a scenario without a row) fails too.
  */
 import assert from "node:assert/strict";
+import { ManualScheduler } from "../../src/clock.ts";
 import type { ServerConfig } from "../../src/config.ts";
+import { AUDIT_RETRY_MS } from "../../src/limits.ts";
 import { TokenIssuer } from "../../src/core/tokens.ts";
 import { WIRE_CODES, type WireCodeName } from "../../src/protocol/codes.ts";
 import { encodeFrame } from "../../src/protocol/frame.ts";
@@ -87,8 +89,12 @@ async function closesNow(raw: RawClient): Promise<boolean> {
   return false;
 }
 
-async function server(config: Partial<ServerConfig> = {}): Promise<TestServer> {
-  return await startTestServer(config);
+/** A server on a manual clock: timeouts, leases and retries happen when a scenario moves it. */
+async function server(
+  config: Partial<ServerConfig> = {},
+): Promise<TestServer & { scheduler: ManualScheduler }> {
+  const scheduler = new ManualScheduler();
+  return Object.assign(await startTestServer(config, { scheduler }), { scheduler });
 }
 
 async function acquire(
@@ -163,6 +169,8 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
   async "no HELLO within the handshake timeout"() {
     await using t = await server({ handshakeTimeoutMs: 100 });
     await using raw = await RawClient.connect(t.addr);
+    await eventually(() => t.server.context.connections.size === 1, "connection accepted");
+    t.scheduler.advance(100);
     return [await observe(raw)];
   },
 
@@ -265,6 +273,7 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
     await b.send({ type: "acquire", requestId: 4, name: "other", leaseMs: 0, waitMs: 0 });
     const out = [await observe(b, { acquireId: 4, requestName: "other" })];
     t.audit.failing = false;
+    t.scheduler.advance(AUDIT_RETRY_MS);
     assert.equal((await a.next(5_000))?.type, "acquired", "the held-back grant arrives");
     return out;
   },
@@ -313,6 +322,7 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
     await using b = await RawClient.session(t.addr);
     assert.equal((await acquire(a, 1, "held"))?.type, "acquired");
     assert.equal((await acquire(b, 2, "held", 50))?.type, "queued");
+    t.scheduler.advance(50);
     return [await observe(b, { acquireId: 2, requestName: "held" })];
   },
 
@@ -355,6 +365,7 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
     await using t = await server();
     await using raw = await RawClient.session(t.addr);
     assert.equal((await acquire(raw, 7, "short", 0, 50))?.type, "acquired");
+    t.scheduler.advance(50);
     return [await observe(raw, { acquireId: 7, lock: "short" })];
   },
 
@@ -362,6 +373,7 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
     await using t = await server({ ioTimeoutMs: 150 });
     await using raw = await RawClient.session(t.addr);
     assert.equal((await acquire(raw, 1, "held"))?.type, "acquired");
+    t.scheduler.advance(150);
     return [await observe(raw)];
   },
 
