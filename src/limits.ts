@@ -279,3 +279,21 @@ export const CONNECT_TIMEOUT_MS_DEFAULT = 5_000;
  * of the lease at most, so the 50 ms shortest lease keeps a usable deadline.
  */
 export const LEASE_MARGIN_MS_MIN = 50;
+
+// ---- Cluster mode (etcd) ----------------------------------------------------------------
+
+/** Lease TTL of every node in etcd. Flag `-cluster-ttl`. Whole seconds (etcd counts in seconds). */
+export const CLUSTER_TTL_MS_DEFAULT = 2_000;
+/** etcd raises shorter TTLs to 1.5 × its election timeout (1 s by default), i.e. 2 s. */
+export const CLUSTER_TTL_MS_MIN = 2_000;
+/** Past a minute a dead leader keeps its clients waiting too long to be useful. */
+export const CLUSTER_TTL_MS_MAX = 60_000;
+/**
+ * The leader pauses this share of the TTL before `safeUntil` (200 ms at TTL 2 s): room for clock
+ * rates that differ between the node and etcd and for the time a frame takes to leave.
+ */
+export const CLUSTER_MARGIN_TTL_SHARE = 0.1;
+/** Keep-alive cadence of a paused leader (and after a failed keep-alive), so it resumes quickly. */
+export const CLUSTER_RECHECK_MS = 100;
+/** Delay before retrying a failed lease grant, read, campaign, watch or token reservation. */
+export const CLUSTER_RETRY_MS = 250;

@@ -3,7 +3,8 @@ import { formatHostPort, parseHostPort } from "../../src/host_port.ts";
 /**
  * A TCP proxy on loopback port 0 that can misbehave like a real middlebox:
  * stall one direction (bytes are swallowed), hold both directions without
- * closing (bytes are kept and delivered late on `resume()`), or cut every
+ * closing (bytes are kept and delivered late on `resume()`), partition
+ * (swallow everything and leave new connections unanswered), or cut every
  * connection.
  */
 export class ChaosProxy implements AsyncDisposable {
@@ -20,6 +21,7 @@ export class ChaosProxy implements AsyncDisposable {
   readonly #conns = new Set<Deno.Conn>();
   readonly #pumps = new Set<Promise<void>>();
   readonly #accepting: Promise<void>;
+  #partitioned = false;
 
   constructor(target: string) {
     const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
@@ -28,6 +30,10 @@ export class ChaosProxy implements AsyncDisposable {
     const to = parseHostPort(target);
     this.#accepting = (async () => {
       for await (const inbound of listener) {
+        if (this.#partitioned) {
+          this.#blackHole(inbound);
+          continue;
+        }
         try {
           const outbound = await Deno.connect({ hostname: to.hostname, port: to.port });
           inbound.setNoDelay(true);
@@ -67,6 +73,45 @@ export class ChaosProxy implements AsyncDisposable {
       this.#held.delete(to);
     });
     await Promise.all(writes);
+  }
+
+  /**
+   * A network partition: bytes of open connections are swallowed both ways, and new
+   * connections are accepted but never reach the target (the peer sees timeouts, not refusals).
+   */
+  partition(): void {
+    this.#partitioned = true;
+    this.stallUpstream = true;
+    this.stallDownstream = true;
+  }
+
+  /** Ends a partition: connections that lived through it are cut (their streams lost bytes). */
+  heal(): void {
+    this.#partitioned = false;
+    this.stallUpstream = false;
+    this.stallDownstream = false;
+    this.cutAll();
+  }
+
+  #blackHole(inbound: Deno.Conn): void {
+    this.#conns.add(inbound);
+    this.#track((async () => {
+      const buffer = new Uint8Array(16 * 1024);
+      try {
+        while ((await inbound.read(buffer)) !== null) {
+          // swallowed
+        }
+      } catch {
+        // cut
+      }
+      if (this.#conns.delete(inbound)) {
+        try {
+          inbound.close();
+        } catch {
+          // already closed
+        }
+      }
+    })());
   }
 
   /** Closes every proxied connection in both directions. */

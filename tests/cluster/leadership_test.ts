@@ -1,0 +1,350 @@
+/**
+ * Election and self-fencing on an in-memory etcd with manual time: who leads, when a leader
+ * pauses, resumes and steps down, and that the arithmetic holds when timers did not run.
+ */
+
+import assert from "node:assert/strict";
+import { ManualClock, ManualScheduler } from "../../src/clock.ts";
+import { Leadership, type LeadershipEvent } from "../../src/cluster/leadership.ts";
+import { FakeEtcd, settle } from "../helpers/fake_etcd.ts";
+
+const TTL_MS = 2_000;
+const MARGIN_MS = 200;
+
+interface Node {
+  leadership: Leadership;
+  events: LeadershipEvent[];
+}
+
+function node(etcd: FakeEtcd, scheduler: ManualScheduler, name: string): Node {
+  const events: LeadershipEvent[] = [];
+  const leadership = new Leadership({
+    etcd,
+    scheduler,
+    cluster: "test",
+    node: { name, advertise: `${name}:7400`, admin: `${name}:7401` },
+    ttlMs: TTL_MS,
+    onEvent: (e) => events.push(e),
+  });
+  return { leadership, events };
+}
+
+/** Moves time in small steps, letting etcd answers settle between them. */
+async function run(scheduler: ManualScheduler, ms: number, stepMs = 10): Promise<void> {
+  for (let t = 0; t < ms; t += stepMs) {
+    scheduler.advance(Math.min(stepMs, ms - t));
+    await settle();
+  }
+}
+
+/** Moves the clock without running any timer: a process frozen by SIGSTOP. */
+function freeze(scheduler: ManualScheduler, ms: number): void {
+  ManualClock.prototype.advance.call(scheduler, ms);
+}
+
+function types(events: LeadershipEvent[]): string[] {
+  return events.map((e) => e.type === "stepped_down" ? `stepped_down:${e.reason}` : e.type);
+}
+
+Deno.test("a lone node leads; its term is the create revision of the leader key", async () => {
+  const scheduler = new ManualScheduler(0, 0);
+  const etcd = new FakeEtcd(scheduler);
+  const a = node(etcd, scheduler, "a");
+  a.leadership.start();
+  await settle();
+  const key = etcd.peek("test/leader");
+  assert.ok(key !== undefined);
+  assert.equal(a.leadership.role, "leader");
+  assert.equal(a.leadership.term, key.createRevision);
+  assert.equal(key.lease, a.leadership.leaseId);
+  assert.deepEqual(JSON.parse(key.value), { name: "a", advertise: "a:7400", admin: "a:7401" });
+  assert.ok(a.leadership.serving());
+  assert.equal(a.leadership.safeUntilMs, TTL_MS);
+  assert.equal(a.leadership.leader?.advertise, "a:7400");
+  assert.deepEqual(types(a.events), ["elected", "leader_changed"]);
+  a.leadership.close();
+});
+
+Deno.test("keep-alives go out every TTL/3 and move safeUntil to their send time + TTL", async () => {
+  const scheduler = new ManualScheduler(0, 0);
+  const etcd = new FakeEtcd(scheduler);
+  etcd.latencyMs = 5; // processed 5 ms after the send: safeUntil still counts from the send
+  const a = node(etcd, scheduler, "a");
+  a.leadership.start();
+  await run(scheduler, 2_100);
+  const granted = etcd.requests.find((r) => r.op === "grant")!.sentAtMs;
+  const sends = etcd.requests.filter((r) => r.op === "keepalive").map((r) => r.sentAtMs);
+  assert.equal(sends.length, 3);
+  // The first goes TTL/3 after the grant's answer (5 ms, seen at the next 10 ms step).
+  assert.equal(Math.round(sends[0] - granted), 677);
+  assert.deepEqual([sends[1] - sends[0], sends[2] - sends[1]].map(Math.round), [667, 667]);
+  assert.equal(a.leadership.safeUntilMs, sends[2] + TTL_MS);
+  assert.equal(a.leadership.role, "leader");
+  a.leadership.close();
+});
+
+Deno.test("a standby sees the leader, and campaigns when the key goes with the leader's lease", async () => {
+  const scheduler = new ManualScheduler(0, 0);
+  const etcd = new FakeEtcd(scheduler);
+  const a = node(etcd, scheduler, "a");
+  const b = node(etcd, scheduler, "b");
+  a.leadership.start();
+  await settle();
+  b.leadership.start();
+  await settle();
+  assert.equal(b.leadership.role, "standby");
+  assert.equal(b.leadership.leader?.name, "a");
+  assert.equal(b.leadership.serving(), false);
+  const termA = a.leadership.term;
+  await run(scheduler, 1_000);
+  // a dies without a word (SIGKILL): its lease runs out, then b is elected.
+  const safeUntilA = a.leadership.safeUntilMs;
+  a.leadership.close();
+  await run(scheduler, 3_000);
+  assert.equal(b.leadership.role, "leader");
+  assert.ok(b.leadership.term > termA);
+  assert.ok(
+    b.leadership.electedAtMs >= safeUntilA,
+    `b elected at ${b.leadership.electedAtMs}, before a's safeUntil ${safeUntilA}`,
+  );
+  assert.deepEqual(types(b.events), [
+    "leader_changed",
+    "leader_changed",
+    "elected",
+    "leader_changed",
+  ]);
+  b.leadership.close();
+});
+
+Deno.test("a leader whose keep-alives go unanswered pauses before safeUntil − margin", async () => {
+  const scheduler = new ManualScheduler(0, 0);
+  const etcd = new FakeEtcd(scheduler);
+  const a = node(etcd, scheduler, "a");
+  a.leadership.start();
+  await settle();
+  await run(scheduler, 700); // one keep-alive confirmed at 667
+  const lastConfirmedSend = 2_000 / 3;
+  etcd.setMode("stall");
+  const pauseAt = lastConfirmedSend + TTL_MS - MARGIN_MS;
+  await run(scheduler, pauseAt - 700 - 10, 5);
+  assert.equal(a.leadership.role, "leader");
+  assert.ok(a.leadership.serving());
+  await run(scheduler, 15, 5);
+  assert.equal(a.leadership.role, "paused");
+  assert.equal(a.leadership.serving(), false);
+  assert.deepEqual(types(a.events).slice(-1), ["paused"]);
+  a.leadership.close();
+});
+
+Deno.test("a paused leader resumes without a leader change once a newer keep-alive is confirmed and its key reads back", async () => {
+  const scheduler = new ManualScheduler(0, 0);
+  const etcd = new FakeEtcd(scheduler);
+  const a = node(etcd, scheduler, "a");
+  const b = node(etcd, scheduler, "b");
+  a.leadership.start();
+  await settle();
+  b.leadership.start();
+  await settle();
+  await run(scheduler, 700);
+  const term = a.leadership.term;
+  // etcd stalls (an etcd leader election); the new etcd leader extends every lease.
+  etcd.setMode("stall");
+  await run(scheduler, 1_850);
+  assert.equal(a.leadership.role, "paused");
+  etcd.extendLeases(3_000);
+  const getsBefore = etcd.count("get");
+  etcd.setMode("up");
+  await run(scheduler, 300);
+  assert.equal(a.leadership.role, "leader");
+  assert.equal(a.leadership.term, term);
+  assert.ok(etcd.count("get") > getsBefore, "resumed without reading the key");
+  assert.ok(a.leadership.serving());
+  const resumed = a.events.find((e) => e.type === "resumed");
+  assert.ok(resumed !== undefined && resumed.type === "resumed" && resumed.pausedMs > 0);
+  assert.equal(b.leadership.role, "standby");
+  assert.equal(b.leadership.leader?.term, term);
+  assert.ok(!types(a.events).some((t) => t.startsWith("stepped_down")));
+  a.leadership.close();
+  b.leadership.close();
+});
+
+Deno.test("a paused leader does not resume on a confirmation of a keep-alive sent before the pause", async () => {
+  const scheduler = new ManualScheduler(0, 0);
+  const etcd = new FakeEtcd(scheduler);
+  const a = node(etcd, scheduler, "a");
+  a.leadership.start();
+  await settle();
+  await run(scheduler, 700);
+  etcd.setMode("stall");
+  await run(scheduler, 1_790); // paused at 2466; keep-alives sent since then are stalled
+  assert.equal(a.leadership.role, "paused");
+  a.leadership.serving(); // nothing changes while etcd says nothing
+  assert.equal(a.leadership.role, "paused");
+  a.leadership.close();
+});
+
+Deno.test("a leader frozen past safeUntil pauses at its first check, before any timer runs", async () => {
+  const scheduler = new ManualScheduler(0, 0);
+  const etcd = new FakeEtcd(scheduler);
+  const a = node(etcd, scheduler, "a");
+  a.leadership.start();
+  await settle();
+  await run(scheduler, 700);
+  assert.ok(a.leadership.serving());
+  freeze(scheduler, 3 * TTL_MS); // SIGSTOP for 3 × TTL: no timer ran
+  assert.equal(a.leadership.role, "leader"); // nothing noticed yet...
+  assert.equal(a.leadership.serving(), false); // ...but the check before a frame does
+  assert.equal(a.leadership.role, "paused");
+  // On waking, its lease is gone: it steps down instead of resuming, and (alone) is elected
+  // again in a new term.
+  const term = a.leadership.term;
+  await run(scheduler, 200);
+  assert.deepEqual(types(a.events).slice(2), [
+    "paused",
+    "stepped_down:lease_expired",
+    "leader_changed",
+    "elected",
+    "leader_changed",
+  ]);
+  assert.ok(a.leadership.term > term);
+  a.leadership.close();
+});
+
+Deno.test("a paused leader whose key another node now holds steps down as deposed", async () => {
+  const scheduler = new ManualScheduler(0, 0);
+  const etcd = new FakeEtcd(scheduler);
+  const a = node(etcd, scheduler, "a");
+  a.leadership.start();
+  await settle();
+  await run(scheduler, 700);
+  etcd.setMode("stall");
+  await run(scheduler, 1_800);
+  assert.equal(a.leadership.role, "paused");
+  // Meanwhile an operator replaced the key (same lease, so the keep-alive still confirms).
+  etcd.deleteDirect("test/leader");
+  etcd.putDirect("test/leader", JSON.stringify({ name: "x", advertise: "x:1", admin: null }));
+  etcd.extendLeases(3_000);
+  etcd.setMode("up");
+  await run(scheduler, 200);
+  assert.ok(types(a.events).includes("stepped_down:deposed"), types(a.events).join());
+  assert.equal(a.leadership.leader?.name, "x");
+  a.leadership.close();
+});
+
+Deno.test("a leader steps down when its key is deleted (watch), then campaigns again", async () => {
+  const scheduler = new ManualScheduler(0, 0);
+  const etcd = new FakeEtcd(scheduler);
+  const a = node(etcd, scheduler, "a");
+  a.leadership.start();
+  await run(scheduler, 100);
+  const term = a.leadership.term;
+  etcd.deleteDirect("test/leader");
+  await run(scheduler, 100);
+  assert.ok(types(a.events).includes("stepped_down:key_lost"));
+  assert.equal(a.leadership.role, "leader"); // re-elected with a new lease and term
+  assert.ok(a.leadership.term > term);
+  a.leadership.close();
+});
+
+Deno.test("a paused leader cut off from etcd gives up at safeUntil + TTL (etcd_unreachable)", async () => {
+  const scheduler = new ManualScheduler(0, 0);
+  const etcd = new FakeEtcd(scheduler);
+  const a = node(etcd, scheduler, "a");
+  a.leadership.start();
+  await settle();
+  await run(scheduler, 700);
+  const safeUntil = a.leadership.safeUntilMs;
+  etcd.setMode("down");
+  await run(scheduler, safeUntil + TTL_MS - 700 - 20);
+  assert.equal(a.leadership.role, "paused");
+  await run(scheduler, 40);
+  assert.ok(types(a.events).includes("stepped_down:etcd_unreachable"));
+  assert.equal(a.leadership.role, "starting");
+  const stepped = a.events.find((e) => e.type === "stepped_down");
+  assert.ok(stepped?.type === "stepped_down" && stepped.pausedMs! >= TTL_MS + MARGIN_MS - 20);
+  a.leadership.close();
+});
+
+Deno.test("resign hands over at once: the key is deleted and a standby is elected within a round trip", async () => {
+  const scheduler = new ManualScheduler(0, 0);
+  const etcd = new FakeEtcd(scheduler);
+  const a = node(etcd, scheduler, "a");
+  const b = node(etcd, scheduler, "b");
+  a.leadership.start();
+  await settle();
+  b.leadership.start();
+  await run(scheduler, 500);
+  const leaseA = a.leadership.leaseId!;
+  await a.leadership.resign();
+  await settle();
+  assert.equal(a.leadership.role, "stopped");
+  assert.equal(etcd.leaseExists(leaseA), false);
+  assert.equal(b.leadership.role, "leader");
+  assert.deepEqual(types(a.events).slice(-1), ["stepped_down:shutdown"]);
+  b.leadership.close();
+});
+
+Deno.test("a campaign whose answer was lost still makes the node leader (the read finds its key)", async () => {
+  const scheduler = new ManualScheduler(0, 0);
+  const etcd = new FakeEtcd(scheduler);
+  const a = node(etcd, scheduler, "a");
+  a.leadership.start();
+  await settle(); // the lease is granted, the read done, the campaign sent
+  assert.equal(a.leadership.role, "leader");
+  a.leadership.close();
+
+  // Now with the campaign's answer lost: etcd stalls right after the grant.
+  const scheduler2 = new ManualScheduler(0, 0);
+  const etcd2 = new FakeEtcd(scheduler2);
+  const c = node(etcd2, scheduler2, "c");
+  const realTxn = etcd2.txn.bind(etcd2);
+  let dropped = false;
+  etcd2.txn = (compare, success, failure, options) => {
+    const result = realTxn(compare, success, failure, options);
+    if (dropped) return result;
+    dropped = true;
+    return result.then(() => Promise.reject(new Error("connection reset")));
+  };
+  c.leadership.start();
+  await run(scheduler2, 400);
+  assert.equal(c.leadership.role, "leader");
+  assert.equal(c.leadership.term, etcd2.peek("test/leader")!.createRevision);
+  c.leadership.close();
+});
+
+Deno.test("a standby whose watch went silent still sees the deletion by re-reading every TTL", async () => {
+  const scheduler = new ManualScheduler(0, 0);
+  const etcd = new FakeEtcd(scheduler);
+  const a = node(etcd, scheduler, "a");
+  const b = node(etcd, scheduler, "b");
+  a.leadership.start();
+  await settle();
+  b.leadership.start();
+  await run(scheduler, 100);
+  // Black-hole the watch streams for a moment (they stay silent), then etcd answers again.
+  etcd.setMode("stall");
+  etcd.setMode("up");
+  a.leadership.close();
+  await run(scheduler, 2_000 + 2_000 + 100);
+  assert.equal(b.leadership.role, "leader");
+  b.leadership.close();
+});
+
+Deno.test("a standby whose lease expired while etcd was unreachable gets a new one", async () => {
+  const scheduler = new ManualScheduler(0, 0);
+  const etcd = new FakeEtcd(scheduler);
+  const a = node(etcd, scheduler, "a");
+  const b = node(etcd, scheduler, "b");
+  a.leadership.start();
+  await settle();
+  b.leadership.start();
+  await run(scheduler, 100);
+  const leaseB = b.leadership.leaseId!;
+  etcd.setMode("down");
+  await run(scheduler, 3_000);
+  etcd.setMode("up");
+  await run(scheduler, 1_000);
+  assert.ok(b.leadership.leaseId !== null && b.leadership.leaseId !== leaseB);
+  a.leadership.close();
+  b.leadership.close();
+});
