@@ -250,12 +250,26 @@ export class EtcdCluster implements AsyncDisposable {
   }
 }
 
+/** fetch with a time bound whose timer is cleared (AbortSignal.timeout leaves it running). */
+async function fetchWithin(url: string, init: RequestInit, timeoutMs: number): Promise<Response> {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), timeoutMs);
+  try {
+    const response = await fetch(url, { ...init, signal: controller.signal });
+    // The body is read by the caller: keep the bound until it is.
+    const body = await response.arrayBuffer();
+    return new Response(body, { status: response.status, headers: response.headers });
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Waits until `url` answers (any status). */
 async function waitServing(url: string, timeoutMs: number): Promise<void> {
   const until = performance.now() + timeoutMs;
   for (;;) {
     try {
-      const response = await fetch(url, { signal: AbortSignal.timeout(200) });
+      const response = await fetchWithin(url, {}, 200);
       await response.body?.cancel();
       return;
     } catch (error) {
@@ -274,18 +288,17 @@ async function postJson(
   body: unknown,
   timeoutMs: number,
 ): Promise<Json> {
-  const response = await fetch(base + path, {
+  const response = await fetchWithin(base + path, {
     method: "POST",
     body: JSON.stringify(body),
-    signal: AbortSignal.timeout(timeoutMs),
-  });
+  }, timeoutMs);
   const json = await response.json();
   if (!response.ok) throw new Error(`${path}: ${response.status} ${JSON.stringify(json)}`);
   return json;
 }
 
 async function getJson(base: string, path: string, timeoutMs: number): Promise<Json> {
-  const response = await fetch(base + path, { signal: AbortSignal.timeout(timeoutMs) });
+  const response = await fetchWithin(base + path, {}, timeoutMs);
   const json = await response.json();
   if (!response.ok) throw new Error(`${path}: ${response.status} ${JSON.stringify(json)}`);
   return json;

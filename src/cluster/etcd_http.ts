@@ -286,10 +286,11 @@ export class EtcdHttpClient implements Etcd {
     const timeoutMs = options?.timeoutMs ?? this.#timeoutMs;
     return await Promise.all(this.endpoints.map(async (endpoint) => {
       const startMs = performance.now();
+      const deadline = this.#deadline(options?.signal, timeoutMs);
       try {
         const response = await fetch(`${endpoint}/health`, {
           client: this.#client,
-          signal: this.#signal(options?.signal, timeoutMs),
+          signal: deadline.signal,
         });
         const body = await response.json();
         const healthy = response.ok && body.health === "true";
@@ -306,6 +307,8 @@ export class EtcdHttpClient implements Etcd {
           tookMs: performance.now() - startMs,
           error: messageOf(error),
         };
+      } finally {
+        deadline.done();
       }
     }));
   }
@@ -316,10 +319,22 @@ export class EtcdHttpClient implements Etcd {
     this.#client.close();
   }
 
-  #signal(signal: AbortSignal | undefined, timeoutMs: number): AbortSignal {
-    const signals = [AbortSignal.timeout(timeoutMs), this.#closing.signal];
+  /**
+   * A signal that aborts after `timeoutMs`, on close() or with the caller's; `done()` clears the
+   * timer (AbortSignal.timeout would leave one running after every quick answer).
+   */
+  #deadline(
+    signal: AbortSignal | undefined,
+    timeoutMs: number,
+  ): { signal: AbortSignal; done: () => void } {
+    const timeout = new AbortController();
+    const timer = setTimeout(
+      () => timeout.abort(new DOMException("timed out", "TimeoutError")),
+      timeoutMs,
+    );
+    const signals = [timeout.signal, this.#closing.signal];
     if (signal !== undefined) signals.push(signal);
-    return AbortSignal.any(signals);
+    return { signal: AbortSignal.any(signals), done: () => clearTimeout(timer) };
   }
 
   /** Moves later requests to the next endpoint, unless another failure already did. */
@@ -332,6 +347,7 @@ export class EtcdHttpClient implements Etcd {
   async #call(op: EtcdOp, path: string, body: Json, options?: RequestOptions): Promise<Json> {
     const endpoint = this.currentEndpoint;
     const startMs = performance.now();
+    const deadline = this.#deadline(options?.signal, options?.timeoutMs ?? this.#timeoutMs);
     let ok = false;
     try {
       let response: Response;
@@ -341,7 +357,7 @@ export class EtcdHttpClient implements Etcd {
           method: "POST",
           body: JSON.stringify(body),
           client: this.#client,
-          signal: this.#signal(options?.signal, options?.timeoutMs ?? this.#timeoutMs),
+          signal: deadline.signal,
         });
         text = await response.text();
       } catch (error) {
@@ -367,6 +383,7 @@ export class EtcdHttpClient implements Etcd {
       ok = true;
       return json;
     } finally {
+      deadline.done();
       this.#observe?.(op, (performance.now() - startMs) / 1000, ok);
     }
   }

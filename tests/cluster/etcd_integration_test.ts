@@ -282,6 +282,7 @@ Deno.test({
   fn: async () => {
     await using cluster = await EtcdCluster.start();
     const a = startNode("a", cluster.clientUrls);
+    await waitFor("a to lead", () => a.leadership.role === "leader");
     const b = startNode("b", cluster.clientUrls);
     const fenced: (KeyValue | undefined)[] = [];
     const tokensA = new ClusterTokens({
@@ -303,7 +304,6 @@ Deno.test({
       onReserved: () => {},
     });
     try {
-      await waitFor("a to lead", () => a.leadership.role === "leader");
       const termA = a.leadership.term;
       await tokensA.begin(termA, Date.now());
       const issuedA = [tokensA.next(), tokensA.next(), tokensA.next()];
