@@ -37,7 +37,14 @@
  */
 
 import type { Scheduler, Timer } from "../clock.ts";
-import { CLUSTER_MARGIN_TTL_SHARE, CLUSTER_RECHECK_MS, CLUSTER_RETRY_MS } from "../limits.ts";
+import {
+  CLUSTER_MARGIN_TTL_SHARE,
+  CLUSTER_RECHECK_MS,
+  CLUSTER_RETRY_MS,
+  CLUSTER_TTL_MS_DEFAULT,
+  CLUSTER_TTL_MS_MAX,
+  CLUSTER_TTL_MS_MIN,
+} from "../limits.ts";
 import { type Etcd, EtcdError, type KeyValue } from "./etcd.ts";
 
 export type ClusterRole = "starting" | "standby" | "leader" | "paused" | "stopped";
@@ -56,14 +63,6 @@ export type StepDownReason =
   | "deposed"
   | "etcd_unreachable"
   | "shutdown";
-
-export const STEP_DOWN_REASONS: readonly StepDownReason[] = [
-  "lease_expired",
-  "key_lost",
-  "deposed",
-  "etcd_unreachable",
-  "shutdown",
-];
 
 /** What a node publishes in the leader key. */
 export interface NodeInfo {
@@ -99,8 +98,8 @@ export interface LeadershipOptions {
   /** The cluster name; keys live under it (`<cluster>/leader`). */
   readonly cluster: string;
   readonly node: NodeInfo;
-  /** Lease TTL in ms; whole seconds (etcd leases have a TTL in seconds). */
-  readonly ttlMs: number;
+  /** Lease TTL in ms, whole seconds (etcd leases have a TTL in seconds); `CLUSTER_TTL_MS_DEFAULT`. */
+  readonly ttlMs?: number;
   /** Safety margin before `safeUntil` (default `CLUSTER_MARGIN_TTL_SHARE` of the TTL). */
   readonly marginMs?: number;
   /** Keep-alive cadence while paused or after a failed keep-alive (`CLUSTER_RECHECK_MS`). */
@@ -115,7 +114,7 @@ export function clusterKeys(cluster: string): { leader: string; tokens: string }
   return { leader: `${cluster}/leader`, tokens: `${cluster}/tokens` };
 }
 
-export function parseLeader(kv: KeyValue): LeaderInfo {
+function parseLeader(kv: KeyValue): LeaderInfo {
   let info: Partial<NodeInfo> = {};
   try {
     info = JSON.parse(kv.value);
@@ -172,15 +171,22 @@ export class Leadership {
   #standbyCheckTimer: Timer | null = null;
 
   constructor(options: LeadershipOptions) {
-    if (!Number.isInteger(options.ttlMs / 1000) || options.ttlMs < 1000) {
-      throw new RangeError(`The cluster TTL must be whole seconds, got ${options.ttlMs} ms`);
+    const ttlMs = options.ttlMs ?? CLUSTER_TTL_MS_DEFAULT;
+    if (
+      !Number.isInteger(ttlMs / 1000) || ttlMs < CLUSTER_TTL_MS_MIN || ttlMs > CLUSTER_TTL_MS_MAX
+    ) {
+      throw new RangeError(
+        `The cluster TTL must be whole seconds from ${CLUSTER_TTL_MS_MIN / 1000} to ${
+          CLUSTER_TTL_MS_MAX / 1000
+        } s, got ${ttlMs} ms`,
+      );
     }
     this.#etcd = options.etcd;
     this.#scheduler = options.scheduler;
     this.#keys = clusterKeys(options.cluster);
     this.#node = options.node;
-    this.#ttlMs = options.ttlMs;
-    this.#marginMs = options.marginMs ?? options.ttlMs * CLUSTER_MARGIN_TTL_SHARE;
+    this.#ttlMs = ttlMs;
+    this.#marginMs = options.marginMs ?? ttlMs * CLUSTER_MARGIN_TTL_SHARE;
     this.#recheckMs = options.recheckMs ?? CLUSTER_RECHECK_MS;
     this.#retryMs = options.retryMs ?? CLUSTER_RETRY_MS;
     this.#onEvent = options.onEvent ?? (() => {});
