@@ -46,6 +46,7 @@ export class HttpBackend {
   #closing = false;
   #backoffMs = 0;
   #restartTimer: Timer | null = null;
+  #sweep: Promise<void> = Promise.resolve();
 
   constructor(options: HttpBackendOptions) {
     this.#options = options;
@@ -57,6 +58,7 @@ export class HttpBackend {
       Deno.removeSync(this.#dir, { recursive: true });
       throw error;
     }
+    this.#sweep = sweepStaleSocketDirs(this.#dir, `lockd-${options.name}-`);
   }
 
   /** True while the server is up and `connect()` can reach it. */
@@ -71,6 +73,8 @@ export class HttpBackend {
   }
 
   #start(): void {
+    // Another lockd's sweep may have taken the directory while no socket answered in it.
+    Deno.mkdirSync(this.#dir, { recursive: true, mode: 0o700 });
     const path = `${this.#dir}/${this.#options.name}-${this.#generation++}.sock`;
     const { handler, peerHeader } = this.#options;
     const server = Deno.serve({
@@ -154,10 +158,50 @@ export class HttpBackend {
     }
     this.#server = null;
     this.#path = null;
+    await this.#sweep;
     try {
       Deno.removeSync(this.#dir, { recursive: true });
     } catch {
       // Already gone (a tmp cleaner), nothing to do.
     }
+  }
+}
+
+/** A socket directory untouched this long whose sockets all refuse connections is left over. */
+const STALE_SOCKET_DIR_AGE_MS = 60_000;
+
+/**
+ * Removes the socket directories of lockd processes that ended without
+ * cleaning up (SIGKILL, a crash): same prefix, beside `ownDir`, older than a
+ * minute, and no socket in it accepts a connection. Runs in the background;
+ * every error just leaves a directory where it is.
+ */
+async function sweepStaleSocketDirs(ownDir: string, prefix: string): Promise<void> {
+  const parent = ownDir.slice(0, ownDir.lastIndexOf("/"));
+  try {
+    for (const entry of Deno.readDirSync(parent)) {
+      const dir = `${parent}/${entry.name}`;
+      if (!entry.isDirectory || !entry.name.startsWith(prefix) || dir === ownDir) continue;
+      try {
+        const mtimeMs = Deno.statSync(dir).mtime?.getTime() ?? Date.now();
+        if (Date.now() - mtimeMs < STALE_SOCKET_DIR_AGE_MS) continue;
+        let live = false;
+        for (const file of Deno.readDirSync(dir)) {
+          if (!file.name.endsWith(".sock")) continue;
+          try {
+            (await Deno.connect({ transport: "unix", path: `${dir}/${file.name}` })).close();
+            live = true;
+            break;
+          } catch {
+            // Refused or gone: that server is not running.
+          }
+        }
+        if (!live) Deno.removeSync(dir, { recursive: true });
+      } catch {
+        // Another user's directory (mode 0700), or removed meanwhile.
+      }
+    }
+  } catch {
+    // The temporary directory cannot be listed: nothing to sweep.
   }
 }

@@ -264,3 +264,30 @@ Deno.test("close() ends idle and half-open connections and lets a request in fli
   for (const c of [idle, half, served]) assert.equal(await c.closedWithin(2_000), true);
   assert.equal(h.counters.http.admin.open, 0);
 });
+
+Deno.test("socket directories left by a killed lockd are removed; fresh or live ones are kept", async () => {
+  const stale = Deno.makeTempDirSync({ prefix: "lockd-admin-" });
+  Deno.writeTextFileSync(`${stale}/admin-0.sock`, ""); // not a socket any more: refuses
+  const fresh = Deno.makeTempDirSync({ prefix: "lockd-admin-" });
+  const hourAgo = new Date(Date.now() - 3_600_000);
+  Deno.utimeSync(stale, hourAgo, hourAgo);
+  try {
+    await using other = harness(); // another running listener, untouched by the sweep
+    await using h = harness();
+    await h.listener.close(); // waits for the sweep
+    assert.throws(() => Deno.statSync(stale), Deno.errors.NotFound);
+    assert.ok(Deno.statSync(fresh).isDirectory, "a directory younger than a minute stays");
+    // The live listener still serves.
+    using client = await RawHttp.connect(other.addr);
+    await client.send(get("/still"));
+    assert.equal((await client.response()).body, "GET /still ");
+  } finally {
+    for (const dir of [stale, fresh]) {
+      try {
+        Deno.removeSync(dir, { recursive: true });
+      } catch {
+        // Swept.
+      }
+    }
+  }
+});
