@@ -31,6 +31,7 @@ import { loadServerTlsFromConfig } from "./security/tls.ts";
 import { LockService } from "./service/lock_service.ts";
 import { StallWatchdog } from "./service/stall_watchdog.ts";
 import { lockDataDir, openTokenIssuer } from "./storage/token_store.ts";
+import { listenError, pathError, StartError } from "./start_errors.ts";
 import { VERSION } from "./version.ts";
 
 const logger = log("server");
@@ -96,8 +97,26 @@ export async function startServer(
   const adminAllowedHosts = parseAllowedHosts(config.adminAllowedHosts.join(","));
   const adminToken = config.adminTokenFile === null
     ? null
-    : await readAdminToken(config.adminTokenFile);
-  const acl = config.aclFile === null ? ALLOW_ALL : await loadAclFile(config.aclFile);
+    : await readAdminToken(config.adminTokenFile).catch((error) => {
+      const reason = error.message.replace(/^Cannot (?:read|use) admin token file "[^"]*": /, "");
+      throw pathError(
+        reason,
+        "-admin-token-file",
+        config.adminTokenFile!,
+        "the admin token file",
+        'Create it (docs/operations.md, "Deploying with systemd", step 4), let lockd read it, ' +
+          "or give -admin-token-file the right path.",
+      );
+    });
+  const acl = config.aclFile === null
+    ? ALLOW_ALL
+    : await loadAclFile(config.aclFile).catch((error) => {
+      throw new StartError(
+        `Cannot use the ACL file (-acl-file): ${error.message}. Fix the line named ` +
+          `(docs/operations.md, "ACL"), or give -acl-file the right path.`,
+        { cause: error },
+      );
+    });
   const tlsMaterial = await loadServerTlsFromConfig(config);
   // One server per data dir: a second one would issue the same tokens. Held until shutdown ends.
   const dataDirLock = deps.tokens === undefined && config.dataDir !== null
@@ -119,7 +138,20 @@ export async function startServer(
     claimsPerSessionMax: config.claimsPerSessionMax,
     waitersPerLockMax: config.waitersPerLockMax,
   });
-  const audit = new AuditLog(deps.auditSink ?? openAuditSink(config.auditLog), {
+  let auditSink;
+  try {
+    auditSink = deps.auditSink ?? openAuditSink(config.auditLog);
+  } catch (error) {
+    throw pathError(
+      error,
+      "-audit-log",
+      config.auditLog,
+      "the audit log",
+      "Create its directory and let lockd write there (systemd: LogsDirectory=), or give " +
+        "-audit-log - for standard output.",
+    );
+  }
+  const audit = new AuditLog(auditSink, {
     scheduler,
     writeTimeoutMs: config.auditWriteTimeoutMs,
   });
@@ -178,7 +210,7 @@ export async function startServer(
     stopTimers();
     await audit.close();
     dataDirLock?.release();
-    throw error;
+    throw listenError(error, "-listen", config.listen);
   }
 
   const startedAtWallMs = scheduler.wallMs();
@@ -209,6 +241,8 @@ export async function startServer(
   let ops: HttpListener | null = null;
   let admin: HttpListener | null = null;
   let shutdownPromise: Promise<void> | undefined;
+  /** The shutdown's steps; after a failed start they are debug lines, not a shutdown story. */
+  let note = (message: string, fields?: Record<string, unknown>) => logger.info(message, fields);
   /**
    * The ordered shutdown (docs/operations.md, "Shutdown sequence"): probes
    * 503 → protocol listener and sessions → admin API → ops server last, no
@@ -219,24 +253,24 @@ export async function startServer(
     shutdownPromise ??= (async () => {
       const graceEndsMs = scheduler.monotonicMs() + graceMs;
       live = false;
-      logger.info("shutdown: probes now answer 503");
+      note("shutdown: probes now answer 503");
       listener.close();
       await listener.done;
-      logger.info("shutdown: protocol listener closed; closing sessions");
+      note("shutdown: protocol listener closed; closing sessions");
       service.beginShutdown();
       for (const session of [...connections]) session.refuseShuttingDown(SHUTTING_DOWN_ERROR);
       await sessionsClosed();
       for (const session of connections) session.transport.close();
       // Admin requests in flight finish (and write their audit records) before the log closes.
       await admin?.close();
-      if (admin !== null) logger.info("shutdown: admin API closed");
+      if (admin !== null) note("shutdown: admin API closed");
       stopTimers();
       // Writes what it can of the backlog within AUDIT_CLOSE_TIMEOUT_MS; logs and counts the rest.
       await audit.close();
       if (ops !== null) {
         const remainingMs = graceEndsMs - scheduler.monotonicMs();
         if (remainingMs > 0) {
-          logger.info("shutdown: ops server stays up for the grace window", {
+          note("shutdown: ops server stays up for the grace window", {
             remaining_ms: Math.ceil(remainingMs),
           });
           await new Promise<void>((resolve) => scheduler.setTimer(resolve, remainingMs));
@@ -244,7 +278,7 @@ export async function startServer(
         await ops.close();
       }
       dataDirLock?.release();
-      logger.info("shutdown complete");
+      note("shutdown complete");
     })();
     return shutdownPromise;
   };
@@ -270,12 +304,14 @@ export async function startServer(
     headBytesMax: HTTP_HEAD_BYTES_MAX,
     bodyBytesMax: HTTP_BODY_BYTES_MAX,
   };
+  let starting = "-ops-listen";
   try {
     if (opsAt !== null) {
       ops = startOpsServer(opsAt, context, httpLimits);
       logger.info("ops server started", { ops_listen: ops.addr });
     }
     if (adminAt !== null) {
+      starting = "-admin-listen";
       admin = startAdminServer({
         at: adminAt,
         server: context,
@@ -292,9 +328,15 @@ export async function startServer(
       if (exposure !== null) logger.warn(exposure, { admin_listen: admin.addr });
     }
   } catch (error) {
-    // E.g. the port is taken: undo what started, without a grace window.
+    // E.g. the port is taken: undo what started, without a grace window, quietly (the start
+    // failed; the operator needs the reason, not a shutdown sequence).
+    note = (message, fields) => logger.debug(message, fields);
     await shutdown(0);
-    throw error;
+    throw listenError(
+      error,
+      starting,
+      (starting === "-ops-listen" ? config.opsListen : config.adminListen) ?? "",
+    );
   }
 
   const reload = async () => {

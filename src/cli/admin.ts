@@ -110,8 +110,13 @@ export async function adminCommand(
   io: Partial<AdminIo> = {},
 ): Promise<number> {
   const out = { ...STANDARD_IO, ...io };
+  let jsonErrors = false;
   const usageError = (message: string) => {
-    out.stderr(`lockd admin: ${message}\n\n${ADMIN_USAGE}\n`);
+    out.stderr(
+      jsonErrors
+        ? jsonError(`${message} (lockd admin -h for the usage)`, null, null)
+        : `lockd admin: ${message}\n\n${ADMIN_USAGE}\n`,
+    );
     return 2;
   };
 
@@ -127,6 +132,7 @@ export async function adminCommand(
     if (error instanceof FlagError) return usageError(error.message);
     throw error;
   }
+  jsonErrors = values.get("json") === true;
   const [subcommand, ...operands] = positionals;
   if (subcommand === undefined) return usageError("missing subcommand");
   const arity = SUBCOMMAND_ARITY[subcommand];
@@ -169,11 +175,13 @@ export async function adminCommand(
     try {
       token = (await Deno.readTextFile(tokenFile)).trim();
     } catch (error) {
-      out.stderr(`lockd admin: cannot read token file "${tokenFile}": ${messageOf(error)}\n`);
+      const text = `cannot read the token file "${tokenFile}" (-token-file): ${messageOf(error)}`;
+      out.stderr(jsonErrors ? jsonError(text, null, null) : `lockd admin: ${text}\n`);
       return 1;
     }
     if (token === "") {
-      out.stderr(`lockd admin: token file "${tokenFile}" is empty\n`);
+      const text = `the token file "${tokenFile}" (-token-file) is empty`;
+      out.stderr(jsonErrors ? jsonError(text, null, null) : `lockd admin: ${text}\n`);
       return 1;
     }
     headers.authorization = `Bearer ${token}`;
@@ -264,12 +272,15 @@ export async function adminCommand(
 
   const reply = await request();
   if ("failure" in reply) {
-    out.stderr(`lockd admin: ${reply.failure}\n`);
+    out.stderr(json ? jsonError(reply.failure, null, null) : `lockd admin: ${reply.failure}\n`);
     return 1;
   }
   const { status, statusText, contentType, body } = reply;
   if (status < 200 || status > 299) {
-    out.stderr(`lockd admin: ${describeFailure(status, statusText, contentType, body)}\n`);
+    const text = describeFailure(status, statusText, contentType, body);
+    out.stderr(
+      json ? jsonError(text, status, problemOf(contentType, body)) : `lockd admin: ${text}\n`,
+    );
     return 1;
   }
   if (json) {
@@ -294,6 +305,25 @@ export async function adminCommand(
       break;
   }
   return 0;
+}
+
+/**
+ * With -json, a failure is one JSON line on standard error too, so a script
+ * that parses the output never meets text: `{"error": "...", "status": 404,
+ * "problem": {...}}` (`status` and `problem` null when no HTTP answer came).
+ */
+function jsonError(error: string, status: number | null, problem: unknown): string {
+  return `${JSON.stringify({ error, status, problem })}\n`;
+}
+
+/** The problem+json body of an error answer, or null. */
+function problemOf(contentType: string, body: string): unknown {
+  if (!contentType.includes("json")) return null;
+  try {
+    return JSON.parse(body);
+  } catch {
+    return null;
+  }
 }
 
 /** One answer of the admin API, or why there was none. */

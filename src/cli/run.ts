@@ -76,6 +76,9 @@ export async function runCommand(
     }
     name = parsed.positionals[0];
     command = parsed.afterDoubleDash;
+    if (!values.get("cert") !== !values.get("key")) {
+      throw new FlagError("-cert and -key go together (the client certificate and its key)");
+    }
   } catch (error) {
     if (error instanceof FlagError) {
       io.stderr(`lockd run: ${error.message}`);

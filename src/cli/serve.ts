@@ -52,14 +52,12 @@ export async function serveCommand(config: ServerConfig): Promise<number> {
     server = await startServer(config);
   } catch (error) {
     logger.error("cannot start", { error: error instanceof Error ? error.message : String(error) });
-    console.error(`lockd: ${error instanceof Error ? error.message : String(error)}`);
+    // With -log-format json, standard error carries JSON lines only: the line above says it.
+    if (config.logFormat !== "json") {
+      console.error(`lockd: ${error instanceof Error ? error.message : String(error)}`);
+    }
     return 1;
   }
-  logger.info("lockd started", {
-    listen: server.addr,
-    admin_listen: server.adminAddr ?? "",
-    ops_listen: server.opsAddr ?? "",
-  });
   const stopping = Promise.withResolvers<string>();
   const impatient = Promise.withResolvers<number>();
   let signalsSeen = 0;
@@ -79,6 +77,13 @@ export async function serveCommand(config: ServerConfig): Promise<number> {
     ["SIGHUP", onHup],
   ];
   for (const [signal, handler] of handlers) Deno.addSignalListener(signal, handler);
+  // Logged once the signals are handled: a supervisor that stops lockd as soon as it reads
+  // this line gets the ordered shutdown, not the default exit.
+  logger.info("lockd started", {
+    listen: server.addr,
+    admin_listen: server.adminAddr ?? "",
+    ops_listen: server.opsAddr ?? "",
+  });
   const signal = await stopping.promise;
   logger.info("shutdown started", { signal });
   const code = await Promise.race([server.shutdown().then(() => 0), impatient.promise]);

@@ -777,13 +777,18 @@ Deno.test("an empty or missing admin token file stops the start", async () => {
     await assert.rejects(
       startTestServer({ adminListen: "127.0.0.1:0", adminTokenFile: empty }),
       (error: Error) => {
-        assert.equal(error.message, `Cannot use admin token file "${empty}": it is empty`);
+        assert.ok(
+          error.message.startsWith(
+            `Cannot use the admin token file "${empty}" (-admin-token-file): it is empty. Create it`,
+          ),
+          error.message,
+        );
         return true;
       },
     );
     await assert.rejects(
       startTestServer({ adminListen: "127.0.0.1:0", adminTokenFile: `${dir}/missing` }),
-      /Cannot read admin token file/,
+      /Cannot use the admin token file ".*missing" \(-admin-token-file\): No such file/,
     );
   } finally {
     await Deno.remove(dir, { recursive: true });
@@ -794,6 +799,13 @@ Deno.test("an admin port that is taken stops the start and leaves nothing listen
   using taken = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   await assert.rejects(
     startTestServer({ adminListen: `127.0.0.1:${taken.addr.port}`, opsListen: "127.0.0.1:0" }),
-    Deno.errors.AddrInUse,
+    (error: Error) => {
+      assert.ok(error.cause instanceof Deno.errors.AddrInUse);
+      assert.match(
+        error.message,
+        /^Cannot listen on 127\.0\.0\.1:\d+ \(-admin-listen\): the address/,
+      );
+      return true;
+    },
   );
 });

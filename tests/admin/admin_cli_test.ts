@@ -214,10 +214,16 @@ Deno.test("lockd admin sends the token from -token-file; without it the API answ
     await Deno.writeTextFile(emptyFile, "\n");
     const empty = await run(["-admin", admin, "-token-file", emptyFile, "info"]);
     assert.equal(empty.code, 1);
-    assert.equal(empty.stderr, `lockd admin: token file "${emptyFile}" is empty\n`);
+    assert.equal(
+      empty.stderr,
+      `lockd admin: the token file "${emptyFile}" (-token-file) is empty\n`,
+    );
     const missing = await run(["-admin", admin, "-token-file", `${dir}/nope`, "info"]);
     assert.equal(missing.code, 1);
-    assert.match(missing.stderr, /^lockd admin: cannot read token file ".*nope": .+\n$/);
+    assert.match(
+      missing.stderr,
+      /^lockd admin: cannot read the token file ".*nope" \(-token-file\): .+\n$/,
+    );
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
