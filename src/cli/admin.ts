@@ -265,7 +265,7 @@ export async function adminCommand(
       return {
         text: subcommand === "locks"
           ? formatLockList((JSON.parse(reply.body) as { locks: LockJson[] }).locks)
-          : formatLock(JSON.parse(reply.body) as LockJson),
+          : formatLock(JSON.parse(reply.body) as LockJson, out.isTerminal),
       };
     }, `Every ${formatDurationMs(intervalMs)}: ${title} (admin API ${adminAddr})`);
   }
@@ -301,7 +301,11 @@ export async function adminCommand(
       out.stdout(formatReleased(JSON.parse(body) as LockJson));
       break;
     default:
-      out.stdout(`removed waiter ${operands[1]} from lock "${operands[0]}"\n`);
+      out.stdout(
+        `removed waiter ${operands[1]} from lock "${operands[0]}"; a standard client ` +
+          `reconnects and joins the tail of the queue again under a new address (same client ` +
+          `name): stop or fix the client first if it should not come back\n`,
+      );
       break;
   }
   return 0;
@@ -486,7 +490,13 @@ function formatLockList(locks: LockJson[]): string {
   );
 }
 
-function formatLock(lock: LockJson): string {
+/**
+ * One lock: the holder block and the waiters table, each record with the client name from
+ * HELLO and the session id, so a client that rejoins the queue after a kick (new address, new
+ * session) is recognised by its name. `durations` adds "held for" / "waiting for"; watch mode
+ * into a pipe leaves them out, or every view would differ from the last.
+ */
+function formatLock(lock: LockJson, durations = true): string {
   const holder = lock.holder;
   const rows: [string, string][] = [["name", lock.name]];
   if (holder === null) {
@@ -494,27 +504,42 @@ function formatLock(lock: LockJson): string {
   } else {
     rows.push(
       ["holder", holder.remote_addr],
+      ["client", orNone(holder.client_name ?? "")],
+      ["session", String(holder.session ?? "-")],
       ["identity", orNone(holder.identity)],
-      ["since", holder.since],
+      [
+        "since",
+        durations && holder.held_for_ms !== undefined
+          ? `${holder.since} (held for ${formatDurationMs(holder.held_for_ms)})`
+          : holder.since,
+      ],
       ["lease_ms", String(holder.lease_ms)],
       ["token", String(holder.token)],
     );
   }
   rows.push(["waiters", String(lock.waiters.length)]);
   let text = keyValues(rows);
-  if (lock.waiters.length > 0) text += "\n" + formatWaiters(lock.waiters);
+  if (lock.waiters.length > 0) text += "\n" + formatWaiters(lock.waiters, durations);
   return text;
 }
 
-function formatWaiters(waiters: WaiterJson[]): string {
+function formatWaiters(waiters: WaiterJson[], durations: boolean): string {
+  const header = ["#", "REMOTE_ADDR", "CLIENT", "SESSION", "IDENTITY", "QUEUED_AT"];
+  if (durations) header.push("WAITING");
   return table(
-    ["#", "REMOTE_ADDR", "IDENTITY", "QUEUED_AT"],
-    waiters.map((waiter, i) => [
-      String(i + 1),
-      waiter.remote_addr,
-      waiter.identity === "" ? "-" : waiter.identity,
-      waiter.queued_at,
-    ]),
+    header,
+    waiters.map((waiter, i) => {
+      const row = [
+        String(i + 1),
+        waiter.remote_addr,
+        waiter.client_name ? waiter.client_name : "-",
+        String(waiter.session ?? "-"),
+        waiter.identity === "" ? "-" : waiter.identity,
+        waiter.queued_at,
+      ];
+      if (durations) row.push(formatDurationMs(waiter.waiting_for_ms ?? 0));
+      return row;
+    }),
   );
 }
 

@@ -99,23 +99,31 @@ Deno.test("lockd admin locks prints a table; -match filters", async () => {
   await other.release();
 });
 
-Deno.test("lockd admin show prints the holder block and the waiters in FIFO order", async () => {
+Deno.test("lockd admin show prints the holder block and the waiters in FIFO order, with client names, sessions and durations", async () => {
   await using t = await start();
-  await using a = await connect({ addr: t.addr });
+  await using a = await connect({ addr: t.addr, clientName: "nightly-runner" });
   await using b = await connect({ addr: t.addr });
-  await using c = await connect({ addr: t.addr });
+  await using c = await connect({ addr: t.addr, clientName: "report-worker" });
   const lock = await a.acquire("jobs/nightly", { leaseMs: 60_000 });
   const first = await queue(t, b, "jobs/nightly");
+  t.scheduler.advance(1_500);
   const second = await queue(t, c, "jobs/nightly");
+  t.scheduler.advance(500);
   const result = await run(["-admin", t.server.adminAddr!, "show", "jobs/nightly"]);
   assert.equal(result.code, 0);
+  const api = (await http(t.server.adminAddr!, "GET", "/api/locks/jobs%2Fnightly")).json as {
+    holder: { session: number };
+    waiters: { session: number }[];
+  };
   assert.equal(
     result.stdout,
     [
       "name      jobs/nightly",
       `holder    ${holder(t, "jobs/nightly")}`,
+      "client    nightly-runner",
+      `session   ${api.holder.session}`,
       "identity  (none)",
-      `since     ${START}`,
+      `since     ${START} (held for 2s)`,
       "lease_ms  60000",
       `token     ${lock.token}`,
       "waiters   2",
@@ -123,9 +131,25 @@ Deno.test("lockd admin show prints the holder block and the waiters in FIFO orde
       "",
     ].join("\n") +
       table([
-        ["#", "REMOTE_ADDR", "IDENTITY", "QUEUED_AT"],
-        ["1", first.remoteAddr, "-", START],
-        ["2", second.remoteAddr, "-", START],
+        ["#", "REMOTE_ADDR", "CLIENT", "SESSION", "IDENTITY", "QUEUED_AT", "WAITING"],
+        [
+          "1",
+          first.remoteAddr,
+          `lockd-ts/${t.server.context.version}`,
+          String(api.waiters[0].session),
+          "-",
+          START,
+          "2s",
+        ],
+        [
+          "2",
+          second.remoteAddr,
+          "report-worker",
+          String(api.waiters[1].session),
+          "-",
+          "2026-01-01T00:00:01.500Z",
+          "0.5s",
+        ],
       ]),
   );
   await lock.release();
@@ -148,7 +172,13 @@ Deno.test("lockd admin release force-releases and names the new holder; kick rem
 
   const kick = await run(["-admin", admin, "kick", "name with space", kicked.remoteAddr]);
   assert.equal(kick.code, 0);
-  assert.equal(kick.stdout, `removed waiter ${kicked.remoteAddr} from lock "name with space"\n`);
+  assert.match(
+    kick.stdout,
+    new RegExp(
+      `^removed waiter ${kicked.remoteAddr.replace(/[.[\]]/g, "\\$&")} from lock "name with ` +
+        `space"; a standard client reconnects and joins the tail of the queue again`,
+    ),
+  );
   await assert.rejects(kicked.granted);
 
   const release = await run(["-admin", admin, "release", "name with space"]);
