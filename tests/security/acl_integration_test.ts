@@ -46,11 +46,13 @@ Deno.test("ACL: a broken file stops the start with file:line: reason", async () 
   await withAclDir(async (dir) => {
     const path = await writeAcl(dir, "allow ** a/**\npermit ** b/**\n");
     await assert.rejects(startTestServer({ aclFile: path }), (error: unknown) => {
-      assert.ok(error instanceof AclParseError);
+      // The start error names the flag (issue 13.2); the parse error is its cause, unchanged.
+      assert.ok(error instanceof Error && error.cause instanceof AclParseError);
       assert.equal(
-        error.message,
+        error.cause.message,
         `${path}:2: unknown verb "permit" (expected allow or deny)`,
       );
+      assert.ok(error.message.startsWith(`Cannot use the ACL file (-acl-file): ${path}:2: `));
       return true;
     });
     await assert.rejects(startTestServer({ aclFile: `${dir}/missing` }), /missing:0: cannot read/);
@@ -182,8 +184,11 @@ Deno.test("ACL: a file with invalid UTF-8 stops the start, and a reload to one k
     ]);
     await Deno.writeFile(path, broken);
     await assert.rejects(startTestServer({ aclFile: path }), (error: unknown) => {
-      assert.ok(error instanceof AclParseError);
-      assert.equal(error.message, `${path}:2: invalid UTF-8: byte 0xe9 at byte 12 of the line`);
+      assert.ok(error instanceof Error && error.cause instanceof AclParseError);
+      assert.equal(
+        error.cause.message,
+        `${path}:2: invalid UTF-8: byte 0xe9 at byte 12 of the line`,
+      );
       return true;
     });
 
