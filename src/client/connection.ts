@@ -312,5 +312,9 @@ function dialFailureText(error: unknown, options: { tls?: unknown }): string {
     return `the server does not speak TLS (its answer is not a TLS record: ${text}); it ` +
       `listens without -tls-cert, so connect without tls, or point at the TLS listener`;
   }
+  if (code === "ECONNREFUSED" || /ECONNREFUSED|connection refused/i.test(text)) {
+    return `connection refused, nothing listens there (${text}); is lockd running with that ` +
+      `-listen address? (lockd run: -addr HOST:PORT)`;
+  }
   return text;
 }

@@ -197,7 +197,10 @@ Deno.test("exit codes: lockd run is the command's status, 1, 2, 69 or 75", async
   const nowhere = `127.0.0.1:${closedPort()}`;
   const unreachable = await lockd(["run", "exit/x", "-addr", nowhere, "--", "true"]);
   assert.equal(unreachable.code, 1);
-  assert.match(unreachable.stderr, new RegExp(`Cannot connect to lockd at ${nowhere}`));
+  assert.match(
+    unreachable.stderr,
+    new RegExp(`Cannot connect to lockd at ${nowhere}: connection refused, nothing listens there`),
+  );
 
   const halfPair = await lockd(["run", "exit/x", "-cert", "client.crt", "--", "true"]);
   assert.equal(halfPair.code, 2);
