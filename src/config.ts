@@ -54,6 +54,8 @@ export interface ServerConfig {
   adminTokenFile: string | null;
   /** Extra Host names (or IP literals) the admin API answers besides its own address and localhost. */
   adminAllowedHosts: readonly string[];
+  /** The operator console (a web page) at `/` of the admin listener. */
+  adminConsole: boolean;
   /** Metrics and health probes; off when null. */
   opsListen: string | null;
   /** Keeps the fencing-token high-water mark; null = clock-derived floor. */
@@ -92,6 +94,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = {
   adminListen: null,
   adminTokenFile: null,
   adminAllowedHosts: [],
+  adminConsole: true,
   opsListen: null,
   dataDir: null,
   ioTimeoutMs: IO_TIMEOUT_MS_DEFAULT,
@@ -126,7 +129,7 @@ export class ConfigError extends Error {
 }
 
 /** How a flag's text is read: durations in milliseconds, whole numbers, or text. */
-export type ConfigFlagKind = "string" | "duration" | "int";
+export type ConfigFlagKind = "string" | "duration" | "int" | "bool";
 
 /** One `lockd serve` flag: the config field it sets, how, and its bounds. */
 export interface ConfigFlag {
@@ -174,6 +177,12 @@ export const CONFIG_FLAGS: readonly ConfigFlag[] = [
     kind: "string",
     help: "comma-separated Host names the admin API also answers (DNS-rebinding guard)",
     parse: parseAllowedHosts,
+  },
+  {
+    flag: "admin-console",
+    key: "adminConsole",
+    kind: "bool",
+    help: "serve the operator console (a web page) at / of the admin listener",
   },
   {
     flag: "ops-listen",
@@ -390,7 +399,7 @@ export function validateConfig(config: Readonly<ServerConfig>): void {
         `invalid value "${value}" for flag -${row.flag}: want ${row.choices.join(", ")}`,
       );
     }
-    if (row.kind === "string") continue;
+    if (row.kind === "string" || row.kind === "bool") continue;
     const number = value as number;
     const show = row.kind === "duration" ? durationText : String;
     const min = row.min ?? 0;

@@ -217,10 +217,52 @@ export const HTTP_CONNECTIONS_MAX_MAX = 65_536;
  */
 export const HTTP_HEAD_BYTES_MAX = 32 * 1024;
 /**
+ * At shutdown, how long an HTTP listener keeps passing the last bytes of answers to their
+ * clients after its server has written them (the end of an event stream, a large answer);
+ * a client that does not read is cut off then.
+ */
+export const HTTP_CLOSE_DRAIN_MS = 1_000;
+/**
  * Largest request body. No admin or ops route reads a body; a small one (a client that sends
  * `{}`) is tolerated, a larger one gets 413 and chunked bodies get 411.
  */
 export const HTTP_BODY_BYTES_MAX = 1024;
+
+// ---- admin API additions for the console: src/admin/ ---------------------------------------
+
+/**
+ * Largest page of `GET /api/locks?limit=`: a page is built and serialized in one turn of the
+ * event loop; 1,000 locks with short queues is a few hundred KiB of JSON.
+ */
+export const ADMIN_LOCKS_LIMIT_MAX = 1_000;
+/**
+ * How often the admin API takes a snapshot of the engine's counters for `GET /api/history`
+ * (the console's charts), and how many it keeps: 900 × 1 s = the last 15 minutes, ~150 KiB.
+ */
+export const ADMIN_HISTORY_INTERVAL_MS = 1_000;
+export const ADMIN_HISTORY_SNAPSHOTS_MAX = 900;
+/**
+ * How often `GET /api/events` looks for a change of the locks or sessions to report: the
+ * console shows a change within this long, and a stream costs one comparison per check.
+ */
+export const ADMIN_EVENTS_CHECK_MS = 250;
+/**
+ * Longest silence of an event stream: a comment line is sent after this long without an
+ * event (or a third of `-http-idle-timeout` when that is shorter), so the idle timeout never
+ * closes a stream that is still read.
+ */
+export const ADMIN_EVENTS_KEEPALIVE_MS_MAX = 15_000;
+/**
+ * Event streams open at once on the admin listener (also at most half of
+ * `-max-http-connections`): each is a connection of the cap that never ends by itself, so
+ * requests keep the other half.
+ */
+export const ADMIN_EVENT_STREAMS_MAX = 16;
+/**
+ * Bytes of events one stream may have waiting for a reader that does not read; past it the
+ * stream is closed (the console reconnects and reloads). About a minute of events.
+ */
+export const ADMIN_EVENT_BUFFER_BYTES_MAX = 64 * 1024;
 
 // ---- audit log: src/log/audit.ts -----------------------------------------------------------
 

@@ -60,6 +60,8 @@ export interface ServerContext {
   readonly scheduler: Scheduler;
   readonly version: string;
   readonly startedAtWallMs: number;
+  /** Monotonic reading at the start (the console's history measures uptime from it). */
+  readonly startedAtMonoMs: number;
   /** Bound protocol address (real port). */
   readonly listenAddr: string;
   /** Every live protocol connection, in its handshake or open. */
@@ -214,6 +216,7 @@ export async function startServer(
   }
 
   const startedAtWallMs = scheduler.wallMs();
+  const startedAtMonoMs = scheduler.monotonicMs();
   const context: ServerContext = {
     config,
     engine,
@@ -223,6 +226,7 @@ export async function startServer(
     scheduler,
     version: VERSION,
     startedAtWallMs,
+    startedAtMonoMs,
     listenAddr: listener.addr,
     connections,
     get live() {
@@ -319,10 +323,12 @@ export async function startServer(
         token: adminToken,
         allowedHosts: adminAllowedHosts,
         limits: httpLimits,
+        console: config.adminConsole,
       });
       logger.info("admin API started", {
         admin_listen: admin.addr,
         auth: adminToken === null ? "none" : "token",
+        console: config.adminConsole,
       });
       const exposure = adminExposureWarning(adminAt.hostname, adminToken !== null);
       if (exposure !== null) logger.warn(exposure, { admin_listen: admin.addr });

@@ -146,7 +146,8 @@ Deno.test("config: every flag's default is valid and within the flag's bounds", 
   for (const row of CONFIG_FLAGS) {
     assert.ok(row.key in DEFAULT_CONFIG, `-${row.flag} sets a config field`);
     const value = DEFAULT_CONFIG[row.key];
-    if (row.kind === "string") continue;
+    if (row.kind === "bool") assert.equal(typeof value, "boolean", `-${row.flag} is a boolean`);
+    if (row.kind === "string" || row.kind === "bool") continue;
     assert.ok((value as number) >= (row.min ?? 0), `-${row.flag} default >= min`);
     if (row.max !== undefined) assert.ok((value as number) <= row.max, `-${row.flag} <= max`);
   }

@@ -6,13 +6,17 @@
  * @module
  */
 
+import type { LockPageQuery, LockSort } from "../core/engine.ts";
 import { lockNameProblem } from "../core/lock_name.ts";
+import { ADMIN_HISTORY_INTERVAL_MS, ADMIN_LOCKS_LIMIT_MAX } from "../limits.ts";
 import type { Actor } from "../log/audit.ts";
 import type { GrantBlock } from "../core/types.ts";
 import { jsonResponse, problemResponse, type ProblemSlug } from "../http/problem.ts";
 import type { RouteMatch } from "../http/router.ts";
 import { compileGlob, GlobError } from "../security/glob.ts";
 import type { ServerContext } from "../server.ts";
+import type { EventHub } from "./events.ts";
+import type { StatsHistory } from "./history.ts";
 import { idleLockJson, type InfoJson, lockJson } from "./views.ts";
 
 /** What every admin handler sees besides the request. */
@@ -22,6 +26,10 @@ export interface AdminContext {
   readonly opsAddr: string | null;
   /** Who is calling (audit `actor`). */
   readonly actor: Actor;
+  /** Snapshots of the engine's counters (GET /api/history). */
+  readonly history: StatsHistory;
+  /** The event streams (GET /api/events). */
+  readonly events: EventHub;
 }
 
 type AdminMatch = RouteMatch<AdminContext>;
@@ -32,6 +40,8 @@ const OUTCOME_PROBLEMS = {
   bad_path_encoding: "invalid-path-encoding",
   /** `?match=` does not compile. */
   bad_glob: "invalid-glob",
+  /** `?sort=`, `?offset=` or `?limit=` of GET /api/locks is not one the API takes. */
+  bad_query: "invalid-query",
   /** The lock name in the path is one the server refuses (e.g. not NFC): no lock can have it. */
   bad_lock_name: "invalid-lock-name",
   /** The lock is idle (nothing stored) or never existed: the two cannot be told apart. */
@@ -70,8 +80,14 @@ export function getInfo(_request: Request, { context }: AdminMatch): Response {
   return jsonResponse(info);
 }
 
-/** GET /api/locks[?match=GLOB] */
+/**
+ * GET /api/locks[?match=GLOB][&sort=KEY][&offset=N][&limit=N]. Without `sort`, `offset` and
+ * `limit` the answer is the spec's `{"locks": [...]}`, every lock sorted by name; with any of
+ * them it is one page, `{"locks": [...], "total": N}` (`total`: locks matching in all).
+ */
 export function listLocks(_request: Request, { context, url }: AdminMatch): Response {
+  const page = pageQuery(url.searchParams);
+  if (page instanceof Response) return page;
   const pattern = url.searchParams.get("match");
   let filter: { prefix: string; matches: (name: string) => boolean } | undefined;
   if (pattern !== null) {
@@ -85,8 +101,67 @@ export function listLocks(_request: Request, { context, url }: AdminMatch): Resp
     }
   }
   const nowMs = context.server.scheduler.monotonicMs();
-  const locks = context.server.engine.listLocks(filter).map((view) => lockJson(view, nowMs));
-  return jsonResponse({ locks });
+  const engine = context.server.engine;
+  if (page === null) {
+    return jsonResponse({ locks: engine.listLocks(filter).map((view) => lockJson(view, nowMs)) });
+  }
+  const { total, locks } = engine.pageLocks({ ...filter, ...page });
+  return jsonResponse({ locks: locks.map((view) => lockJson(view, nowMs)), total });
+}
+
+const SORTS: readonly LockSort[] = ["name", "held_for", "waiters"];
+
+/** The paging parameters of GET /api/locks: null when none is given, a 400 when one is bad. */
+function pageQuery(
+  params: URLSearchParams,
+): Omit<LockPageQuery, "prefix" | "matches"> | null | Response {
+  const sort = params.get("sort");
+  const offset = params.get("offset");
+  const limit = params.get("limit");
+  if (sort === null && offset === null && limit === null) return null;
+  const key = sort?.replace(/^-/, "") ?? "name";
+  if (!(SORTS as readonly string[]).includes(key)) {
+    return fail(
+      "bad_query",
+      `sort="${sort}" is not one of ${SORTS.join(", ")} (a leading - sorts descending)`,
+    );
+  }
+  const offsetValue = wholeNumber(offset ?? "0", 0, Number.MAX_SAFE_INTEGER);
+  if (offsetValue === null) {
+    return fail("bad_query", `offset="${offset}" is not a whole number of at least 0`);
+  }
+  const limitValue = wholeNumber(limit ?? String(ADMIN_LOCKS_LIMIT_MAX), 1, ADMIN_LOCKS_LIMIT_MAX);
+  if (limitValue === null) {
+    return fail(
+      "bad_query",
+      `limit="${limit}" is not a whole number from 1 to ${ADMIN_LOCKS_LIMIT_MAX}`,
+    );
+  }
+  return {
+    sort: key as LockSort,
+    descending: sort?.startsWith("-") ?? false,
+    offset: offsetValue,
+    limit: limitValue,
+  };
+}
+
+function wholeNumber(text: string, min: number, max: number): number | null {
+  if (!/^\d{1,16}$/.test(text)) return null;
+  const value = Number(text);
+  return value >= min && value <= max ? value : null;
+}
+
+/** GET /api/history: the kept snapshots of the engine's counters, oldest first. */
+export function getHistory(_request: Request, { context }: AdminMatch): Response {
+  return jsonResponse({
+    interval_ms: ADMIN_HISTORY_INTERVAL_MS,
+    snapshots: context.history.snapshots(),
+  });
+}
+
+/** GET /api/events: a server-sent-event stream (see events.ts). */
+export function getEvents(_request: Request, { context }: AdminMatch): Response {
+  return context.events.open();
 }
 
 /** GET /api/locks/{name} */

@@ -2,6 +2,8 @@ import { type Route, route } from "../http/router.ts";
 import {
   type AdminContext,
   forceRelease,
+  getEvents,
+  getHistory,
   getInfo,
   getLock,
   kickWaiter,
@@ -15,6 +17,8 @@ import {
  */
 export const ADMIN_ROUTES: readonly Route<AdminContext>[] = [
   route("GET", "/api/info", getInfo),
+  route("GET", "/api/history", getHistory),
+  route("GET", "/api/events", getEvents),
   route("GET", "/api/locks", listLocks),
   route("GET", "/api/locks/:name", getLock),
   route("POST", "/api/locks/:name/release", forceRelease),

@@ -4,7 +4,19 @@ import { type HttpLimits, type HttpListener, listenHttp } from "../http/listen.t
 import { problemResponse } from "../http/problem.ts";
 import { createRouter } from "../http/router.ts";
 import type { ServerContext } from "../server.ts";
+import {
+  ADMIN_EVENT_BUFFER_BYTES_MAX,
+  ADMIN_EVENT_STREAMS_MAX,
+  ADMIN_EVENTS_CHECK_MS,
+  ADMIN_EVENTS_KEEPALIVE_MS_MAX,
+  ADMIN_HISTORY_INTERVAL_MS,
+  ADMIN_HISTORY_SNAPSHOTS_MAX,
+} from "../limits.ts";
 import { type AdminToken, hasValidToken } from "./auth.ts";
+import { browserVerdict } from "./browser_policy.ts";
+import { CONSOLE_ASSETS, consoleResponse } from "./console_assets.ts";
+import { EventHub } from "./events.ts";
+import { StatsHistory } from "./history.ts";
 import { ADMIN_ROUTES } from "./routes.ts";
 
 export interface AdminServerOptions {
@@ -17,6 +29,8 @@ export interface AdminServerOptions {
   /** Canonical entries of `-admin-allowed-hosts` (see host_policy.ts). */
   readonly allowedHosts: readonly string[];
   readonly limits: HttpLimits;
+  /** Serve the operator console at `/` (and answer its same-origin requests). */
+  readonly console: boolean;
 }
 
 /**
@@ -27,15 +41,41 @@ export interface AdminServerOptions {
  *    address (DNS rebinding) sends same-origin requests that only the Host
  *    header gives away (see host_policy.ts);
  * 2. the bearer token, when one is configured (401 + `WWW-Authenticate`);
- * 3. that it does not come from a web page (403): a browser on the operator's
- *    machine could otherwise POST a force-release to a loopback admin API
- *    without a token (cross-site request forgery). Browsers mark such
- *    requests with `Origin` or `Sec-Fetch-Site`; curl, fetch in Deno and
- *    `lockd admin` send neither.
+ * 3. that it does not come from another web page (403): a browser on the
+ *    operator's machine could otherwise POST a force-release to a loopback
+ *    admin API without a token (cross-site request forgery). With the console
+ *    on, the console's own same-origin requests pass; with it off, no web page
+ *    does (browser_policy.ts).
+ *
+ * The console's files (`/`, `/ui/...`) hold no data and need no token (a
+ * browser cannot attach one to a page load; the page asks for it and sends
+ * it with every API request); they are answered to same-origin requests and
+ * to top-level navigations from anywhere (a link in a runbook), never to
+ * other pages' fetches or frames.
  */
 export function startAdminServer(options: AdminServerOptions): HttpListener {
-  const { server, opsAddr, token } = options;
+  const { server, opsAddr, token, limits } = options;
+  const { scheduler, engine } = server;
   const router = createRouter(ADMIN_ROUTES);
+  const events = new EventHub({
+    engine,
+    scheduler,
+    checkMs: ADMIN_EVENTS_CHECK_MS,
+    keepAliveMs: Math.min(ADMIN_EVENTS_KEEPALIVE_MS_MAX, Math.floor(limits.idleTimeoutMs / 3)),
+    streamsMax: Math.min(
+      ADMIN_EVENT_STREAMS_MAX,
+      Math.max(1, Math.floor(limits.connectionsMax / 2)),
+    ),
+    bufferBytesMax: ADMIN_EVENT_BUFFER_BYTES_MAX,
+  });
+  const history = new StatsHistory({
+    stats: engine.stats,
+    scheduler,
+    startedAtMs: server.startedAtMonoMs,
+    intervalMs: ADMIN_HISTORY_INTERVAL_MS,
+    snapshotsMax: ADMIN_HISTORY_SNAPSHOTS_MAX,
+  });
+  history.onSnapshot = (snapshot) => events.snapshot(snapshot);
   // Set once the listener is bound (its address is part of the policy); no request comes earlier.
   const bound: { hosts?: HostPolicy } = {};
   const listenOptions = {
@@ -52,6 +92,16 @@ export function startAdminServer(options: AdminServerOptions): HttpListener {
           "-admin-allowed-hosts",
       );
     }
+    const verdict = browserVerdict(request);
+    const asset = options.console && (request.method === "GET" || request.method === "HEAD")
+      ? CONSOLE_ASSETS.get(new URL(request.url).pathname)
+      : undefined;
+    if (asset !== undefined) {
+      if (verdict === "foreign" && !isNavigation(request)) return crossOriginRefused();
+      return request.method === "HEAD"
+        ? withoutBody(consoleResponse(asset))
+        : consoleResponse(asset);
+    }
     if (token !== null && !(await hasValidToken(request, token))) {
       return problemResponse(
         "unauthorized",
@@ -60,25 +110,56 @@ export function startAdminServer(options: AdminServerOptions): HttpListener {
         { "www-authenticate": 'Bearer realm="lockd-admin"' },
       );
     }
-    const fetchSite = request.headers.get("sec-fetch-site");
-    if (request.headers.has("origin") || (fetchSite !== null && fetchSite !== "none")) {
-      return problemResponse(
-        "cross-origin-refused",
-        "The admin API does not answer requests made by web pages (Origin or Sec-Fetch-Site header)",
-      );
+    if (verdict === "foreign" || (verdict === "same_origin" && !options.console)) {
+      return crossOriginRefused();
     }
-    return router(request, {
+    const response = await router(request, {
       server,
       opsAddr,
       actor: { remote_addr: remoteAddr, auth: token === null ? "none" : "token" },
+      history,
+      events,
     });
+    // Lock data is not for caches (a browser's disk cache, a proxy), whoever asked.
+    response.headers.set("cache-control", "no-store");
+    response.headers.set("x-content-type-options", "nosniff");
+    return response;
   });
+  // Only now: a listener that could not start leaves no timer behind.
+  history.start();
   bound.hosts = new HostPolicy({
     listenHost: options.at.hostname,
     boundHost: parseHostPort(listener.addr).hostname,
     allowedHosts: options.allowedHosts,
   });
-  return listener;
+  return {
+    addr: listener.addr,
+    async close() {
+      // Event streams never end by themselves: end them first, or the HTTP server's shutdown
+      // waits for them forever. New ones are refused from now on.
+      events.close();
+      history.stop();
+      await listener.close();
+    },
+  };
+}
+
+function crossOriginRefused(): Response {
+  return problemResponse(
+    "cross-origin-refused",
+    "The admin API does not answer requests made by other web pages (Origin or Sec-Fetch-Site " +
+      "header); with -admin-console=false it answers no web page",
+  );
+}
+
+/** A top-level page load (link, bookmark, address bar), not a fetch or a frame of another page. */
+function isNavigation(request: Request): boolean {
+  return request.headers.get("sec-fetch-mode") === "navigate" &&
+    request.headers.get("sec-fetch-dest") === "document";
+}
+
+function withoutBody(response: Response): Response {
+  return new Response(null, { status: response.status, headers: response.headers });
 }
 
 /**

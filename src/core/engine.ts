@@ -106,6 +106,8 @@ export type LockEngineView = Pick<
   | "queueLengthOf"
   | "findWaiter"
   | "lockCount"
+  | "pageLocks"
+  | "viewVersion"
   | "sessionIds"
   | "lastToken"
   | "stats"
@@ -139,12 +141,15 @@ export class LockEngine {
   /** The last token-store error while `token_store_unavailable` holds. */
   #tokenFailure = "";
   #nextSessionId = 1;
+  /** Grows whenever an owner or a queue changes (see viewVersion). */
+  #viewVersion = 0;
 
   readonly stats: EngineStats = {
     sessionsOpen: 0,
     locksHeld: 0,
     waiters: 0,
     acquiresTotal: 0,
+    handoffsTotal: 0,
     heartbeatsTotal: 0,
     releasesTotal: { graceful: 0, expired: 0, io_timeout: 0, force: 0 },
     waitSecondsSum: 0,
@@ -270,7 +275,7 @@ export class LockEngine {
     session.claims.set(name, claim);
     this.#enqueue(claim);
     if (free) {
-      this.#grantHead(now, lock, events);
+      this.#grantHead(now, lock, events, false);
       if (claim.state === "queued") {
         // The token reservation failed (grants are blocked now): leave nothing behind.
         this.#leaveQueue(claim);
@@ -494,6 +499,37 @@ export class LockEngine {
     return claim !== undefined && claim.state === "queued" ? waiterView(claim) : undefined;
   }
 
+  /**
+   * One page of the locks `listLocks` would list, ordered by `sort` (ties by name, ascending),
+   * and how many match in all. Only the page's views are built, so a page of 50 out of 20,000
+   * locks costs one pass, one sort and 50 views.
+   */
+  pageLocks(query: LockPageQuery): { total: number; locks: LockView[] } {
+    const prefix = query.prefix ?? "";
+    const selected: LockState[] = [];
+    for (const lock of this.#locks.values()) {
+      if (prefix !== "" && !lock.name.startsWith(prefix)) continue;
+      if (query.matches && !query.matches(lock.name)) continue;
+      selected.push(lock);
+    }
+    const direction = query.descending ? -1 : 1;
+    const key = SORT_KEYS[query.sort];
+    selected.sort((a, b) =>
+      (key === null ? compareNames(a.name, b.name) : key(a) - key(b)) * direction ||
+      compareNames(a.name, b.name)
+    );
+    const page = selected.slice(query.offset, query.offset + query.limit);
+    return { total: selected.length, locks: page.map((lock) => this.#view(lock)) };
+  }
+
+  /**
+   * A number that grows whenever a lock gets or loses an owner or a waiter: readers that show
+   * locks (the console's event stream) compare it to tell whether anything changed.
+   */
+  get viewVersion(): number {
+    return this.#viewVersion;
+  }
+
   /** How many locks have an owner or waiters (idle locks are not stored). */
   get lockCount(): number {
     return this.#locks.size;
@@ -621,6 +657,7 @@ export class LockEngine {
     lock.tail = claim;
     lock.queueLength++;
     this.stats.waiters++;
+    this.#viewVersion++;
   }
 
   /** Unlinks a queued claim (O(1)); the rest of the queue keeps its order. */
@@ -634,11 +671,15 @@ export class LockEngine {
     claim.next = null;
     lock.queueLength--;
     this.stats.waiters--;
+    this.#viewVersion++;
     this.#deadlines.remove(claim.waitNode);
   }
 
-  /** Grants the head of the queue when the lock has no owner. */
-  #grantHead(now: Instant, lock: LockState, events: EngineEvent[]): void {
+  /**
+   * Grants the head of the queue when the lock has no owner. `handoff` is false only for the
+   * grant of a free lock to the claim that just asked for it.
+   */
+  #grantHead(now: Instant, lock: LockState, events: EngineEvent[], handoff = true): void {
     const claim = lock.head;
     if (lock.owner !== null || claim === null) return;
     if (this.#blocks.size > 0) {
@@ -667,6 +708,7 @@ export class LockEngine {
     const waitedMs = now.monoMs - claim.queuedAtMs;
     this.stats.locksHeld++;
     this.stats.acquiresTotal++;
+    if (handoff) this.stats.handoffsTotal++;
     this.stats.waitSecondsSum += waitedMs / 1000;
     this.stats.waitSecondsCount++;
     events.push({
@@ -703,6 +745,7 @@ export class LockEngine {
     claim.session.claims.delete(lock.name);
     this.#deadlines.remove(claim.leaseNode);
     this.stats.locksHeld--;
+    this.#viewVersion++;
     this.stats.releasesTotal[reason]++;
     this.stats.holdSecondsSum += heldMs / 1000;
     this.stats.holdSecondsCount++;
@@ -828,6 +871,29 @@ const GRANT_BLOCK_ORDER: readonly GrantBlock[] = [
 function errorText(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
+
+/** What `pageLocks` can sort by. */
+export type LockSort = "name" | "held_for" | "waiters";
+
+/** A `pageLocks` query: the `listLocks` filter plus order and window. */
+export interface LockPageQuery {
+  readonly prefix?: string;
+  readonly matches?: (name: string) => boolean;
+  readonly sort: LockSort;
+  readonly descending: boolean;
+  readonly offset: number;
+  readonly limit: number;
+}
+
+/**
+ * Numeric sort keys (null: by name). Held for: an earlier start is longer held; a lock without
+ * an owner has held for nothing, below every held one.
+ */
+const SORT_KEYS: Readonly<Record<LockSort, ((lock: LockState) => number) | null>> = {
+  name: null,
+  held_for: (lock) => lock.owner === null ? -Infinity : -lock.owner.sinceMs,
+  waiters: (lock) => lock.queueLength,
+};
 
 function compareNames(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;

@@ -185,6 +185,8 @@ export interface EngineStats {
   locksHeld: number;
   waiters: number;
   acquiresTotal: number;
+  /** Grants to a claim that waited in a queue: the lock passed from one owner to the next. */
+  handoffsTotal: number;
   heartbeatsTotal: number;
   releasesTotal: Record<EndReason, number>;
   waitSecondsSum: number;

@@ -41,6 +41,7 @@ import type {
   ServerCounters,
 } from "../ops/counters.ts";
 import { HttpBackend, type HttpHandler } from "./backend.ts";
+import { HTTP_CLOSE_DRAIN_MS } from "../limits.ts";
 import { problemResponseBytes, type ProblemSlug } from "./problem.ts";
 import { RequestFramer } from "./request_framer.ts";
 
@@ -117,6 +118,7 @@ export function listenHttp(
     peerHeader,
     open: new Set(),
     evictable: new Set(),
+    onAllClosed: null,
   };
   const loop = runAcceptLoop(listener, (conn) => admit(guard, conn), {
     scheduler,
@@ -142,6 +144,10 @@ export function listenHttp(
           if (connection.backendConn === null) connection.close(null);
         }
         await backend.close();
+        // The server has written its last responses; let the guard pass them on before the
+        // connections close (a cut would lose the end of an answer), but not for a client that
+        // does not read.
+        await allClosed(guard, HTTP_CLOSE_DRAIN_MS);
         for (const connection of guard.open) connection.close(null);
       })();
       return closing;
@@ -160,6 +166,22 @@ interface GuardContext {
   readonly open: Set<GuardedConnection>;
   /** Open connections that have not passed a request yet, oldest first (Set keeps insertion order). */
   readonly evictable: Set<GuardedConnection>;
+  /** Called when the last open connection closes (see allClosed). */
+  onAllClosed: (() => void) | null;
+}
+
+/** Resolves when no connection is open any more, or after `timeoutMs`. */
+function allClosed(guard: GuardContext, timeoutMs: number): Promise<void> {
+  if (guard.open.size === 0) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = guard.scheduler.setTimer(done, timeoutMs);
+    guard.onAllClosed = done;
+    function done() {
+      timer.cancel();
+      guard.onAllClosed = null;
+      resolve();
+    }
+  });
 }
 
 /** Applies the connection cap to a new connection, then guards it. */
@@ -396,6 +418,7 @@ class GuardedConnection {
     this.#timer = null;
     closeQuietly(this.#conn);
     if (this.backendConn !== null) closeQuietly(this.backendConn);
+    if (guard.open.size === 0) guard.onAllClosed?.();
   }
 }
 

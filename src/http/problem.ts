@@ -23,6 +23,7 @@ export const PROBLEMS = {
   "invalid-path-encoding": { status: 400, title: "Invalid path encoding" },
   "invalid-glob": { status: 400, title: "Invalid glob" },
   "invalid-lock-name": { status: 400, title: "Invalid lock name" },
+  "invalid-query": { status: 400, title: "Invalid query parameter" },
   "unauthorized": { status: 401, title: "Unauthorized" },
   "cross-origin-refused": { status: 403, title: "Cross-origin request refused" },
   "not-found": { status: 404, title: "Not found" },
@@ -36,6 +37,7 @@ export const PROBLEMS = {
   "headers-too-large": { status: 431, title: "Request header fields too large" },
   "internal-error": { status: 500, title: "Internal error" },
   "too-many-connections": { status: 503, title: "Too many connections" },
+  "too-many-streams": { status: 503, title: "Too many event streams" },
   "unavailable": { status: 503, title: "Service unavailable" },
 } as const satisfies Record<string, { status: number; title: string }>;
 

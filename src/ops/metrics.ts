@@ -62,6 +62,11 @@ export function collectMetrics({ server, runtime }: MetricsSource): MetricFamily
       "Granted ownerships (issued fencing tokens).",
       stats.acquiresTotal,
     ),
+    counter(
+      "lockd_handoffs_total",
+      "Ownerships granted to a claim that waited in a queue (the lock passed to the next waiter).",
+      stats.handoffsTotal,
+    ),
     counter("lockd_acl_denials_total", "ACQUIREs refused by the ACL.", counters.aclDenials),
     {
       name: "lockd_releases_total",

@@ -318,7 +318,8 @@ Deno.test("unknown paths are 404 problems and wrong methods 405 problems with Al
   await using t = await start();
   const cases: { method: string; path: string; status: number; allow?: string; detail: string }[] =
     [
-      { method: "GET", path: "/", status: 404, detail: "No resource at /" },
+      // `/` is the operator console (tests/admin/console_policy_test.ts).
+      { method: "GET", path: "/index.html", status: 404, detail: "No resource at /index.html" },
       { method: "GET", path: "/api/locks/", status: 404, detail: "No resource at /api/locks/" },
       { method: "GET", path: "/api/nope", status: 404, detail: "No resource at /api/nope" },
       { method: "GET", path: "/metrics", status: 404, detail: "No resource at /metrics" },

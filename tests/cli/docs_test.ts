@@ -15,10 +15,15 @@ Deno.test("the serve flag table of docs/operations.md says what src/config.ts sa
     const cells = line.split("|").slice(1, -1).map((cell) => cell.trim());
     if (cells.length === 5 && /^`-[a-z-]+`$/.test(cells[0])) rows.set(cells[0].slice(2, -1), cells);
   }
-  const kindText = { string: "string", duration: "duration", int: "integer" } as const;
+  const kindText = {
+    string: "string",
+    duration: "duration",
+    int: "integer",
+    bool: "boolean",
+  } as const;
   for (const row of CONFIG_FLAGS) {
     const show = row.kind === "duration" ? durationText : String;
-    const range = row.kind === "string"
+    const range = row.kind === "string" || row.kind === "bool"
       ? ""
       : row.max === undefined
       ? `≥ ${show(row.min ?? 0)}`

@@ -581,3 +581,74 @@ Deno.test("holderOf, queueLengthOf and findWaiter read the owner, the queue leng
   h.step(() => h.engine.release(h.now(), owner.sessionId, 2, "x", 1));
   assert.equal(h.engine.holderOf("x"), null, "a queue without an owner");
 });
+
+Deno.test("a hand-off is a grant to a claim that waited; the grant of a free lock is not one", () => {
+  const h = harness();
+  const [a, b, c] = [h.open(), h.open(), h.open()];
+  h.step(() => h.engine.acquire(h.now(), a.sessionId, 1, "x", 0, null));
+  h.step(() => h.engine.acquire(h.now(), b.sessionId, 1, "x", 0, null));
+  h.step(() => h.engine.acquire(h.now(), c.sessionId, 1, "y", 0, null));
+  assert.deepEqual([h.engine.stats.acquiresTotal, h.engine.stats.handoffsTotal], [2, 0]);
+  h.step(() => h.engine.release(h.now(), a.sessionId, 2, "x", 1));
+  assert.deepEqual([h.engine.stats.acquiresTotal, h.engine.stats.handoffsTotal], [3, 1]);
+  h.step(() => h.engine.forceRelease(h.now(), "x").events);
+  assert.deepEqual([h.engine.stats.acquiresTotal, h.engine.stats.handoffsTotal], [3, 1]);
+});
+
+Deno.test("viewVersion grows with every change of an owner or a queue, and only then", () => {
+  const h = harness();
+  const [a, b] = [h.open(), h.open()];
+  const versions: number[] = [h.engine.viewVersion];
+  const changed = () => {
+    const v = h.engine.viewVersion;
+    const grew = v > versions[versions.length - 1];
+    versions.push(v);
+    return grew;
+  };
+  h.step(() => h.engine.acquire(h.now(), a.sessionId, 1, "x", 0, null));
+  assert.ok(changed(), "granted");
+  h.step(() => h.engine.acquire(h.now(), b.sessionId, 1, "x", 5_000, null));
+  assert.ok(changed(), "queued");
+  h.engine.heartbeat(h.now().monoMs, a.sessionId);
+  h.step(() => h.engine.acquire(h.now(), b.sessionId, 2, "x", 0, null)); // duplicate: rejected
+  assert.ok(!changed(), "a heartbeat and a rejection change nothing shown");
+  h.step(() => h.engine.kickWaiter(h.now(), "x", b.remoteAddr).events);
+  assert.ok(changed(), "kicked");
+  h.advance(10_000);
+  assert.ok(changed(), "lease expired");
+});
+
+Deno.test("pageLocks sorts by name, held-for or queue length (ties by name), filters, and pages", () => {
+  const h = harness();
+  const peers = Array.from({ length: 6 }, () => h.open());
+  // Held since: b at 0, a at 10, c at 20. Queues: a 2, c 1, b 0.
+  h.step(() => h.engine.acquire(h.now(), peers[0].sessionId, 1, "b", 0, null));
+  h.clock.advance(10);
+  h.step(() => h.engine.acquire(h.now(), peers[1].sessionId, 1, "a", 0, null));
+  h.clock.advance(10);
+  h.step(() => h.engine.acquire(h.now(), peers[2].sessionId, 1, "c", 0, null));
+  h.step(() => h.engine.acquire(h.now(), peers[3].sessionId, 1, "a", 0, null));
+  h.step(() => h.engine.acquire(h.now(), peers[4].sessionId, 1, "a", 0, null));
+  h.step(() => h.engine.acquire(h.now(), peers[5].sessionId, 1, "c", 0, null));
+  const page = (
+    sort: "name" | "held_for" | "waiters",
+    descending: boolean,
+    offset = 0,
+    limit = 10,
+    prefix?: string,
+  ) => {
+    const result = h.engine.pageLocks({ sort, descending, offset, limit, prefix });
+    return `${result.total}: ${result.locks.map((l) => l.name).join(",")}`;
+  };
+  assert.equal(page("name", false), "3: a,b,c");
+  assert.equal(page("name", true), "3: c,b,a");
+  assert.equal(page("held_for", false), "3: c,a,b", "shortest held first");
+  assert.equal(page("held_for", true), "3: b,a,c", "longest held first");
+  assert.equal(page("waiters", true), "3: a,c,b");
+  assert.equal(page("waiters", false), "3: b,c,a");
+  assert.equal(page("waiters", true, 1, 1), "3: c");
+  assert.equal(page("name", false, 5, 10), "3: ");
+  assert.equal(page("name", false, 0, 10, "b"), "1: b");
+  const [view] = h.engine.pageLocks({ sort: "name", descending: false, offset: 0, limit: 1 }).locks;
+  assert.deepEqual(view, h.engine.getLock("a"), "a page holds the same views as getLock");
+});

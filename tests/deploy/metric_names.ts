@@ -15,6 +15,7 @@ export const EXPECTED_FAMILIES: readonly string[] = [
   "lockd_locks_held",
   "lockd_waiters",
   "lockd_acquires_total",
+  "lockd_handoffs_total", // issue 15: the console's hand-offs/s
   "lockd_acl_denials_total",
   "lockd_releases_total",
   "lockd_protocol_errors_total",

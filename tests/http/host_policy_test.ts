@@ -187,12 +187,23 @@ Deno.test("the admin API refuses a rebound Host with 421 and answers its own add
   }
   // HTTP/1.0 without Host (browsers always send one): answered.
   assert.equal((await get(null, "/api/info", "1.0")).status, 200);
-  // The Origin refusal still applies to a good Host.
-  const fromPage = await rawRequest(
+  // The Origin refusal still applies to a good Host: another page's Origin is refused, the
+  // console's own (the origin of that Host) is answered.
+  const fromPage = (origin: string) =>
+    rawRequest(
+      addr,
+      `GET /api/info HTTP/1.1\r\nHost: ${addr}\r\nOrigin: ${origin}\r\nConnection: close\r\n\r\n`,
+    );
+  assert.equal((await fromPage("http://evil.example")).status, 403);
+  assert.equal((await fromPage(`http://localhost:${port}`)).status, 403, "another origin");
+  assert.equal((await fromPage(`http://${addr}`)).status, 200);
+  // A rebinding page is same-origin to itself: the Host check refuses it first.
+  const rebound = await rawRequest(
     addr,
-    `GET /api/info HTTP/1.1\r\nHost: ${addr}\r\nOrigin: http://${addr}\r\nConnection: close\r\n\r\n`,
+    `GET /api/info HTTP/1.1\r\nHost: evil.example:${port}\r\nOrigin: http://evil.example:${port}\r\n` +
+      "Sec-Fetch-Site: same-origin\r\nConnection: close\r\n\r\n",
   );
-  assert.equal(fromPage.status, 403);
+  assert.equal(rebound.status, 421);
 });
 
 Deno.test("an admin API on [::1] answers [::1] and refuses other names", async () => {

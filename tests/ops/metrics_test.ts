@@ -45,6 +45,7 @@ function expected(changes: Record<string, number>, version: string): Record<stri
     "lockd_locks_held": 0,
     "lockd_waiters": 0,
     "lockd_acquires_total": 0,
+    "lockd_handoffs_total": 0,
     "lockd_acl_denials_total": 0,
     'lockd_releases_total{reason="graceful"}': 0,
     'lockd_releases_total{reason="expired"}': 0,
@@ -154,6 +155,7 @@ Deno.test("every gauge and counter of /metrics follows acquires, waits, releases
       "lockd_connections_open": 2,
       "lockd_connections_accepted_total": 4,
       "lockd_acquires_total": 2,
+      "lockd_handoffs_total": 1, // b was granted m when a released it
       "lockd_wait_seconds_count": 2,
       "lockd_hold_seconds_count": 2,
       'lockd_releases_total{reason="graceful"}': 1,

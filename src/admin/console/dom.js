@@ -1,0 +1,90 @@
+// @ts-check
+/// <reference lib="dom" />
+/**
+ * DOM helpers of the lockd console. Everything the server sends (lock names,
+ * client names, identities, addresses) reaches the page through `el()` and
+ * `textContent` only, never as markup: a lock named `<img src=x onerror=...>`
+ * is shown as that text. The page's Content-Security-Policy also forbids
+ * assigning strings to `innerHTML` (Trusted Types), so a slip would fail loudly.
+ */
+
+/**
+ * Creates an element. `attributes` are set with setAttribute (`class`, `aria-*`, `data-*`, ...);
+ * children are nodes or text (strings and numbers become text nodes; null is skipped).
+ * @param {string} tag
+ * @param {Record<string, string | number | boolean | null | undefined>} [attributes]
+ * @param {...(Node | string | number | null | undefined)} children
+ * @returns {HTMLElement}
+ */
+export function el(tag, attributes = {}, ...children) {
+  const element = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (value === null || value === undefined || value === false) continue;
+    element.setAttribute(name, value === true ? "" : String(value));
+  }
+  append(element, children);
+  return element;
+}
+
+/**
+ * Appends nodes or text to a parent.
+ * @param {Node} parent
+ * @param {(Node | string | number | null | undefined)[]} children
+ */
+export function append(parent, children) {
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    parent.appendChild(typeof child === "object" ? child : document.createTextNode(String(child)));
+  }
+}
+
+/**
+ * The element with this id (the page's own markup: a missing one is a bug).
+ * @template {HTMLElement} T
+ * @param {string} id
+ * @returns {T}
+ */
+export function byId(id) {
+  const element = document.getElementById(id);
+  if (element === null) throw new Error(`console: no element #${id}`);
+  return /** @type {T} */ (element);
+}
+
+/**
+ * A definition list's content from [term, value] pairs.
+ * @param {HTMLElement} list
+ * @param {[string, Node | string | number][]} pairs
+ */
+export function fillPairs(list, pairs) {
+  list.replaceChildren(
+    ...pairs.flatMap(([term, value]) => [el("dt", {}, term), el("dd", {}, value)]),
+  );
+}
+
+/**
+ * `1h 02m`, `3m 07s`, `12.3s`, `450ms`: a duration for people.
+ * @param {number} ms
+ * @returns {string}
+ */
+export function formatDuration(ms) {
+  if (!Number.isFinite(ms)) return "–";
+  if (ms < 1_000) return `${Math.round(ms)}ms`;
+  if (ms < 60_000) return `${(ms / 1_000).toFixed(ms < 10_000 ? 2 : 1)}s`;
+  const totalS = Math.floor(ms / 1_000);
+  const h = Math.floor(totalS / 3_600);
+  const m = Math.floor((totalS % 3_600) / 60);
+  const s = totalS % 60;
+  if (h > 0) return `${h}h ${String(m).padStart(2, "0")}m`;
+  return `${m}m ${String(s).padStart(2, "0")}s`;
+}
+
+/**
+ * A count or rate with at most 3 significant decimals: `0`, `0.25`, `12.5`, `1,234`.
+ * @param {number} value
+ * @returns {string}
+ */
+export function formatNumber(value) {
+  if (!Number.isFinite(value)) return "–";
+  const digits = Math.abs(value) >= 100 ? 0 : Math.abs(value) >= 10 ? 1 : 2;
+  return value.toLocaleString("en-US", { maximumFractionDigits: digits });
+}
