@@ -14,6 +14,9 @@ import {
   AUDIT_WRITE_TIMEOUT_MS_MAX,
   AUDIT_WRITE_TIMEOUT_MS_MIN,
   CLAIMS_PER_SESSION_MAX_DEFAULT,
+  CLUSTER_TTL_MS_DEFAULT,
+  CLUSTER_TTL_MS_MAX,
+  CLUSTER_TTL_MS_MIN,
   FRAME_BYTES_MAX_DEFAULT,
   FRAME_BYTES_MAX_MAX,
   FRAME_BYTES_MAX_MIN,
@@ -87,6 +90,24 @@ export interface ServerConfig {
   auditWriteTimeoutMs: number;
   logLevel: LogLevel;
   logFormat: LogFormat;
+  /** Cluster mode: etcd client URLs (`http://` or `https://`); empty = single node. */
+  clusterEtcd: readonly string[];
+  /** Cluster name; the etcd keys of the cluster live under it (`<cluster>/leader`). */
+  cluster: string | null;
+  /** This node's name in the cluster; default: the advertised address. */
+  clusterNode: string | null;
+  /** The protocol address clients dial to reach this node (published while it leads). */
+  advertise: string | null;
+  /** The admin API address operators are redirected to while this node leads. */
+  advertiseAdmin: string | null;
+  /** TTL of the node's etcd lease: a dead leader is replaced about this long after it died. */
+  clusterTtlMs: number;
+  /** CA (PEM) that signed etcd's server certificates. */
+  clusterEtcdCa: string | null;
+  /** Client certificate (PEM) lockd presents to etcd. */
+  clusterEtcdCert: string | null;
+  /** Its private key (PEM). */
+  clusterEtcdKey: string | null;
 }
 
 export const DEFAULT_CONFIG: Readonly<ServerConfig> = {
@@ -118,6 +139,15 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = {
   auditWriteTimeoutMs: AUDIT_WRITE_TIMEOUT_MS_DEFAULT,
   logLevel: "info",
   logFormat: "text",
+  clusterEtcd: [],
+  cluster: null,
+  clusterNode: null,
+  advertise: null,
+  advertiseAdmin: null,
+  clusterTtlMs: CLUSTER_TTL_MS_DEFAULT,
+  clusterEtcdCa: null,
+  clusterEtcdCert: null,
+  clusterEtcdKey: null,
 };
 
 /** A configuration that cannot run: one line saying which flag and why (the CLI exits 2). */
@@ -340,7 +370,151 @@ export const CONFIG_FLAGS: readonly ConfigFlag[] = [
     choices: LOG_FORMATS,
     help: "diagnostic log format: text, json",
   },
+  {
+    flag: "cluster-etcd",
+    key: "clusterEtcd",
+    kind: "string",
+    help: "cluster mode: comma-separated etcd client URLs (see docs/cluster.md)",
+    parse: parseEtcdUrls,
+  },
+  {
+    flag: "cluster",
+    key: "cluster",
+    kind: "string",
+    help: "cluster name; its etcd keys live under it (with -cluster-etcd)",
+  },
+  {
+    flag: "cluster-node",
+    key: "clusterNode",
+    kind: "string",
+    help: "this node's name in the cluster (default: the -advertise address)",
+  },
+  {
+    flag: "advertise",
+    key: "advertise",
+    kind: "string",
+    address: true,
+    help: "host:port clients dial to reach this node (with -cluster-etcd; default: the -listen " +
+      "address when it names a host)",
+  },
+  {
+    flag: "advertise-admin",
+    key: "advertiseAdmin",
+    kind: "string",
+    address: true,
+    help: "host:port of this node's admin API that other nodes redirect operators to " +
+      "(default: the -admin-listen address when it names a host)",
+  },
+  {
+    flag: "cluster-ttl",
+    key: "clusterTtlMs",
+    kind: "duration",
+    min: CLUSTER_TTL_MS_MIN,
+    max: CLUSTER_TTL_MS_MAX,
+    help: "TTL of the node's etcd lease, whole seconds: a dead leader is replaced after about this",
+  },
+  {
+    flag: "cluster-etcd-ca",
+    key: "clusterEtcdCa",
+    kind: "string",
+    help: "CA (PEM) of etcd's server certificates (https:// etcd URLs)",
+  },
+  {
+    flag: "cluster-etcd-cert",
+    key: "clusterEtcdCert",
+    kind: "string",
+    help: "client certificate (PEM) presented to etcd",
+  },
+  {
+    flag: "cluster-etcd-key",
+    key: "clusterEtcdKey",
+    kind: "string",
+    help: "private key (PEM) of -cluster-etcd-cert",
+  },
 ];
+
+/** `-cluster-etcd`: comma-separated `http(s)://host:port` URLs. */
+function parseEtcdUrls(text: string): string[] {
+  const urls = text.split(",").map((u) => u.trim()).filter((u) => u !== "");
+  if (urls.length === 0) throw new RangeError("no etcd URL given");
+  for (const url of urls) {
+    let parsed: URL;
+    try {
+      parsed = new URL(url);
+    } catch {
+      throw new RangeError(`"${url}" is not a URL (want http://host:port or https://host:port)`);
+    }
+    if (
+      (parsed.protocol !== "http:" && parsed.protocol !== "https:") || parsed.port === "" ||
+      (parsed.pathname !== "/" && parsed.pathname !== "") || parsed.search !== ""
+    ) {
+      throw new RangeError(`"${url}" is not an etcd client URL like http://10.0.0.1:2379`);
+    }
+  }
+  return urls;
+}
+
+/** A cluster name becomes an etcd key prefix: printable, no spaces, no leading or trailing "/". */
+const CLUSTER_NAME = /^[A-Za-z0-9_.-]+(\/[A-Za-z0-9_.-]+)*$/;
+
+/** A listen host that means "every interface": not an address anyone can dial. */
+export function isWildcard(hostname: string): boolean {
+  return hostname === "0.0.0.0" || hostname === "::" || hostname === "";
+}
+
+/** Checks the cluster-mode flags (called by validateConfig). */
+function validateCluster(config: Readonly<ServerConfig>): void {
+  const clusterOnly: [string, unknown][] = [
+    ["cluster", config.cluster],
+    ["cluster-node", config.clusterNode],
+    ["advertise", config.advertise],
+    ["advertise-admin", config.advertiseAdmin],
+    ["cluster-etcd-ca", config.clusterEtcdCa],
+    ["cluster-etcd-cert", config.clusterEtcdCert],
+    ["cluster-etcd-key", config.clusterEtcdKey],
+  ];
+  if (config.clusterEtcd.length === 0) {
+    const given = clusterOnly.find(([, value]) => value !== null);
+    if (given !== undefined) throw new ConfigError(`-${given[0]} needs -cluster-etcd`);
+    return;
+  }
+  if (config.cluster === null) throw new ConfigError("-cluster-etcd needs -cluster NAME");
+  if (!CLUSTER_NAME.test(config.cluster) || config.cluster.length > 128) {
+    throw new ConfigError(
+      `invalid value "${config.cluster}" for flag -cluster: want letters, digits, ".", "_", "-" ` +
+        `and "/" between them, at most 128 characters`,
+    );
+  }
+  if (config.advertise === null && isWildcard(parseHostPort(config.listen).hostname)) {
+    throw new ConfigError(
+      "-cluster-etcd needs -advertise HOST:PORT (the address clients dial) when -listen has no " +
+        "host of its own",
+    );
+  }
+  if (config.advertise !== null) {
+    const advertised = parseHostPort(config.advertise);
+    if (isWildcard(advertised.hostname) || advertised.port === 0) {
+      throw new ConfigError(
+        `-advertise must name a host and port clients can dial, not "${config.advertise}"`,
+      );
+    }
+  }
+  if (config.clusterTtlMs % 1_000 !== 0) {
+    throw new ConfigError("-cluster-ttl must be whole seconds (etcd leases count in seconds)");
+  }
+  if (config.dataDir !== null) {
+    throw new ConfigError(
+      "-data-dir does not apply with -cluster-etcd: the fencing-token mark lives in etcd",
+    );
+  }
+  if ((config.clusterEtcdCert === null) !== (config.clusterEtcdKey === null)) {
+    throw new ConfigError("-cluster-etcd-cert and -cluster-etcd-key go together");
+  }
+  const tlsToEtcd = config.clusterEtcdCa !== null || config.clusterEtcdCert !== null;
+  if (tlsToEtcd && config.clusterEtcd.some((url) => url.startsWith("http:"))) {
+    throw new ConfigError("etcd TLS flags need https:// URLs in -cluster-etcd");
+  }
+}
 
 /** `500ms`, `30s`, `5m`, `1h`: the shortest exact Go-style spelling of a duration. */
 export function durationText(ms: number): string {
@@ -420,4 +594,5 @@ export function validateConfig(config: Readonly<ServerConfig>): void {
   if (config.tlsClientCa !== null && config.tlsCert === null) {
     throw new ConfigError("-tls-client-ca needs -tls-cert and -tls-key");
   }
+  validateCluster(config);
 }

@@ -339,3 +339,14 @@ export const CLUSTER_MARGIN_TTL_SHARE = 0.1;
 export const CLUSTER_RECHECK_MS = 100;
 /** Delay before retrying a failed lease grant, read, campaign, watch or token reservation. */
 export const CLUSTER_RETRY_MS = 250;
+/**
+ * Longest a standby (or a leader not serving yet) holds a HELLO while no live leader is known,
+ * before it answers NOT_LEADER anyway: below the clients' 5 s connect timeout, and long enough
+ * to cover an election (the TTL plus etcd's expiry check) so clients are answered the moment a
+ * leader is elected instead of backing off. The hold is 1.5 × TTL at most.
+ */
+export const CLUSTER_HELLO_HOLD_MS_MAX = 4_000;
+/** A leader that does not answer a standby's probe within this is taken for dead. */
+export const CLUSTER_PROBE_TIMEOUT_MS = 300;
+/** A standby reuses a probe's verdict this long (a burst of HELLOs makes one probe). */
+export const CLUSTER_PROBE_CACHE_MS = 250;

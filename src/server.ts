@@ -1,9 +1,12 @@
 import { readAdminToken } from "./admin/auth.ts";
 import { startAdminServer } from "./admin/server.ts";
 import { type Scheduler, systemScheduler } from "./clock.ts";
-import { DEFAULT_CONFIG, type ServerConfig, validateConfig } from "./config.ts";
+import { DEFAULT_CONFIG, isWildcard, type ServerConfig, validateConfig } from "./config.ts";
 import { LockEngine, type LockEngineView } from "./core/engine.ts";
-import type { TokenIssuer } from "./core/tokens.ts";
+import type { TokenSource } from "./core/tokens.ts";
+import { ClusterNode } from "./cluster/cluster_node.ts";
+import { EtcdHttpClient } from "./cluster/etcd_http.ts";
+import { leaderProbe } from "./cluster/leader_probe.ts";
 import { parseHostPort } from "./host_port.ts";
 import { parseAllowedHosts } from "./http/host_policy.ts";
 import type { HttpLimits, HttpListener } from "./http/listen.ts";
@@ -46,7 +49,7 @@ export interface ServerDeps {
   /** Audit sink instead of the one named by `config.auditLog`. */
   auditSink?: AuditSink;
   /** Token issuer instead of the one of `config.dataDir` (tests of token-store faults). */
-  tokens?: TokenIssuer;
+  tokens?: TokenSource;
 }
 
 /** What the HTTP servers and the CLI see of a running server. */
@@ -68,8 +71,10 @@ export interface ServerContext {
   readonly connections: ReadonlySet<Session>;
   /** False once shutdown began. */
   readonly live: boolean;
-  /** Live and able to grant (no grant block: audit log and token store work). */
+  /** Live and able to grant (no grant block: audit log and token store work; the serving leader in cluster mode). */
   readonly ready: boolean;
+  /** Cluster mode (`-cluster-etcd`): this node's leadership, tokens and gate; null on a single node. */
+  readonly cluster: ClusterNode | null;
 }
 
 /** A running server. `await using` shuts it down. */
@@ -124,26 +129,11 @@ export async function startServer(
   const dataDirLock = deps.tokens === undefined && config.dataDir !== null
     ? lockDataDir(config.dataDir)
     : null;
-  let tokens: TokenIssuer;
-  try {
-    tokens = deps.tokens ?? openTokenIssuer(config.dataDir, scheduler.wallMs());
-  } catch (error) {
-    dataDirLock?.release();
-    throw error;
-  }
-  const engine = new LockEngine({
-    tokens,
-    ioTimeoutMs: config.ioTimeoutMs,
-    leaseDefaultMs: config.leaseDefaultMs,
-    leaseMaxMs: config.leaseMaxMs,
-    sessionsMax: config.sessionsMax,
-    claimsPerSessionMax: config.claimsPerSessionMax,
-    waitersPerLockMax: config.waitersPerLockMax,
-  });
   let auditSink;
   try {
     auditSink = deps.auditSink ?? openAuditSink(config.auditLog);
   } catch (error) {
+    dataDirLock?.release();
     throw pathError(
       error,
       "-audit-log",
@@ -157,8 +147,36 @@ export async function startServer(
     scheduler,
     writeTimeoutMs: config.auditWriteTimeoutMs,
   });
+  const cluster = config.clusterEtcd.length === 0
+    ? null
+    : await startClusterNode(config, scheduler, audit, tlsMaterial !== null);
+  let tokens: TokenSource;
+  try {
+    tokens = deps.tokens ?? cluster?.tokens ?? openTokenIssuer(config.dataDir, scheduler.wallMs());
+  } catch (error) {
+    dataDirLock?.release();
+    await audit.close();
+    throw error;
+  }
+  const engine = new LockEngine({
+    tokens,
+    ioTimeoutMs: config.ioTimeoutMs,
+    leaseDefaultMs: config.leaseDefaultMs,
+    leaseMaxMs: config.leaseMaxMs,
+    sessionsMax: config.sessionsMax,
+    claimsPerSessionMax: config.claimsPerSessionMax,
+    waitersPerLockMax: config.waitersPerLockMax,
+  });
   const counters = new ServerCounters();
-  const service = new LockService({ engine, audit, scheduler, counters, acl });
+  const service = new LockService({
+    engine,
+    audit,
+    scheduler,
+    counters,
+    acl,
+    ...(cluster !== null ? { gate: cluster } : {}),
+  });
+  cluster?.attach(service);
 
   let live = true;
   // The audit log retries by itself; the service pauses grants while it cannot write.
@@ -191,6 +209,7 @@ export async function startServer(
   const stopTimers = () => {
     watchdog.stop();
     service.stop();
+    cluster?.close();
   };
   let listener: ProtocolListener;
   let tlsListener: TlsProtocolListener | null = null;
@@ -233,8 +252,9 @@ export async function startServer(
       return live;
     },
     get ready() {
-      return live && engine.grantBlock === null;
+      return live && engine.grantBlock === null && (cluster === null || cluster.serving);
     },
+    cluster,
   };
   logger.info("protocol listener started", {
     listen: listener.addr,
@@ -261,6 +281,11 @@ export async function startServer(
       listener.close();
       await listener.done;
       note("shutdown: protocol listener closed; closing sessions");
+      if (cluster !== null) {
+        // Planned hand-over: sessions learn NOT_LEADER, then a standby is elected at once.
+        await cluster.handOver();
+        note("shutdown: leadership handed over");
+      }
       service.beginShutdown();
       for (const session of [...connections]) session.refuseShuttingDown(SHUTTING_DOWN_ERROR);
       await sessionsClosed();
@@ -344,6 +369,27 @@ export async function startServer(
       (starting === "-ops-listen" ? config.opsListen : config.adminListen) ?? "",
     );
   }
+  if (cluster !== null) {
+    // Campaign only once the advertised addresses accept connections.
+    const advertise = config.advertise ?? listener.addr;
+    cluster.start({
+      name: config.clusterNode ?? advertise,
+      advertise,
+      admin: config.advertiseAdmin ??
+        (admin !== null && config.adminListen !== null &&
+            !isWildcard(parseHostPort(config.adminListen).hostname)
+          ? admin.addr
+          : null),
+    });
+    logger.info("cluster mode", {
+      cluster: config.cluster,
+      node: cluster.node.name,
+      advertise: cluster.node.advertise,
+      advertise_admin: cluster.node.admin ?? "",
+      etcd: config.clusterEtcd.join(","),
+      ttl_ms: config.clusterTtlMs,
+    });
+  }
 
   const reload = async () => {
     if (tlsListener === null && config.aclFile === null) {
@@ -375,6 +421,40 @@ export async function startServer(
     reload,
     [Symbol.asyncDispose]: () => shutdown(),
   };
+}
+
+/** Cluster mode: the etcd client (TLS files read now) and this node's leadership. */
+async function startClusterNode(
+  config: ServerConfig,
+  scheduler: Scheduler,
+  audit: AuditLog,
+  protocolTls: boolean,
+): Promise<ClusterNode> {
+  const read = (path: string | null) => path === null ? undefined : Deno.readTextFile(path);
+  const [caCert, cert, key] = await Promise.all([
+    read(config.clusterEtcdCa),
+    read(config.clusterEtcdCert),
+    read(config.clusterEtcdKey),
+  ]);
+  let node: ClusterNode | null = null;
+  const etcd = new EtcdHttpClient({
+    endpoints: config.clusterEtcd,
+    tls: { caCert, cert, key },
+    requestTimeoutMs: config.clusterTtlMs / 2,
+    observe: (op, seconds, ok) => node?.recordEtcd(op, seconds, ok),
+  });
+  // The addresses are known once the listeners are bound (start() sets them).
+  const advertise = config.advertise ?? config.listen;
+  node = new ClusterNode({
+    etcd,
+    scheduler,
+    cluster: config.cluster!,
+    node: { name: config.clusterNode ?? advertise, advertise, admin: config.advertiseAdmin },
+    ttlMs: config.clusterTtlMs,
+    audit,
+    probe: leaderProbe(protocolTls),
+  });
+  return node;
 }
 
 /**

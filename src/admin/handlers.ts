@@ -17,7 +17,7 @@ import { compileGlob, GlobError } from "../security/glob.ts";
 import type { ServerContext } from "../server.ts";
 import type { EventHub } from "./events.ts";
 import type { StatsHistory } from "./history.ts";
-import { idleLockJson, type InfoJson, lockJson } from "./views.ts";
+import { type ClusterInfoJson, idleLockJson, type InfoJson, lockJson } from "./views.ts";
 
 /** What every admin handler sees besides the request. */
 export interface AdminContext {
@@ -50,6 +50,8 @@ const OUTCOME_PROBLEMS = {
   waiter_not_found: "waiter-not-found",
   /** Force-release of a lock that has waiters but no owner (grants are blocked; the detail says why). */
   no_owner: "lock-has-no-owner",
+  /** Cluster mode: this node does not lead right now (a paused leader, or leadership moving). */
+  not_leader: "not-leader",
 } as const satisfies Record<string, ProblemSlug>;
 
 type Outcome = keyof typeof OUTCOME_PROBLEMS;
@@ -58,8 +60,24 @@ function fail(outcome: Outcome, detail: string): Response {
   return problemResponse(OUTCOME_PROBLEMS[outcome], detail);
 }
 
+/** Why a cluster node cannot act now, for the problem's detail. */
+export function notLeaderDetail(server: ServerContext): string {
+  const cluster = server.cluster;
+  if (cluster === null) return "This server is not in cluster mode";
+  const leader = cluster.leader;
+  const role = cluster.role;
+  if (role === "paused") {
+    return "This node leads but is paused (its etcd lease is not confirmed); retry in a moment";
+  }
+  return leader === null
+    ? `This node is a ${role}; no leader is known yet (an election may be under way)`
+    : `This node is a ${role}; the leader is ${leader.name} (admin API ${
+      leader.admin ?? "not advertised"
+    })`;
+}
+
 /** GET /api/info */
-export function getInfo(_request: Request, { context }: AdminMatch): Response {
+export async function getInfo(_request: Request, { context }: AdminMatch): Promise<Response> {
   const { server, opsAddr } = context;
   const { config, engine } = server;
   const info: InfoJson = {
@@ -77,7 +95,40 @@ export function getInfo(_request: Request, { context }: AdminMatch): Response {
     locks: engine.lockCount,
     sessions: engine.stats.sessionsOpen,
   };
+  if (server.cluster !== null) info.cluster = await clusterInfo(server);
   return jsonResponse(info);
+}
+
+/** The `cluster` object of /api/info; probes every etcd endpoint (at most 500 ms). */
+async function clusterInfo(server: ServerContext): Promise<ClusterInfoJson> {
+  const cluster = server.cluster!;
+  const leadership = cluster.leadership;
+  const health = await cluster.health();
+  const leader = cluster.leader;
+  const safeUntilMs = leadership.safeUntilMs;
+  return {
+    name: server.config.cluster ?? "",
+    node: cluster.node.name,
+    advertise: cluster.node.advertise,
+    role: cluster.role,
+    serving: cluster.serving,
+    term: cluster.term,
+    leader: leader === null
+      ? null
+      : { node: leader.name, advertise: leader.advertise, admin: leader.admin, term: leader.term },
+    safe_until_ms: Number.isFinite(safeUntilMs)
+      ? Math.round(safeUntilMs - server.scheduler.monotonicMs())
+      : null,
+    ttl_ms: leadership.ttlMs,
+    token_high_water: cluster.term === 0 ? 0 : cluster.tokens.reservedThrough,
+    lease_horizon_ms: cluster.horizonMs,
+    etcd: health.map((h) => ({
+      endpoint: h.endpoint,
+      healthy: h.healthy,
+      took_ms: Math.round(h.tookMs),
+      ...(h.error !== undefined ? { error: h.error } : {}),
+    })),
+  };
 }
 
 /**
@@ -184,6 +235,8 @@ export function forceRelease(_request: Request, { context, params }: AdminMatch)
   const { engine, service } = context.server;
   const result = service.forceRelease(name, context.actor);
   switch (result.status) {
+    case "not_leader":
+      return fail("not_leader", notLeaderDetail(context.server));
     case "lock_not_found":
       return fail("lock_not_found", notFoundDetail(name));
     case "no_owner":
@@ -212,6 +265,8 @@ export function kickWaiter(_request: Request, { context, params }: AdminMatch): 
   if (remoteAddr instanceof Response) return remoteAddr;
   const result = context.server.service.kickWaiter(name, remoteAddr, context.actor);
   switch (result.status) {
+    case "not_leader":
+      return fail("not_leader", notLeaderDetail(context.server));
     case "lock_not_found":
       return fail("lock_not_found", notFoundDetail(name));
     case "waiter_not_found":

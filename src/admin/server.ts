@@ -16,6 +16,7 @@ import { type AdminToken, hasValidToken } from "./auth.ts";
 import { browserVerdict } from "./browser_policy.ts";
 import { CONSOLE_ASSETS, consoleResponse } from "./console_assets.ts";
 import { EventHub } from "./events.ts";
+import { notLeaderDetail } from "./handlers.ts";
 import { StatsHistory } from "./history.ts";
 import { ADMIN_ROUTES } from "./routes.ts";
 
@@ -113,6 +114,8 @@ export function startAdminServer(options: AdminServerOptions): HttpListener {
     if (verdict === "foreign" || (verdict === "same_origin" && !options.console)) {
       return crossOriginRefused();
     }
+    const elsewhere = notHere(request, server);
+    if (elsewhere !== null) return elsewhere;
     const response = await router(request, {
       server,
       opsAddr,
@@ -160,6 +163,29 @@ function isNavigation(request: Request): boolean {
 
 function withoutBody(response: Response): Response {
   return new Response(null, { status: response.status, headers: response.headers });
+}
+
+/**
+ * Cluster mode: a node that does not serve answers `/api/info` itself and sends every lock view
+ * and action to the leader's admin API (307, method and body kept), or says that it is not the
+ * leader (503 not-leader) when no leader admin address is known, or it is a paused leader.
+ * Null when the request is for this node.
+ */
+function notHere(request: Request, server: ServerContext): Response | null {
+  const cluster = server.cluster;
+  if (cluster === null || cluster.serving) return null;
+  const url = new URL(request.url);
+  if (url.pathname === "/api/info") return null;
+  const leader = cluster.leader;
+  const self = leader !== null && leader.name === cluster.node.name &&
+    leader.advertise === cluster.node.advertise;
+  if (leader !== null && !self && leader.admin !== null) {
+    return new Response(null, {
+      status: 307,
+      headers: { location: `http://${leader.admin}${url.pathname}${url.search}` },
+    });
+  }
+  return problemResponse("not-leader", notLeaderDetail(server), { "retry-after": "1" });
 }
 
 /**

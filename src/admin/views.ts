@@ -56,6 +56,30 @@ export interface InfoJson {
   };
   locks: number;
   sessions: number;
+  /** Cluster mode only. */
+  cluster?: ClusterInfoJson;
+}
+
+/** The `cluster` object of GET /api/info (cluster mode). */
+export interface ClusterInfoJson {
+  name: string;
+  node: string;
+  advertise: string;
+  /** leader (serving), paused (leads, must not act), standby, starting (no etcd lease yet). */
+  role: string;
+  /** Whether this node grants and acknowledges now. */
+  serving: boolean;
+  /** The term this node leads (create revision of the leader key), 0 when it does not. */
+  term: number;
+  leader: { node: string; advertise: string; admin: string | null; term: number } | null;
+  /** Milliseconds until the node's etcd lease may run out (negative: past), null without one. */
+  safe_until_ms: number | null;
+  ttl_ms: number;
+  /** The fencing-token mark reserved in etcd by this term (0 when not leading). */
+  token_high_water: number;
+  /** Longest lease this term promised past its own etcd lease (published in etcd). */
+  lease_horizon_ms: number;
+  etcd: { endpoint: string; healthy: boolean; took_ms: number; error?: string }[];
 }
 
 /** A Lock object; durations are measured up to `nowMs` (monotonic). */

@@ -45,7 +45,7 @@ export class TokensNotReserved extends Error {
 export class ClusterTokens {
   readonly #etcd: Etcd;
   readonly #scheduler: Scheduler;
-  readonly #keys: { leader: string; tokens: string };
+  readonly #keys: ReturnType<typeof clusterKeys>;
   readonly #blockSize: number;
   readonly #timeoutMs: number;
   readonly #retryMs: number;

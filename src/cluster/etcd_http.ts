@@ -313,8 +313,9 @@ export class EtcdHttpClient implements Etcd {
     }));
   }
 
-  /** Aborts every request and watch in flight and releases the connection pool. */
+  /** Aborts every request and watch in flight and releases the connection pool. Idempotent. */
   close(): void {
+    if (this.#closing.signal.aborted) return;
     this.#closing.abort();
     this.#client.close();
   }

@@ -45,7 +45,7 @@ import {
   CLUSTER_TTL_MS_MAX,
   CLUSTER_TTL_MS_MIN,
 } from "../limits.ts";
-import { type Etcd, EtcdError, type KeyValue } from "./etcd.ts";
+import { type Etcd, EtcdError, type KeyValue, type TxnOp } from "./etcd.ts";
 
 export type ClusterRole = "starting" | "standby" | "leader" | "paused" | "stopped";
 
@@ -110,8 +110,14 @@ export interface LeadershipOptions {
 }
 
 /** Key names under a cluster. */
-export function clusterKeys(cluster: string): { leader: string; tokens: string } {
-  return { leader: `${cluster}/leader`, tokens: `${cluster}/tokens` };
+export function clusterKeys(
+  cluster: string,
+): { leader: string; tokens: string; horizon: string } {
+  return {
+    leader: `${cluster}/leader`,
+    tokens: `${cluster}/tokens`,
+    horizon: `${cluster}/horizon`,
+  };
 }
 
 function parseLeader(kv: KeyValue): LeaderInfo {
@@ -137,8 +143,8 @@ interface Lease {
 export class Leadership {
   readonly #etcd: Etcd;
   readonly #scheduler: Scheduler;
-  readonly #keys: { leader: string; tokens: string };
-  readonly #node: NodeInfo;
+  readonly #keys: ReturnType<typeof clusterKeys>;
+  #node: NodeInfo;
   readonly #ttlMs: number;
   readonly #marginMs: number;
   readonly #recheckMs: number;
@@ -212,6 +218,12 @@ export class Leadership {
     return this.#node;
   }
 
+  /** Sets what the node publishes when it leads (before start(): the bound addresses). */
+  setNode(node: NodeInfo): void {
+    if (this.#started) throw new Error("The node info is fixed once leadership started");
+    this.#node = node;
+  }
+
   get ttlMs(): number {
     return this.#ttlMs;
   }
@@ -261,9 +273,10 @@ export class Leadership {
   /**
    * Planned hand-over: stops acting at once, deletes the leader key (only if it is still this
    * term's) and revokes the lease, so a standby is elected without waiting for the TTL. Waits
-   * at most `timeoutMs`; a failure leaves the key to expire with the lease.
+   * at most `timeoutMs`; a failure leaves the key to expire with the lease. `alsoPut` joins the
+   * same transaction (only if the term still holds).
    */
-  async resign(timeoutMs = this.#ttlMs): Promise<void> {
+  async resign(timeoutMs = this.#ttlMs, alsoPut: readonly TxnOp[] = []): Promise<void> {
     const wasLeading = this.#role === "leader" || this.#role === "paused";
     const term = this.#term;
     const lease = this.#lease;
@@ -283,7 +296,7 @@ export class Leadership {
       if (wasLeading) {
         await this.#etcd.txn(
           [{ key: this.#keys.leader, target: "create", revision: term }],
-          [{ type: "delete", key: this.#keys.leader }],
+          [...alsoPut, { type: "delete", key: this.#keys.leader }],
           [],
           { timeoutMs },
         );

@@ -10,7 +10,7 @@ import {
 } from "../limits.ts";
 import { DeadlineHeap, type DeadlineNode } from "./deadline_heap.ts";
 import { lockNameProblem } from "./lock_name.ts";
-import type { TokenIssuer } from "./tokens.ts";
+import type { TokenSource } from "./tokens.ts";
 import {
   type CloseCause,
   END_REASON_OF_CLOSE,
@@ -40,7 +40,7 @@ import {
  *   owned  → gone      (release, lease expiry, session closed, force-release)
  */
 export interface EngineOptions {
-  tokens: TokenIssuer;
+  tokens: TokenSource;
   ioTimeoutMs?: number;
   leaseDefaultMs?: number;
   leaseMaxMs?: number;
@@ -109,6 +109,7 @@ export type LockEngineView = Pick<
   | "pageLocks"
   | "viewVersion"
   | "sessionIds"
+  | "ownedLeaseMaxMs"
   | "lastToken"
   | "stats"
   | "grantBlock"
@@ -122,7 +123,7 @@ export type LockEngineView = Pick<
 >;
 
 export class LockEngine {
-  readonly #tokens: TokenIssuer;
+  readonly #tokens: TokenSource;
   readonly ioTimeoutMs: number;
   readonly leaseDefaultMs: number;
   readonly leaseMaxMs: number;
@@ -151,7 +152,7 @@ export class LockEngine {
     acquiresTotal: 0,
     handoffsTotal: 0,
     heartbeatsTotal: 0,
-    releasesTotal: { graceful: 0, expired: 0, io_timeout: 0, force: 0 },
+    releasesTotal: { graceful: 0, expired: 0, io_timeout: 0, force: 0, failover: 0 },
     waitSecondsSum: 0,
     waitSecondsCount: 0,
     holdSecondsSum: 0,
@@ -538,6 +539,18 @@ export class LockEngine {
   /** Peers of all open sessions (for shutdown). */
   sessionIds(): number[] {
     return [...this.#sessions.keys()];
+  }
+
+  /**
+   * The longest lease among the locks a session owns (0 when it owns none): how far a
+   * HEARTBEAT_ACK to it promises ownership (cluster mode checks it against the leader's lease).
+   */
+  ownedLeaseMaxMs(sessionId: number): number {
+    let longest = 0;
+    for (const claim of this.#sessions.get(sessionId)?.claims.values() ?? []) {
+      if (claim.state === "owned" && claim.leaseMs > longest) longest = claim.leaseMs;
+    }
+    return longest;
   }
 
   /** The largest token issued so far. */

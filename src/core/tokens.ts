@@ -1,6 +1,19 @@
 import { TOKEN_MAX } from "../limits.ts";
 
 /**
+ * Where the engine takes fencing tokens from: the `TokenIssuer` below (a single node, with or
+ * without a data dir), or the etcd-backed issuer of cluster mode (src/cluster/).
+ */
+export interface TokenSource {
+  /** The largest token issued so far (or the starting floor). */
+  readonly lastIssued: number;
+  /** Throws unless the next token can be issued now (reserving it first if needed). */
+  prepare(): void;
+  /** Returns the next token; throws when none can be issued (the engine blocks grants). */
+  next(): number;
+}
+
+/**
  * Issues fencing tokens: each larger than every one issued before.
  *
  * Tokens are reserved ahead in blocks. Before the first token of a new block
@@ -9,7 +22,7 @@ import { TOKEN_MAX } from "../limits.ts";
  * it, so tokens keep growing across restarts. `reserve` throwing means the
  * token is not issued.
  */
-export class TokenIssuer {
+export class TokenIssuer implements TokenSource {
   #last: number;
   #reservedThrough: number;
   readonly #blockSize: number;

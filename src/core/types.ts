@@ -3,9 +3,18 @@
  * in these domain terms; the protocol layer maps them to wire codes.
  */
 
-/** Why an ownership ended (the label values of `lockd_releases_total{reason}`). */
-export type EndReason = "graceful" | "expired" | "io_timeout" | "force";
-export const END_REASONS: readonly EndReason[] = ["graceful", "expired", "io_timeout", "force"];
+/**
+ * Why an ownership ended (the label values of `lockd_releases_total{reason}`). `failover`
+ * happens only in cluster mode: the leader stepped down and closed every session.
+ */
+export type EndReason = "graceful" | "expired" | "io_timeout" | "force" | "failover";
+export const END_REASONS: readonly EndReason[] = [
+  "graceful",
+  "expired",
+  "io_timeout",
+  "force",
+  "failover",
+];
 
 /**
  * Why a session is closed, and which end reason its ownerships get:
@@ -14,8 +23,15 @@ export const END_REASONS: readonly EndReason[] = ["graceful", "expired", "io_tim
  * - `io_timeout`: nothing received for io_timeout_ms, or a write stalled → io_timeout
  * - `admin`: an operator force-released one of its locks or removed one of its waiters → force
  * - `shutdown`: the server is stopping → graceful
+ * - `failover`: cluster mode, the leader stepped down (or handed over) → failover
  */
-export type CloseCause = "client_closed" | "io_error" | "io_timeout" | "admin" | "shutdown";
+export type CloseCause =
+  | "client_closed"
+  | "io_error"
+  | "io_timeout"
+  | "admin"
+  | "shutdown"
+  | "failover";
 
 export const END_REASON_OF_CLOSE: Readonly<Record<CloseCause, EndReason>> = {
   client_closed: "graceful",
@@ -23,6 +39,7 @@ export const END_REASON_OF_CLOSE: Readonly<Record<CloseCause, EndReason>> = {
   io_timeout: "io_timeout",
   admin: "force",
   shutdown: "graceful",
+  failover: "failover",
 };
 
 /** Why a queued claim left its queue without being granted. */

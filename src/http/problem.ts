@@ -39,6 +39,7 @@ export const PROBLEMS = {
   "too-many-connections": { status: 503, title: "Too many connections" },
   "too-many-streams": { status: 503, title: "Too many event streams" },
   "unavailable": { status: 503, title: "Service unavailable" },
+  "not-leader": { status: 503, title: "Not the leader" },
 } as const satisfies Record<string, { status: number; title: string }>;
 
 export type ProblemSlug = keyof typeof PROBLEMS;

@@ -31,7 +31,14 @@ export interface Actor {
 /** One audit event. Field order is kept in the JSON line. */
 export type AuditRecord =
   & {
-    event: "acquire" | "release" | "force_release" | "kick_waiter" | "acl_deny";
+    event:
+      | "acquire"
+      | "release"
+      | "force_release"
+      | "kick_waiter"
+      | "acl_deny"
+      | "leader_elected"
+      | "stepped_down";
     lock: string;
     token: number | null;
     identity: string;
@@ -43,6 +50,10 @@ export type AuditRecord =
     held_ms?: number;
     waited_ms?: number;
     actor?: Actor;
+    /** Cluster mode: the cluster node that wrote the record (leader_elected, stepped_down). */
+    node?: string;
+    /** Cluster mode: the leader's term when the record was decided (on every record). */
+    term?: number;
   };
 
 /** Why records were lost (label `cause` of `lockd_audit_records_lost_total`). */
@@ -137,6 +148,11 @@ export class AuditLog {
   readonly lostRecords: Record<AuditLossCause, number> = { backlog_full: 0, exit: 0 };
   /** Called when the log turns unhealthy (with the error) or healthy again (null). */
   onHealthChange: (failure: string | null) => void = () => {};
+  /**
+   * Cluster mode: the term every record appended from now on carries (so the logs of several
+   * nodes merge into one order); null on a single node and while the node does not lead.
+   */
+  term: number | null = null;
 
   constructor(sink: AuditSink, options: AuditLogOptions = {}) {
     this.#sink = sink;
@@ -204,6 +220,7 @@ export class AuditLog {
       }
       return;
     }
+    if (this.term !== null && record.term === undefined) record = { ...record, term: this.term };
     const line = this.#encoder.encode(formatAuditLine(this.#wallMs(), record));
     this.#queue.push({ line, onWritten });
     this.#pendingRecords++;

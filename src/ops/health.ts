@@ -8,7 +8,8 @@
  * - `/readyz` (readiness): like `/healthz`, and also 503 while no ownership
  *   can be granted, for whatever reason, with the reason as the body:
  *   `audit log unavailable` or `token store unavailable`; load balancers
- *   then route clients to another instance.
+ *   then route clients to another instance. In cluster mode also 503 on every node but the
+ *   serving leader (`not the leader (standby)`, `paused leader`).
  *
  * @module
  */
@@ -38,5 +39,13 @@ export function readyz(server: ServerContext): Response {
   if (!server.live) return text(503, "shutting down");
   const block = server.engine.grantBlock;
   if (block !== null) return text(503, NOT_READY[block]);
+  // Cluster mode: only the serving leader takes clients (a load balancer in front uses this).
+  const cluster = server.cluster;
+  if (cluster !== null && !cluster.serving) {
+    return text(
+      503,
+      cluster.role === "paused" ? "paused leader" : `not the leader (${cluster.role})`,
+    );
+  }
   return text(200, "ok");
 }

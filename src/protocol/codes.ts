@@ -148,6 +148,14 @@ export const WIRE_CODES = {
     meaning:
       "No fencing token could be reserved (the token file in the server's data directory cannot be written), so no new ownership is granted until it can; the server retries by itself.",
   },
+  NOT_LEADER: {
+    code: 0x11,
+    name: "NOT_LEADER",
+    retryable: true,
+    closes: true,
+    meaning:
+      "Cluster mode: this node does not serve (a standby, or a leader that stepped down or is handing over). The ERROR's name field carries the leader's advertised host:port, or is empty while no leader is known: connect there at once, or go through the address list again.",
+  },
 } as const satisfies Record<string, WireCodeInfo>;
 
 /** The name of a wire ERROR code, e.g. "WAIT_TIMEOUT". */
@@ -189,6 +197,8 @@ export class ProtocolError extends Error {
 export interface WireError {
   readonly code: WireCodeName;
   readonly message: string;
+  /** The frame's name field when it is not a lock name (NOT_LEADER: the leader's address). */
+  readonly name?: string;
 }
 
 const GRANT_BLOCK_CODES: Readonly<Record<GrantBlock, WireCodeName>> = {
@@ -295,10 +305,26 @@ export function sessionClosedError(
       return { code: "IO_TIMEOUT", message: `No traffic for ${ioTimeoutMs} ms` };
     case "shutdown":
       return SHUTTING_DOWN_ERROR;
+    case "failover":
+      return notLeaderError("", "this node stepped down");
     case "client_closed":
     case "io_error":
       return null;
   }
+}
+
+/**
+ * Cluster mode: this node does not serve. The ERROR frame carries the leader's advertised
+ * address in its name field ("" while none is known).
+ */
+export function notLeaderError(leaderAddr: string, why: string): WireError {
+  return {
+    code: "NOT_LEADER",
+    name: leaderAddr,
+    message: leaderAddr === ""
+      ? `This node is not the leader (${why}); no leader is known yet`
+      : `This node is not the leader (${why}); the leader is ${leaderAddr}`,
+  };
 }
 
 export const SHUTTING_DOWN_ERROR: WireError = {
@@ -340,7 +366,7 @@ export function errorFrame(requestId: number, name: string, error: WireError): E
     type: "error",
     requestId,
     code: WIRE_CODES[error.code].code,
-    name,
+    name: error.name ?? name,
     message: error.message,
   };
 }

@@ -96,6 +96,8 @@ export class Session implements SessionPort, StallWatched {
   #outBytes = 0;
   /** Why the session ends, for the debug line when it closes: a close cause or the final ERROR. */
   #closeReason = "";
+  /** A HELLO waits for its answer (cluster mode): later frames wait in the reader. */
+  #admitting = false;
 
   constructor(transport: Transport, host: SessionHost) {
     this.transport = transport;
@@ -304,9 +306,19 @@ export class Session implements SessionPort, StallWatched {
   #receive(chunk: Uint8Array): void {
     if (this.#peer !== null) this.#host.service.touch(this.#peer.sessionId);
     this.#reader.push(chunk);
+    if (this.#admitting && this.#reader.bufferedBytes > READ_BUFFER_BYTES_MAX) {
+      this.#protocolViolation("Too many bytes sent before WELCOME");
+      return;
+    }
+    this.#handleBuffered();
+  }
+
+  /** Handles every whole frame received, unless a HELLO is still waiting for its answer. */
+  #handleBuffered(): void {
     try {
       for (;;) {
         if (this.#state !== "handshake" && this.#state !== "open") return;
+        if (this.#admitting) return;
         const message = this.#reader.next();
         if (message === null) return;
         this.#handle(message);
@@ -365,12 +377,42 @@ export class Session implements SessionPort, StallWatched {
       this.#refuse(SESSION_ERRORS.unsupportedVersion(version, PROTOCOL_VERSION));
       return;
     }
-    const opened = this.#host.service.openSession(
+    const verdict = this.#host.service.admit();
+    if (verdict instanceof Promise) {
+      // Cluster mode: the answer waits (an election is under way); frames after the HELLO
+      // wait in the reader until it comes.
+      this.#admitting = true;
+      verdict.then(
+        (error) => this.#admitted(error, clientName),
+        (error) => {
+          logger.error("HELLO admission failed", { error: String(error) });
+          this.#admitted(SESSION_ERRORS.malformed("internal error"), clientName);
+        },
+      );
+      return;
+    }
+    this.#open(verdict, clientName);
+  }
+
+  /** The held HELLO got its answer. */
+  #admitted(refusal: WireError | null, clientName: string): void {
+    this.#admitting = false;
+    if (this.#state !== "handshake") return; // the peer left meanwhile
+    this.#open(refusal, clientName);
+    this.#handleBuffered();
+  }
+
+  #open(refusal: WireError | null, clientName: string): void {
+    const opened = refusal ?? this.#host.service.openSession(
       this.transport.identity,
       this.transport.remoteAddr,
       this,
       clientName,
     );
+    this.#welcome(opened);
+  }
+
+  #welcome(opened: Peer | WireError): void {
     if ("code" in opened) {
       this.#refuse(opened);
       return;

@@ -33,6 +33,7 @@ import {
   cancelledError,
   errorFrame,
   leaseExpiredError,
+  notLeaderError,
   rejectionError,
   SESSION_ERRORS,
   sessionClosedError,
@@ -43,6 +44,7 @@ import {
 import type { ServerMessage } from "../protocol/messages.ts";
 import { type Acl, ALLOW_ALL } from "../security/acl.ts";
 import { DeadlineTimer } from "./deadline_timer.ts";
+import type { LeadershipGate } from "./leadership_gate.ts";
 import { type SessionPort, SessionRegistry } from "./session_registry.ts";
 
 const logger = log("protocol");
@@ -55,11 +57,14 @@ export interface LockServiceOptions {
   readonly scheduler: Scheduler;
   readonly counters: ServerCounters;
   readonly acl?: Acl;
+  /** Cluster mode: who may promise ownership and act, and when (absent on a single node). */
+  readonly gate?: LeadershipGate;
 }
 
 /** Outcome of a force-release (admin API). */
 export type ForceReleaseResult =
   | { readonly status: "released"; readonly holder: HolderView }
+  | { readonly status: "not_leader" }
   | { readonly status: "lock_not_found" }
   | {
     readonly status: "no_owner";
@@ -72,6 +77,7 @@ export type ForceReleaseResult =
 /** Outcome of removing a waiter (admin API). */
 export type KickWaiterResult =
   | { readonly status: "kicked"; readonly waiter: WaiterView }
+  | { readonly status: "not_leader" }
   | { readonly status: "lock_not_found" }
   | { readonly status: "waiter_not_found" };
 
@@ -88,6 +94,7 @@ export class LockService {
   readonly #counters: ServerCounters;
   readonly #sessions = new SessionRegistry();
   readonly #deadlines: DeadlineTimer;
+  readonly #gate: LeadershipGate | undefined;
   #acl: Acl;
   #tokenRetry: Timer | undefined;
   #tokenRetryDelayMs = TOKEN_RETRY_MS_MIN;
@@ -100,6 +107,7 @@ export class LockService {
     this.#scheduler = options.scheduler;
     this.#counters = options.counters;
     this.#acl = options.acl ?? ALLOW_ALL;
+    this.#gate = options.gate;
     this.#deadlines = new DeadlineTimer(this.#scheduler, () => this.tick());
   }
 
@@ -119,7 +127,15 @@ export class LockService {
 
   // ---- sessions (the protocol layer) ---------------------------------------
 
-  /** A valid HELLO: registers the session, or says why it is refused. */
+  /**
+   * Cluster mode: whether a HELLO may open a session now (null), is refused (NOT_LEADER), or
+   * must wait for the answer (an election under way). Always null on a single node.
+   */
+  admit(): WireError | null | Promise<WireError | null> {
+    return this.#gate?.admit() ?? null;
+  }
+
+  /** A valid HELLO (admitted): registers the session, or says why it is refused. */
   openSession(
     identity: string,
     remoteAddr: string,
@@ -182,13 +198,14 @@ export class LockService {
   heartbeat(peer: Peer, requestId: number): void {
     const renewed = this.#engine.heartbeat(this.#scheduler.monotonicMs(), peer.sessionId);
     const port = this.#sessions.get(peer.sessionId);
-    if (port !== undefined) {
-      this.#promiseOwnership((ack) => port.send(ack), {
-        type: "heartbeat_ack",
-        requestId,
-        renewed,
-      });
+    if (port === undefined) return;
+    const ack: ServerMessage = { type: "heartbeat_ack", requestId, renewed };
+    if (this.#gate === undefined) {
+      port.send(ack);
+      return;
     }
+    // The gate may answer later: keep the ACK's place in the session's reply order.
+    this.#promiseOwnership(port.hold(), ack, this.#engine.ownedLeaseMaxMs(peer.sessionId));
   }
 
   /**
@@ -209,6 +226,7 @@ export class LockService {
    * is closed (ERROR 0x02 after its release records) and the head waiter is granted at once.
    */
   forceRelease(name: string, actor: Actor): ForceReleaseResult {
+    if (this.#gate !== undefined && !this.#gate.mayAct()) return { status: "not_leader" };
     const holder = this.#engine.holderOf(name);
     if (holder === undefined) return { status: "lock_not_found" };
     if (holder === null) {
@@ -242,6 +260,7 @@ export class LockService {
 
   /** Removes one waiter: the audit record first, then its session is closed like a force-release. */
   kickWaiter(name: string, remoteAddr: string, actor: Actor): KickWaiterResult {
+    if (this.#gate !== undefined && !this.#gate.mayAct()) return { status: "not_leader" };
     if (this.#engine.holderOf(name) === undefined) return { status: "lock_not_found" };
     const waiter = this.#engine.findWaiter(name, remoteAddr);
     if (waiter === undefined) return { status: "waiter_not_found" };
@@ -302,6 +321,30 @@ export class LockService {
     const now = this.now();
     for (const sessionId of this.#engine.sessionIds()) {
       this.#apply(this.#engine.closeSession(now, sessionId, "shutdown"));
+    }
+  }
+
+  /**
+   * Cluster mode: this node stopped leading (or hands over). Every session is closed with
+   * NOT_LEADER after its release records (ownerships end as `failover`); `leaderAddr` is the
+   * new leader's address when known ("" otherwise), `why` goes into the message.
+   */
+  closeAllForFailover(leaderAddr: string, why: string): void {
+    const now = this.now();
+    const finalError = notLeaderError(leaderAddr, why);
+    for (const sessionId of this.#engine.sessionIds()) {
+      this.#apply(this.#engine.closeSession(now, sessionId, "failover"), { sessionId, finalError });
+    }
+  }
+
+  /** Cluster mode: fencing tokens were reserved: grants that waited for them go ahead now. */
+  tokensReserved(): void {
+    if (!this.#engine.isBlocked("token_store_unavailable")) return;
+    this.#apply(this.#engine.retryTokenStore(this.now()));
+    if (!this.#engine.isBlocked("token_store_unavailable")) {
+      this.#tokenRetry?.cancel();
+      this.#tokenRetry = undefined;
+      this.#tokenRetryDelayMs = TOKEN_RETRY_MS_MIN;
     }
   }
 
@@ -447,18 +490,28 @@ export class LockService {
     this.#audit.append(
       record,
       reply !== null && reply.type === "acquired"
-        ? () => this.#promiseOwnership(place, reply)
+        ? () => this.#promiseOwnership(place, reply, reply.leaseMs)
         : () => place(reply),
     );
   }
 
   /**
-   * Sends a frame that promises ownership (ACQUIRED, HEARTBEAT_ACK) through `send`.
+   * Sends a frame that promises ownership for `leaseMs` (ACQUIRED, HEARTBEAT_ACK) into its
+   * place in the session's reply order.
    *
-   * Cluster seam: the leadership check belongs right here, before the promise leaves.
+   * Cluster seam: the gate checks leadership right here, before the promise leaves; a node
+   * that stepped down fills the place with nothing (its sessions are being closed).
    */
-  #promiseOwnership(send: (message: ServerMessage) => void, message: ServerMessage): void {
-    send(message);
+  #promiseOwnership(
+    place: (message: ServerMessage | null) => void,
+    message: ServerMessage,
+    leaseMs: number,
+  ): void {
+    if (this.#gate === undefined) {
+      place(message);
+      return;
+    }
+    this.#gate.promise(leaseMs, () => place(message), () => place(null));
   }
 
   /** Tries the token store again with exponential back-off until a reservation succeeds. */

@@ -49,7 +49,7 @@ export const EXPECTED_FAMILIES: readonly string[] = [
 
 /** Label values that the kit relies on, by family and label name. */
 export const EXPECTED_LABEL_VALUES: Readonly<Record<string, Readonly<Record<string, string[]>>>> = {
-  lockd_releases_total: { reason: ["graceful", "expired", "io_timeout", "force"] },
+  lockd_releases_total: { reason: ["graceful", "expired", "io_timeout", "force", "failover"] },
   lockd_audit_records_lost_total: { cause: ["backlog_full", "exit"] },
 };
 

@@ -51,6 +51,7 @@ function expected(changes: Record<string, number>, version: string): Record<stri
     'lockd_releases_total{reason="expired"}': 0,
     'lockd_releases_total{reason="io_timeout"}': 0,
     'lockd_releases_total{reason="force"}': 0,
+    'lockd_releases_total{reason="failover"}': 0,
   };
   for (const listener of ["protocol", "admin", "ops"]) {
     base[`lockd_listener_accept_errors_total{listener="${listener}"}`] = 0;

@@ -13,7 +13,10 @@ import { WIRE_CODES, type WireCodeName } from "../../src/protocol/codes.ts";
 import { encodeFrame } from "../../src/protocol/frame.ts";
 import type { ErrorMessage, Message } from "../../src/protocol/messages.ts";
 import { VERSION } from "../../src/version.ts";
+import { EtcdCluster } from "../../bench/etcd_proc.ts";
 import { writeAcl } from "../helpers/acl_file.ts";
+import { startClusterServers } from "../helpers/cluster.ts";
+import { skipWithoutEtcd } from "../helpers/etcd.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 import { eventually, startTestServer, type TestServer } from "../helpers/start_server.ts";
 
@@ -58,6 +61,8 @@ interface Observation {
   lock?: string;
   /** True when the server closed the connection right after the ERROR. */
   closed: boolean;
+  /** Cluster mode: the leader's advertised address ("the leader's address"). */
+  leader?: string;
 }
 
 /** Reads the next frame, which must be an ERROR, and whether the connection then closes or stays usable. */
@@ -400,6 +405,32 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
     return [await observe(b, { lock: "jobs/nightly" })];
   },
 
+  async "HELLO at a cluster node that does not serve (a standby)"() {
+    await using etcd = await EtcdCluster.start();
+    await using servers = await startClusterServers(etcd.clientUrls, 2);
+    const leader = await servers.waitServing();
+    const standby = servers.nodes.find((n) => n !== leader)!;
+    await eventually(
+      () => standby.server.context.cluster?.leader?.advertise === leader.addr,
+      "the standby knows the leader",
+    );
+    await using raw = await RawClient.connect(standby.addr);
+    await raw.send({ type: "hello", version: 1, clientName: "x" });
+    return [await observe(raw, { leader: leader.addr })];
+  },
+
+  async "the cluster node stops leading with a session open (step-down or hand-over)"() {
+    await using etcd = await EtcdCluster.start();
+    await using servers = await startClusterServers(etcd.clientUrls, 1);
+    const leader = await servers.waitServing();
+    await using raw = await RawClient.session(leader.addr);
+    assert.equal((await acquire(raw, 1, "held"))?.type, "acquired");
+    const stopping = leader.server.shutdown(); // a planned hand-over
+    const out = [await observe(raw)];
+    await stopping;
+    return out;
+  },
+
   async "the server starts shutting down (with or without a session open)"() {
     await using t = await server();
     // Accepted first: the listener accepts in order, so it is in its handshake once `open`
@@ -441,6 +472,7 @@ function check(row: Row, seen: Observation): void {
     '`""`': "",
     "the request's name": seen.requestName,
     "the lock": seen.lock,
+    "the leader's address": seen.leader,
   };
   assert.ok(row.name in names, `unknown name column ${row.name}`);
   assert.notEqual(names[row.name], undefined, "the scenario knows that name");
@@ -476,7 +508,11 @@ Deno.test("every wire code appears in the error case table", () => {
 for (const row of rows) {
   const scenario = scenarios[row.case];
   if (scenario === undefined) continue; // reported by the test above
-  Deno.test(`error case: ${row.case} → ${row.code}, request id ${row.requestId}, ${row.connection}`, async () => {
+  Deno.test({
+    name: `error case: ${row.case} → ${row.code}, request id ${row.requestId}, ${row.connection}`,
+    // Cluster-mode rows need a real etcd (CI installs it and sets LOCKD_REQUIRE_ETCD).
+    ignore: row.code === "NOT_LEADER" && skipWithoutEtcd,
+  }, async () => {
     const observations = await scenario();
     assert.ok(observations.length > 0);
     for (const [i, seen] of observations.entries()) {

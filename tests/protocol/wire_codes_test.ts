@@ -7,6 +7,9 @@ import type { Message } from "../../src/protocol/messages.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 import { eventually, startTestServer, TEST_ACTOR } from "../helpers/start_server.ts";
 import { writeAcl } from "../helpers/acl_file.ts";
+import { EtcdCluster } from "../../bench/etcd_proc.ts";
+import { startClusterServers } from "../helpers/cluster.ts";
+import { skipWithoutEtcd } from "../helpers/etcd.ts";
 
 type ExpectError = (message: Message | null, code: WireCodeName, requestId?: number) => void;
 
@@ -17,6 +20,8 @@ type ExpectError = (message: Message | null, code: WireCodeName, requestId?: num
 interface Case {
   name: string;
   codes: WireCodeName[];
+  /** Needs a real etcd (skipped without one unless LOCKD_REQUIRE_ETCD is set, as in CI). */
+  needsEtcd?: boolean;
   run(expectError: ExpectError): Promise<void>;
 }
 
@@ -185,10 +190,30 @@ const CASES: Case[] = [{
     await a.send({ type: "acquire", requestId: 2, name: "x", leaseMs: 0, waitMs: 0 });
     assert.equal((await a.next())?.type, "acquired");
   },
+}, {
+  name:
+    "a cluster standby answers HELLO with NOT_LEADER naming the leader (cluster mode, real etcd)",
+  codes: ["NOT_LEADER"],
+  needsEtcd: true,
+  async run(expectError) {
+    await using etcd = await EtcdCluster.start();
+    await using servers = await startClusterServers(etcd.clientUrls, 2);
+    const leader = await servers.waitServing();
+    const standby = servers.nodes.find((n) => n !== leader)!;
+    await eventually(
+      () => standby.server.context.cluster?.leader?.advertise === leader.addr,
+      "the standby knows the leader",
+    );
+    await using raw = await RawClient.connect(standby.addr);
+    await raw.send({ type: "hello", version: 1, clientName: "x" });
+    const messages = await raw.drainUntilClosed();
+    expectError(messages[0], "NOT_LEADER", 0);
+    assert.equal(messages[0]?.type === "error" ? messages[0].name : "", leader.addr);
+  },
 }];
 
 for (const c of CASES) {
-  Deno.test(c.name, async () => {
+  Deno.test({ name: c.name, ignore: c.needsEtcd === true && skipWithoutEtcd }, async () => {
     const seen = new Set<WireCodeName>();
     await c.run((message, code, requestId) => {
       assert.ok(

@@ -1,0 +1,565 @@
+/**
+ * Cluster mode inside one lockd process: the leadership (leadership.ts), the fencing tokens in
+ * etcd (cluster_tokens.ts) and the lock service, tied together. It is the service's
+ * `LeadershipGate`:
+ *
+ * - **HELLO**: a leader that serves WELCOMEs at once. A standby sends the client to the leader
+ *   (NOT_LEADER with the leader's address) when that leader answers a probe; otherwise, and on
+ *   a leader that is not serving yet or paused, the HELLO is held until a leader serves (then
+ *   WELCOME or NOT_LEADER naming it), at most 1.5 × TTL (`CLUSTER_HELLO_HOLD_MS_MAX`).
+ * - **Promises**: ACQUIRED and HEARTBEAT_ACK leave only while the node serves, and only when
+ *   the promise ends within the node's own `safeUntil` (the lease length counted from now) or
+ *   within the *horizon* published in etcd for this term (`<cluster>/horizon`). A new leader
+ *   reads the horizon of the terms before it and grants nothing until the longest promise they
+ *   published could have run out (`electedAt + horizon − margin`), so a client frozen out by a
+ *   fail-over never holds a lock the new leader grants again. Leases shorter than the time to
+ *   `safeUntil` (about 2/3 of the TTL) never need a horizon.
+ * - **Step-down**: every promise waiting is dropped and every session closed with NOT_LEADER;
+ *   ownerships end as `failover`.
+ * - **Planned hand-over** (shutdown): sessions closed with NOT_LEADER, then the leader key is
+ *   deleted (with the horizon reset, since nothing is promised any more) so a standby is
+ *   elected within a round trip.
+ *
+ * @module
+ */
+
+import type { Scheduler, Timer } from "../clock.ts";
+import {
+  CLUSTER_HELLO_HOLD_MS_MAX,
+  CLUSTER_PROBE_CACHE_MS,
+  CLUSTER_PROBE_TIMEOUT_MS,
+  CLUSTER_RETRY_MS,
+  TOKENS_PER_BLOCK,
+} from "../limits.ts";
+import type { AuditLog } from "../log/audit.ts";
+import { log } from "../log/diagnostic.ts";
+import { notLeaderError, type WireError } from "../protocol/codes.ts";
+import type { LeadershipGate } from "../service/leadership_gate.ts";
+import type { LockService } from "../service/lock_service.ts";
+import { ClusterTokens } from "./cluster_tokens.ts";
+import type { EndpointHealth, Etcd } from "./etcd.ts";
+import type { LeaderProbe } from "./leader_probe.ts";
+import {
+  clusterKeys,
+  type ClusterRole,
+  type LeaderInfo,
+  Leadership,
+  type LeadershipEvent,
+  type NodeInfo,
+  type StepDownReason,
+} from "./leadership.ts";
+
+const logger = log("cluster");
+
+export interface ClusterNodeOptions {
+  readonly etcd: Etcd;
+  readonly scheduler: Scheduler;
+  readonly cluster: string;
+  readonly node: NodeInfo;
+  readonly ttlMs: number;
+  readonly audit: AuditLog;
+  /** Is the leader at this address alive? (leader_probe.ts) */
+  readonly probe: LeaderProbe;
+  /** Tokens per etcd reservation (default TOKENS_PER_BLOCK). */
+  readonly tokenBlockSize?: number;
+}
+
+/** Counters and sums of cluster mode, read by /metrics. */
+export interface ClusterStats {
+  /** Times this node saw the leader change to a new term (its own elections included). */
+  leaderChangesTotal: number;
+  stepDowns: Record<StepDownReason, number>;
+  pauseSecondsSum: number;
+  pauseCount: number;
+  /** Per etcd operation: request count, failures, and the sum of their durations. */
+  readonly etcd: Map<string, { count: number; failures: number; secondsSum: number }>;
+}
+
+interface HeldPromise {
+  readonly leaseMs: number;
+  readonly deliver: () => void;
+  readonly drop: () => void;
+}
+
+interface HeldHello {
+  readonly resolve: (verdict: WireError | null) => void;
+  readonly timer: Timer;
+}
+
+export class ClusterNode implements LeadershipGate {
+  readonly leadership: Leadership;
+  readonly tokens: ClusterTokens;
+  readonly stats: ClusterStats = {
+    leaderChangesTotal: 0,
+    stepDowns: { lease_expired: 0, key_lost: 0, deposed: 0, etcd_unreachable: 0, shutdown: 0 },
+    pauseSecondsSum: 0,
+    pauseCount: 0,
+    etcd: new Map(),
+  };
+  readonly #etcd: Etcd;
+  readonly #scheduler: Scheduler;
+  readonly #keys: ReturnType<typeof clusterKeys>;
+  #node: NodeInfo;
+  readonly #audit: AuditLog;
+  readonly #probe: LeaderProbe;
+  readonly #helloHoldMs: number;
+  #service: LockService | null = null;
+  /** The term this node serves: tokens reserved and the fail-over hold passed (0: none). */
+  #readyTerm = 0;
+  /** Longest promise this term published in etcd (ms). */
+  #horizonMs = 0;
+  #publishing = false;
+  #holdTimer: Timer | null = null;
+  #retryTimer: Timer | null = null;
+  readonly #promises: HeldPromise[] = [];
+  readonly #hellos = new Set<HeldHello>();
+  #probed: { addr: string; atMs: number; alive: Promise<boolean> } | null = null;
+  #lastLeaderTerm = 0;
+  #stopping = false;
+
+  constructor(options: ClusterNodeOptions) {
+    this.#etcd = options.etcd;
+    this.#scheduler = options.scheduler;
+    this.#keys = clusterKeys(options.cluster);
+    this.#node = options.node;
+    this.#audit = options.audit;
+    this.#probe = options.probe;
+    this.#helloHoldMs = Math.min(CLUSTER_HELLO_HOLD_MS_MAX, options.ttlMs * 1.5);
+    this.leadership = new Leadership({
+      etcd: options.etcd,
+      scheduler: options.scheduler,
+      cluster: options.cluster,
+      node: options.node,
+      ttlMs: options.ttlMs,
+      onEvent: (event) => this.#onEvent(event),
+    });
+    this.tokens = new ClusterTokens({
+      etcd: options.etcd,
+      scheduler: options.scheduler,
+      cluster: options.cluster,
+      blockSize: options.tokenBlockSize ?? TOKENS_PER_BLOCK,
+      requestTimeoutMs: options.ttlMs / 2,
+      onFenced: (current) => this.leadership.deposed(current),
+      onReserved: () => this.#service?.tokensReserved(),
+    });
+  }
+
+  /** Connects the service (created after this node: it takes this node as its gate). */
+  attach(service: LockService): void {
+    this.#service = service;
+  }
+
+  /** Starts campaigning; `node` replaces the node info given at construction (bound addresses). */
+  start(node: NodeInfo = this.#node): void {
+    this.#node = node;
+    this.leadership.setNode(node);
+    this.leadership.start();
+  }
+
+  // ---- what operators and probes see ------------------------------------------
+
+  get role(): ClusterRole {
+    return this.leadership.role;
+  }
+
+  get term(): number {
+    return this.leadership.term;
+  }
+
+  get leader(): LeaderInfo | null {
+    return this.leadership.leader;
+  }
+
+  get node(): NodeInfo {
+    return this.#node;
+  }
+
+  get endpoints(): readonly string[] {
+    return this.#etcd.endpoints;
+  }
+
+  /** True while this node leads, serves (not paused) and has passed its start-up steps. */
+  get serving(): boolean {
+    return this.#readyTerm !== 0 && this.#readyTerm === this.leadership.term &&
+      this.leadership.serving();
+  }
+
+  /** The term's longest promise published in etcd (ms). */
+  get horizonMs(): number {
+    return this.#horizonMs;
+  }
+
+  /** One etcd request finished (the etcd client's `observe`). */
+  recordEtcd(op: string, seconds: number, ok: boolean): void {
+    let entry = this.stats.etcd.get(op);
+    if (entry === undefined) {
+      entry = { count: 0, failures: 0, secondsSum: 0 };
+      this.stats.etcd.set(op, entry);
+    }
+    entry.count++;
+    entry.secondsSum += seconds;
+    if (!ok) entry.failures++;
+  }
+
+  health(): Promise<EndpointHealth[]> {
+    return this.#etcd.health({ timeoutMs: 500 });
+  }
+
+  // ---- LeadershipGate -----------------------------------------------------------
+
+  admit(): WireError | null | Promise<WireError | null> {
+    if (this.#stopping) return notLeaderError("", "this node is shutting down");
+    if (this.serving) return null;
+    const leader = this.leadership.leader;
+    if (leader !== null && !this.#isSelf(leader)) {
+      // A standby: send the client on if the leader lives, else hold it for the next one.
+      return this.#alive(leader.advertise).then((alive) => {
+        if (this.#stopping) return notLeaderError("", "this node is shutting down");
+        if (this.serving) return null;
+        const now = this.leadership.leader;
+        if (alive && now !== null && now.term === leader.term) {
+          return notLeaderError(now.advertise, `standby of ${now.name}`);
+        }
+        return this.#hold();
+      });
+    }
+    return this.#hold();
+  }
+
+  promise(leaseMs: number, deliver: () => void, drop: () => void): void {
+    if (this.#promises.length === 0 && this.#mayPromise(leaseMs)) {
+      deliver();
+      return;
+    }
+    this.#promises.push({ leaseMs, deliver, drop });
+    this.#flushPromises();
+  }
+
+  mayAct(): boolean {
+    return this.serving;
+  }
+
+  // ---- hand-over and stop --------------------------------------------------------
+
+  /**
+   * Planned hand-over at shutdown: refuses new HELLOs, closes every session with NOT_LEADER,
+   * then gives up the leader key (resetting the horizon: nothing is promised any more) and the
+   * lease, so a standby takes over at once.
+   */
+  async handOver(): Promise<void> {
+    this.#stopping = true;
+    this.#answerHellos(notLeaderError("", "this node is shutting down"));
+    const term = this.leadership.term;
+    const leading = term !== 0;
+    this.#endTerm();
+    if (leading) {
+      this.#service?.closeAllForFailover("", "the leader is shutting down; a new one is elected");
+    }
+    await this.leadership.resign(
+      this.leadership.ttlMs,
+      leading ? [{ type: "put", key: this.#keys.horizon, value: horizonValue(term, 0) }] : [],
+    );
+    this.#audit.term = null;
+  }
+
+  /** Stops timers and etcd traffic (after handOver, or in tests). */
+  close(): void {
+    this.#stopping = true;
+    this.#answerHellos(notLeaderError("", "this node is shutting down"));
+    this.#endTerm();
+    this.leadership.close();
+    this.#etcd.close();
+  }
+
+  // ---- leadership events -----------------------------------------------------------
+
+  #onEvent(event: LeadershipEvent): void {
+    try {
+      switch (event.type) {
+        case "elected":
+          this.#elected(event.term);
+          return;
+        case "paused":
+          logger.warn("leader paused: its etcd lease is not confirmed; re-checking", {
+            term: event.term,
+          });
+          return;
+        case "resumed":
+          this.#countPause(event.pausedMs);
+          logger.info("leader resumed", {
+            term: event.term,
+            paused_ms: Math.round(event.pausedMs),
+          });
+          this.#flushPromises();
+          this.#admitHeld();
+          return;
+        case "stepped_down":
+          this.#steppedDown(event.term, event.reason, event.pausedMs);
+          return;
+        case "leader_changed":
+          this.#leaderChanged(event.leader);
+          return;
+      }
+    } catch (error) {
+      logger.error("cluster event handling failed", { event: event.type, error: String(error) });
+    }
+  }
+
+  #elected(term: number): void {
+    this.#audit.term = term;
+    this.#audit.append({
+      event: "leader_elected",
+      lock: "",
+      token: null,
+      identity: "",
+      remote_addr: this.#node.advertise,
+      session: 0,
+      node: this.#node.name,
+      term,
+    });
+    logger.info("elected leader", { term, node: this.#node.name });
+    this.#beginTerm(term);
+  }
+
+  /** Reserves the first token block and reads the horizon; serves once the hold has passed. */
+  #beginTerm(term: number): void {
+    const electedAtMs = this.leadership.electedAtMs;
+    Promise.all([
+      this.tokens.begin(term, this.#scheduler.wallMs()),
+      this.#etcd.get(this.#keys.horizon, { timeoutMs: this.leadership.ttlMs / 2 }),
+    ]).then(
+      ([, horizon]) => {
+        if (this.leadership.term !== term) return;
+        const previous = parseHorizon(horizon.kv?.value);
+        const holdMs = previous !== null && previous.term < term
+          ? previous.leaseMs - this.leadership.marginMs
+          : 0;
+        const holdUntilMs = electedAtMs + holdMs;
+        const waitMs = holdUntilMs - this.#scheduler.monotonicMs();
+        if (waitMs > 0) {
+          logger.info("new leader waits for promises of the last term to run out", {
+            term,
+            wait_ms: Math.ceil(waitMs),
+          });
+          this.#holdTimer = this.#scheduler.setTimer(() => {
+            this.#holdTimer = null;
+            this.#ready(term, previous !== null && previous.leaseMs > 0);
+          }, waitMs);
+        } else {
+          this.#ready(term, previous !== null && previous.term < term && previous.leaseMs > 0);
+        }
+      },
+      (error) => {
+        if (this.leadership.term !== term) return;
+        logger.warn("new term could not start yet; retrying", { term, error: String(error) });
+        this.#retryTimer = this.#scheduler.setTimer(() => {
+          this.#retryTimer = null;
+          if (this.leadership.term === term) this.#beginTerm(term);
+        }, CLUSTER_RETRY_MS);
+      },
+    );
+  }
+
+  #ready(term: number, resetHorizon: boolean): void {
+    if (this.leadership.term !== term) return;
+    this.#readyTerm = term;
+    this.#horizonMs = 0;
+    logger.info("leader serving", { term, tokens_from: this.tokens.lastIssued + 1 });
+    if (resetHorizon) {
+      // The last term's promises have run out: the next leader need not wait for them.
+      this.#etcd.txn(
+        [{ key: this.#keys.leader, target: "create", revision: term }],
+        [{ type: "put", key: this.#keys.horizon, value: horizonValue(term, 0) }],
+        [],
+        { timeoutMs: this.leadership.ttlMs / 2 },
+      ).catch(() => {});
+    }
+    this.#service?.tokensReserved();
+    this.#flushPromises();
+    this.#admitHeld();
+  }
+
+  #steppedDown(term: number, reason: StepDownReason, pausedMs: number | undefined): void {
+    this.stats.stepDowns[reason]++;
+    if (pausedMs !== undefined) this.#countPause(pausedMs);
+    this.#endTerm();
+    const leader = this.leadership.leader;
+    const why = `stepped down: ${reason.replaceAll("_", " ")}`;
+    logger.warn("stepped down", { term, reason, paused_ms: Math.round(pausedMs ?? 0) });
+    if (reason !== "shutdown") {
+      this.#service?.closeAllForFailover(
+        leader !== null && !this.#isSelf(leader) ? leader.advertise : "",
+        why,
+      );
+    }
+    this.#audit.append({
+      event: "stepped_down",
+      lock: "",
+      token: null,
+      identity: "",
+      remote_addr: this.#node.advertise,
+      session: 0,
+      reason,
+      node: this.#node.name,
+      term,
+    });
+    this.#audit.term = null;
+  }
+
+  /** The node no longer serves a term: tokens stop, promises waiting are dropped. */
+  #endTerm(): void {
+    this.#readyTerm = 0;
+    this.#horizonMs = 0;
+    this.tokens.end();
+    this.#holdTimer?.cancel();
+    this.#holdTimer = null;
+    this.#retryTimer?.cancel();
+    this.#retryTimer = null;
+    for (const held of this.#promises.splice(0)) held.drop();
+  }
+
+  #leaderChanged(leader: LeaderInfo | null): void {
+    if (leader === null) return;
+    if (leader.term !== this.#lastLeaderTerm) {
+      this.#lastLeaderTerm = leader.term;
+      this.stats.leaderChangesTotal++;
+    }
+    if (!this.#isSelf(leader)) {
+      this.#answerHellos(notLeaderError(leader.advertise, `standby of ${leader.name}`));
+    }
+  }
+
+  #countPause(pausedMs: number): void {
+    this.stats.pauseCount++;
+    this.stats.pauseSecondsSum += pausedMs / 1000;
+  }
+
+  // ---- held HELLOs -------------------------------------------------------------------
+
+  #hold(): Promise<WireError | null> {
+    return new Promise((resolve) => {
+      const held: HeldHello = {
+        resolve,
+        timer: this.#scheduler.setTimer(() => {
+          this.#hellos.delete(held);
+          if (this.serving) {
+            resolve(null);
+            return;
+          }
+          const leader = this.leadership.leader;
+          resolve(
+            leader !== null && !this.#isSelf(leader)
+              ? notLeaderError(leader.advertise, `standby of ${leader.name}`)
+              : notLeaderError("", "no leader serves yet"),
+          );
+        }, this.#helloHoldMs),
+      };
+      this.#hellos.add(held);
+    });
+  }
+
+  /** This node serves now: every held HELLO is welcome. */
+  #admitHeld(): void {
+    if (this.serving) this.#answerHellos(null);
+  }
+
+  #answerHellos(verdict: WireError | null): void {
+    for (const held of this.#hellos) {
+      held.timer.cancel();
+      held.resolve(verdict);
+    }
+    this.#hellos.clear();
+  }
+
+  #isSelf(leader: LeaderInfo): boolean {
+    return leader.term === this.leadership.term && this.leadership.term !== 0 ||
+      leader.name === this.#node.name && leader.advertise === this.#node.advertise;
+  }
+
+  /** Probes the leader, sharing one probe among the HELLOs of CLUSTER_PROBE_CACHE_MS. */
+  #alive(addr: string): Promise<boolean> {
+    const nowMs = this.#scheduler.monotonicMs();
+    const last = this.#probed;
+    if (last !== null && last.addr === addr && nowMs - last.atMs < CLUSTER_PROBE_CACHE_MS) {
+      return last.alive;
+    }
+    const alive = this.#probe(addr, CLUSTER_PROBE_TIMEOUT_MS).catch(() => false);
+    this.#probed = { addr, atMs: nowMs, alive };
+    return alive;
+  }
+
+  // ---- promises ------------------------------------------------------------------------
+
+  /** Whether a promise of `leaseMs` may leave now (see the module comment). */
+  #mayPromise(leaseMs: number): boolean {
+    if (!this.serving) return false;
+    const nowMs = this.#scheduler.monotonicMs();
+    return nowMs + leaseMs <= this.leadership.safeUntilMs || leaseMs <= this.#horizonMs;
+  }
+
+  /** Delivers held promises in order while they may leave; publishes a horizon when needed. */
+  #flushPromises(): void {
+    while (this.#promises.length > 0) {
+      const head = this.#promises[0];
+      if (!this.#mayPromise(head.leaseMs)) {
+        if (this.serving) {
+          this.#publishHorizon(Math.max(...this.#promises.map((p) => p.leaseMs)));
+        }
+        return;
+      }
+      this.#promises.shift();
+      head.deliver();
+    }
+  }
+
+  /** Publishes (in etcd, under this term) that promises may reach `leaseMs` ahead. */
+  #publishHorizon(leaseMs: number): void {
+    if (this.#publishing) return;
+    const term = this.leadership.term;
+    if (term === 0) return;
+    this.#publishing = true;
+    this.#etcd.txn(
+      [{ key: this.#keys.leader, target: "create", revision: term }],
+      [{ type: "put", key: this.#keys.horizon, value: horizonValue(term, leaseMs) }],
+      [{ type: "get", key: this.#keys.leader }],
+      { timeoutMs: this.leadership.ttlMs / 2 },
+    ).then(
+      (result) => {
+        this.#publishing = false;
+        if (this.leadership.term !== term) return;
+        if (!result.succeeded) {
+          this.leadership.deposed(result.gets[0]);
+          return;
+        }
+        this.#horizonMs = Math.max(this.#horizonMs, leaseMs);
+        logger.info("lease horizon published", { term, horizon_ms: this.#horizonMs });
+        this.#flushPromises();
+      },
+      () => {
+        this.#publishing = false;
+        if (this.leadership.term !== term) return;
+        this.#retryTimer ??= this.#scheduler.setTimer(() => {
+          this.#retryTimer = null;
+          this.#flushPromises();
+        }, CLUSTER_RETRY_MS);
+      },
+    );
+  }
+}
+
+function horizonValue(term: number, leaseMs: number): string {
+  return JSON.stringify({ term, lease_ms: leaseMs });
+}
+
+function parseHorizon(text: string | undefined): { term: number; leaseMs: number } | null {
+  if (text === undefined) return null;
+  try {
+    const value = JSON.parse(text);
+    if (Number.isSafeInteger(value.term) && Number.isSafeInteger(value.lease_ms)) {
+      return { term: value.term, leaseMs: value.lease_ms };
+    }
+  } catch {
+    // not ours
+  }
+  return null;
+}

@@ -1,0 +1,69 @@
+/**
+ * Is the leader alive? A standby asks before it sends a client to the leader named in etcd:
+ * right after the leader died, etcd still names it for up to a TTL, and a client sent there
+ * would only meet a refused or silent connection and back off. A probe that fails makes the
+ * standby hold the client's HELLO until a new leader is elected instead.
+ *
+ * Alive means the leader's process answers at the application level within the timeout: a
+ * reply to a HELLO on a plain listener, a TLS handshake that got as far as the server's answer
+ * on a TLS one (a refused certificate still proves a live process). A frozen process (SIGSTOP)
+ * fails: the kernel accepts the connection, nothing answers.
+ *
+ * @module
+ */
+
+import { parseHostPort } from "../host_port.ts";
+import { encodeFrame } from "../protocol/frame.ts";
+import { PROTOCOL_VERSION } from "../protocol/messages.ts";
+
+/** Probes `addr`; resolves true when the process behind it answered within `timeoutMs`. */
+export type LeaderProbe = (addr: string, timeoutMs: number) => Promise<boolean>;
+
+/** The probe for a plain TCP protocol listener (`tls` false) or a TLS one. */
+export function leaderProbe(tls: boolean): LeaderProbe {
+  return (addr, timeoutMs) => probe(addr, tls, timeoutMs);
+}
+
+async function probe(addr: string, tls: boolean, timeoutMs: number): Promise<boolean> {
+  const { hostname, port } = parseHostPort(addr);
+  const abort = new AbortController();
+  let conn: Deno.Conn | null = null;
+  const timer = setTimeout(() => {
+    abort.abort();
+    try {
+      conn?.close(); // ends a pending handshake or read
+    } catch {
+      // already closed
+    }
+  }, timeoutMs);
+  try {
+    conn = await Deno.connect({ hostname, port, signal: abort.signal });
+    if (abort.signal.aborted) return false;
+    if (tls) {
+      try {
+        const secure = await Deno.startTls(conn as Deno.TcpConn, { hostname });
+        conn = secure;
+        return !abort.signal.aborted;
+      } catch (error) {
+        // A certificate or handshake refusal came from a live server; a closed socket did not.
+        return !abort.signal.aborted && !(error instanceof Deno.errors.ConnectionReset) &&
+          !(error instanceof Deno.errors.BadResource) &&
+          !(error instanceof Deno.errors.UnexpectedEof);
+      }
+    }
+    await conn.write(
+      encodeFrame({ type: "hello", version: PROTOCOL_VERSION, clientName: "lockd-leader-probe" }),
+    );
+    const n = await conn.read(new Uint8Array(64));
+    return !abort.signal.aborted && n !== null && n > 0;
+  } catch {
+    return false;
+  } finally {
+    clearTimeout(timer);
+    try {
+      conn?.close();
+    } catch {
+      // closed by the timer
+    }
+  }
+}

@@ -1,0 +1,22 @@
+import type { WireError } from "../protocol/codes.ts";
+
+/**
+ * What the lock service asks of cluster mode (implemented by src/cluster/cluster_node.ts;
+ * absent on a single node, where the service behaves exactly as without it).
+ */
+export interface LeadershipGate {
+  /**
+   * A HELLO arrived: null to WELCOME it now, an error (NOT_LEADER) to refuse it, or a promise
+   * of either when the answer has to wait (an election in progress, a paused leader).
+   */
+  admit(): WireError | null | Promise<WireError | null>;
+  /**
+   * A frame that promises ownership for `leaseMs` (ACQUIRED, HEARTBEAT_ACK) is ready. The gate
+   * calls `deliver` once the node may make that promise (at once when it serves and its own
+   * etcd lease covers it), or `drop` if it never may (the node stepped down). Calls are
+   * answered in the order they were made.
+   */
+  promise(leaseMs: number, deliver: () => void, drop: () => void): void;
+  /** Whether an operator action (force-release, waiter removal) may run now. */
+  mayAct(): boolean;
+}
