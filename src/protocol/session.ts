@@ -339,9 +339,14 @@ export class Session implements SessionPort, StallWatched {
       this.#hello(message.version, message.clientName);
       return;
     }
+    if (message.type !== "acquire" && message.type !== "release" && message.type !== "heartbeat") {
+      // A server-to-client type (whatever its request id) or a second HELLO: a broken client.
+      this.#protocolViolation(`Unexpected ${message.type.toUpperCase()} from a client`);
+      return;
+    }
     const peer = this.#peer!;
     const service = this.#host.service;
-    if ("requestId" in message && message.requestId === 0 && message.type !== "error") {
+    if (message.requestId === 0) {
       const name = "name" in message ? message.name : "";
       this.send(errorFrame(0, name, SESSION_ERRORS.requestIdZero()));
       return;
@@ -362,8 +367,6 @@ export class Session implements SessionPort, StallWatched {
       case "heartbeat":
         service.heartbeat(peer, message.requestId);
         return;
-      default:
-        this.#protocolViolation(`Unexpected ${message.type.toUpperCase()} from a client`);
     }
   }
 

@@ -196,7 +196,36 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
     return out;
   },
 
-  async "a request whose own request id is 0"() {
+  async "a server-to-client message type with request id 0"() {
+    // A client that sends server frames is broken, whatever the request id: it is not a request
+    // with an out-of-range field (INVALID_ARGUMENT, kept) but a frame a client never sends.
+    await using t = await server();
+    const out: Observation[] = [];
+    const frames: Message[] = [
+      { type: "queued", requestId: 0, name: "x", position: 1 },
+      { type: "acquired", requestId: 0, name: "x", token: 1, leaseMs: 1_000 },
+      { type: "released", requestId: 0, name: "x" },
+      { type: "heartbeat_ack", requestId: 0, renewed: 0 },
+      { type: "error", requestId: 0, code: 1, name: "x", message: "" },
+      {
+        type: "welcome",
+        version: 1,
+        serverVersion: "0",
+        sessionId: 0,
+        ioTimeoutMs: 0,
+        leaseDefaultMs: 0,
+        leaseMaxMs: 0,
+      },
+    ];
+    for (const frame of frames) {
+      await using raw = await RawClient.session(t.addr);
+      await raw.sendBytes(encodeFrame(frame));
+      out.push(await observe(raw));
+    }
+    return out;
+  },
+
+  async "a request (ACQUIRE, RELEASE, HEARTBEAT) whose own request id is 0"() {
     await using t = await server();
     await using raw = await RawClient.session(t.addr);
     const out: Observation[] = [];
