@@ -173,7 +173,6 @@ export class Session implements SessionPort, StallWatched {
   /** Queues a frame after every frame decided before it; one write per turn carries them. */
   send(message: ServerMessage): void {
     if (this.#state === "closed") return;
-    if (message.type === "error") this.#host.counters.countError(message.code);
     if (this.#outHead === this.#out.length) this.#write(message);
     else this.#queue({ message, ready: true });
   }
@@ -187,7 +186,6 @@ export class Session implements SessionPort, StallWatched {
       if (place.ready) return;
       place.ready = true;
       place.message = message;
-      if (message?.type === "error") this.#host.counters.countError(message.code);
       this.#drain();
     };
   }
@@ -246,7 +244,11 @@ export class Session implements SessionPort, StallWatched {
     }
   }
 
-  /** Encodes a frame into the batch of this turn. */
+  /**
+   * Encodes a frame into the batch of this turn. An ERROR is counted here, once it is encoded
+   * for the wire: not one decided for a session that closed before its turn came, nor one that
+   * could not be encoded.
+   */
   #write(message: ServerMessage): void {
     if (this.#state === "closed") return;
     if (debugEnabled()) this.#debugFrame("frame sent", message);
@@ -266,10 +268,11 @@ export class Session implements SessionPort, StallWatched {
       queueMicrotask(() => this.#peerLeft("io_error"));
       return;
     }
-    this.#afterPush();
+    this.#afterPush(message);
   }
 
-  #afterPush(): void {
+  #afterPush(message: ServerMessage): void {
+    if (message.type === "error") this.#host.counters.countError(message.code);
     if (this.#writer.byteLength > WRITE_BUFFER_BYTES_MAX) {
       // The client does not read its replies: close it as an I/O timeout, memory stays bounded.
       logger.warn("slow reader disconnected", {
@@ -297,7 +300,7 @@ export class Session implements SessionPort, StallWatched {
     } catch {
       return false;
     }
-    this.#afterPush();
+    this.#afterPush(message);
     return true;
   }
 
