@@ -50,6 +50,8 @@ export interface ServerDeps {
   auditSink?: AuditSink;
   /** Token issuer instead of the one of `config.dataDir` (tests of token-store faults). */
   tokens?: TokenSource;
+  /** Reads the ACL file at start-up and on reload (tests make a read slow). */
+  readFile?: (path: string) => Promise<Uint8Array>;
 }
 
 /** What the HTTP servers and the CLI see of a running server. */
@@ -117,7 +119,7 @@ export async function startServer(
     });
   const acl = config.aclFile === null
     ? ALLOW_ALL
-    : await loadAclFile(config.aclFile).catch((error) => {
+    : await loadAclFile(config.aclFile, deps.readFile).catch((error) => {
       throw new StartError(
         `Cannot use the ACL file (-acl-file): ${error.message}. Fix the line named ` +
           `(docs/operations.md, "ACL"), or give -acl-file the right path.`,
@@ -391,7 +393,7 @@ export async function startServer(
     });
   }
 
-  const reload = async () => {
+  const reloadOnce = async () => {
     if (tlsListener === null && config.aclFile === null) {
       // Say so, or an operator who sent SIGHUP after editing a file lockd does not use waits
       // for a line that never comes.
@@ -401,7 +403,7 @@ export async function startServer(
     if (tlsListener !== null) await reloadCertificates(tlsListener, config);
     if (config.aclFile !== null) {
       try {
-        service.setAcl(await loadAclFile(config.aclFile));
+        service.setAcl(await loadAclFile(config.aclFile, deps.readFile));
         logger.info("ACL reloaded", { acl_file: config.aclFile, rules: service.acl.ruleCount });
       } catch (error) {
         logger.error("ACL reload failed; keeping the old rules", {
@@ -410,6 +412,27 @@ export async function startServer(
         });
       }
     }
+  };
+  /**
+   * Reloads run one at a time and the last signal wins: two overlapping reloads could finish
+   * out of order (the first one's read last) and leave older files in force. A reload asked
+   * for while one runs starts after it (and reads the files then); any number asked for
+   * meanwhile are that one reload.
+   */
+  let reloadRunning: Promise<void> | null = null;
+  let reloadNext: Promise<void> | null = null;
+  const reload = (): Promise<void> => {
+    if (reloadRunning === null) {
+      reloadRunning = reloadOnce()
+        .catch((error) => logger.error("reload failed", { error: String(error) }))
+        .finally(() => reloadRunning = null);
+      return reloadRunning;
+    }
+    reloadNext ??= reloadRunning.then(() => {
+      reloadNext = null;
+      return reload();
+    });
+    return reloadNext;
   };
 
   return {

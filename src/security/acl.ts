@@ -139,10 +139,13 @@ export function parseAcl(text: string, fileName: string): Acl {
  * lenient decode would turn the bytes into U+FFFD and change what the rules
  * match.
  */
-export async function loadAclFile(path: string): Promise<Acl> {
+export async function loadAclFile(
+  path: string,
+  readFile: (path: string) => Promise<Uint8Array> = Deno.readFile,
+): Promise<Acl> {
   let bytes: Uint8Array;
   try {
-    bytes = await Deno.readFile(path);
+    bytes = await readFile(path);
   } catch (err) {
     throw new AclParseError(path, 0, `cannot read: ${err instanceof Error ? err.message : err}`);
   }
