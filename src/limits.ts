@@ -350,3 +350,9 @@ export const CLUSTER_HELLO_HOLD_MS_MAX = 4_000;
 export const CLUSTER_PROBE_TIMEOUT_MS = 300;
 /** A standby reuses a probe's verdict this long (a burst of HELLOs makes one probe). */
 export const CLUSTER_PROBE_CACHE_MS = 250;
+/**
+ * A client with several cluster nodes (`addrs`) gives up a connection whose heartbeats have gone
+ * unanswered this long with nothing else heard: a frozen or cut-off leader. Longer than the
+ * pauses an etcd leader election causes (up to about 2 s), so those do not move clients.
+ */
+export const CLUSTER_CLIENT_SILENCE_MS = 3_000;

@@ -34,7 +34,12 @@ import { describeFetchError } from "./http_errors.ts";
 const ADMIN_ADDR_DEFAULT = "127.0.0.1:7401";
 
 const FLAGS: readonly FlagSpec[] = [
-  { name: "admin", kind: "string", help: "admin API host:port", defaultText: ADMIN_ADDR_DEFAULT },
+  {
+    name: "admin",
+    kind: "string",
+    help: "admin API host:port, or the admin APIs of a cluster's nodes: host:port,host:port,...",
+    defaultText: ADMIN_ADDR_DEFAULT,
+  },
   { name: "token-file", kind: "string", help: "file with the admin bearer token" },
   { name: "json", kind: "bool", help: "print the raw JSON of the admin API" },
   { name: "match", kind: "string", help: "locks: only names matching this glob" },
@@ -159,14 +164,18 @@ export async function adminCommand(
     return usageError(`-interval must be at least ${WATCH_INTERVAL_MS_MIN}ms`);
   }
 
-  let baseUrl: string;
-  const adminAddr = (values.get("admin") as string | undefined) ?? ADMIN_ADDR_DEFAULT;
+  // Several admin addresses (a cluster): the first that answers for the leader is used.
+  const adminAddrs = ((values.get("admin") as string | undefined) ?? ADMIN_ADDR_DEFAULT).split(",")
+    .map((a) => a.trim()).filter((a) => a !== "");
+  if (adminAddrs.length === 0) return usageError("-admin needs at least one host:port");
+  const baseUrls: string[] = [];
   try {
-    baseUrl = `http://${dialAddress(adminAddr)}`;
+    for (const addr of adminAddrs) baseUrls.push(`http://${dialAddress(addr)}`);
   } catch (error) {
     if (error instanceof RangeError) return usageError(`-admin: ${error.message}`);
     throw error;
   }
+  const adminAddr = adminAddrs.join(",");
 
   const headers: Record<string, string> = {};
   const tokenFile = values.get("token-file") as string | undefined;
@@ -210,15 +219,48 @@ export async function adminCommand(
       break;
   }
 
+  /**
+   * One address after the other (the one that answered last first). A cluster standby answers
+   * lock views and actions with 307 to the leader's admin API: followed here, not by fetch, so
+   * the token goes along (fetch drops Authorization on a redirect to another origin). A node
+   * that cannot be reached, or says it is not the leader (503), hands over to the next address.
+   */
+  let current = 0;
   const request = async (): Promise<Reply> => {
+    let reply: Reply | null = null;
+    for (let i = 0; i < baseUrls.length; i++) {
+      const index = (current + i) % baseUrls.length;
+      reply = await requestOne(baseUrls[index] + path, adminAddrs[index]);
+      const tryNext = "failure" in reply ||
+        (reply.status === 503 && /not-leader/.test(reply.body));
+      if (!tryNext) {
+        current = index;
+        return reply;
+      }
+    }
+    return reply!;
+  };
+
+  const requestOne = async (url: string, addr: string, redirects = 0): Promise<Reply> => {
     const controller = new AbortController();
     const timer = setTimeout(() => controller.abort(), ADMIN_REQUEST_TIMEOUT_MS);
     try {
-      const response = await out.fetch(baseUrl + path, {
+      const response = await out.fetch(url, {
         method,
         headers,
         signal: controller.signal,
+        redirect: "manual",
       });
+      const location = response.headers.get("location");
+      if (response.status === 307 && location !== null && redirects < 2) {
+        await response.body?.cancel();
+        clearTimeout(timer);
+        return await requestOne(
+          new URL(location, url).href,
+          new URL(location, url).host,
+          redirects + 1,
+        );
+      }
       return {
         status: response.status,
         statusText: response.statusText,
@@ -228,7 +270,7 @@ export async function adminCommand(
     } catch (error) {
       const target = {
         what: "the admin API",
-        addr: adminAddr,
+        addr,
         clientFlag: "-admin",
         serverFlag: "-admin-listen",
       };
@@ -470,7 +512,34 @@ function formatInfo(info: InfoJson): string {
     ["io_timeout_ms", String(c.io_timeout_ms)],
     ["locks", String(info.locks)],
     ["sessions", String(info.sessions)],
+    ...clusterLines(info),
   ]);
+}
+
+/** Cluster mode: the node's role, the leader, its lease and etcd's health. */
+function clusterLines(info: InfoJson): [string, string][] {
+  const k = info.cluster;
+  if (k === undefined) return [];
+  const leader = k.leader === null
+    ? "(none known)"
+    : `${k.leader.node} at ${k.leader.advertise} (term ${k.leader.term}, admin ${
+      k.leader.admin ?? "not advertised"
+    })`;
+  return [
+    ["cluster", `${k.name}, node ${k.node} at ${k.advertise}`],
+    ["role", `${k.role}${k.serving ? " (serving)" : ""}`],
+    ["term", String(k.term)],
+    ["leader", leader],
+    ["safe_until", k.safe_until_ms === null ? "(no lease)" : `in ${k.safe_until_ms} ms`],
+    ["ttl_ms", String(k.ttl_ms)],
+    ["token_high_water", String(k.token_high_water)],
+    ...k.etcd.map((e): [string, string] => [
+      "etcd",
+      `${e.endpoint} ${
+        e.healthy ? "healthy" : `unhealthy (${e.error ?? "no answer"})`
+      }, ${e.took_ms} ms`,
+    ]),
+  ];
 }
 
 function holderText(holder: HolderJson): string {

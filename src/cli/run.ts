@@ -16,7 +16,12 @@ const EXIT_USAGE = 2;
 const EXIT_ERROR = 1;
 
 export const RUN_FLAGS: readonly FlagSpec[] = [
-  { name: "addr", kind: "string", help: "lockd server host:port", defaultText: "127.0.0.1:7400" },
+  {
+    name: "addr",
+    kind: "string",
+    help: "lockd server host:port, or the nodes of a cluster: host:port,host:port,...",
+    defaultText: "127.0.0.1:7400",
+  },
   {
     name: "lease",
     kind: "duration",
@@ -87,7 +92,13 @@ export async function runCommand(
     }
     throw error;
   }
-  const addr = (values.get("addr") as string | undefined) ?? "127.0.0.1:7400";
+  const addrs = ((values.get("addr") as string | undefined) ?? "127.0.0.1:7400").split(",")
+    .map((a) => a.trim()).filter((a) => a !== "");
+  if (addrs.length === 0) {
+    io.stderr("lockd run: -addr needs at least one host:port");
+    io.stderr(RUN_USAGE);
+    return EXIT_USAGE;
+  }
   const leaseMs = (values.get("lease") as number | undefined) ?? 0;
   const waitMs = values.get("wait") as number | undefined;
   const killGraceMs = (values.get("kill-grace") as number | undefined) ?? KILL_GRACE_MS_DEFAULT;
@@ -99,7 +110,11 @@ export async function runCommand(
       cert: values.get("cert") as string | undefined,
       key: values.get("key") as string | undefined,
     });
-    client = await connect({ addr, tls, clientName: `lockd-run/${name}` });
+    client = await connect({
+      ...(addrs.length === 1 ? { addr: addrs[0] } : { addrs }),
+      tls,
+      clientName: `lockd-run/${name}`,
+    });
   } catch (error) {
     io.stderr(`lockd run: ${(error as Error).message}`);
     return EXIT_ERROR;

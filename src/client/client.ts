@@ -8,7 +8,7 @@
  */
 
 import { type Scheduler, systemScheduler, type Timer } from "../clock.ts";
-import { CONNECT_TIMEOUT_MS_DEFAULT } from "../limits.ts";
+import { CLUSTER_CLIENT_SILENCE_MS, CONNECT_TIMEOUT_MS_DEFAULT } from "../limits.ts";
 import { WIRE_CODES } from "../protocol/codes.ts";
 import { type ErrorMessage, type ServerMessage, WAIT_FOREVER } from "../protocol/messages.ts";
 import { VERSION } from "../version.ts";
@@ -27,8 +27,15 @@ export type { Lock } from "./lock_handle.ts";
 
 /** Options of {@link connect}. */
 export interface ConnectOptions {
-  /** Server address, `host:port` (IPv6 as `[::1]:7400`). */
-  addr: string;
+  /** Server address, `host:port` (IPv6 as `[::1]:7400`). Give this or `addrs`. */
+  addr?: string;
+  /**
+   * The nodes of a lockd cluster (docs/cluster.md), tried in order. A node that is not the
+   * leader answers NOT_LEADER naming the leader, and the client goes there at once; a node
+   * without a leader yet holds the HELLO until one is elected. A connection that stays silent
+   * for 3 s while heartbeats are due is given up (a frozen leader). Give this or `addr`.
+   */
+  addrs?: readonly string[];
   /** Sent in HELLO; shows in the server's debug log. Default `lockd-ts/<version>`. */
   clientName?: string;
   /** TLS (and mutual TLS with `cert` + `key`); plain TCP when absent. */
@@ -130,8 +137,12 @@ export async function connectWith(
   }
   const scheduler = options.scheduler ?? systemScheduler;
   const dial = internals.dial ?? dialNodeSocket;
+  const addrs = options.addrs ?? (options.addr === undefined ? [] : [options.addr]);
+  if (addrs.length === 0 || (options.addr !== undefined && options.addrs !== undefined)) {
+    throw new RangeError("connect() needs either addr or a non-empty addrs");
+  }
   const settings: Settings = {
-    addr: options.addr,
+    addrs,
     clientName: options.clientName ?? `lockd-ts/${VERSION}`,
     tls: options.tls,
     reconnect: options.reconnect ?? true,
@@ -141,12 +152,58 @@ export async function connectWith(
     dial,
     random: internals.random ?? Math.random,
   };
-  const connection = await Connection.open({ ...settings, signal: options.signal });
-  return new LockdClient(settings, connection);
+  const { connection, addr } = await openAny(settings, null, options.signal);
+  return new LockdClient(settings, connection, addr);
+}
+
+/** How many NOT_LEADER redirects one round over the addresses follows. */
+const REDIRECTS_PER_ROUND_MAX = 3;
+
+/**
+ * One round over the addresses: `preferred` first (the node that last served, or the leader a
+ * NOT_LEADER named), then the list in order; a NOT_LEADER naming a leader is followed at once.
+ * Resolves with the first WELCOME; rejects with the last failure.
+ */
+async function openAny(
+  settings: Settings,
+  preferred: string | null,
+  signal: AbortSignal | undefined,
+): Promise<{ connection: Connection; addr: string }> {
+  const order = preferred === null
+    ? [...settings.addrs]
+    : [preferred, ...settings.addrs.filter((a) => a !== preferred)];
+  const tried = new Set<string>();
+  let redirects = 0;
+  let lastError: unknown = null;
+  while (order.length > 0) {
+    const addr = order.shift()!;
+    if (tried.has(addr)) continue;
+    tried.add(addr);
+    try {
+      return { connection: await Connection.open({ ...settings, addr, signal }), addr };
+    } catch (error) {
+      lastError = error;
+      if (signal?.aborted) throw error;
+      const leader = error instanceof LockdError && error.code === WIRE_CODES.NOT_LEADER.code
+        ? error.lockName
+        : "";
+      if (leader !== "" && !tried.has(leader) && redirects < REDIRECTS_PER_ROUND_MAX) {
+        redirects++;
+        order.unshift(leader);
+      }
+    }
+  }
+  if (settings.addrs.length > 1 && lastError instanceof Error) {
+    throw new ConnectionError(
+      `Cannot connect to any lockd node of ${settings.addrs.join(", ")}: ${lastError.message}`,
+      { cause: lastError },
+    );
+  }
+  throw lastError;
 }
 
 interface Settings {
-  readonly addr: string;
+  readonly addrs: readonly string[];
   readonly clientName: string;
   readonly tls?: ClientTlsOptions;
   readonly reconnect: boolean;
@@ -240,10 +297,13 @@ class LockdClient implements Client {
   #failed = false;
   #closing: Promise<void> | null = null;
   readonly #onOuterAbort = () => void this.close();
+  /** Where the next reconnect starts: the node that served last, or the leader it named. */
+  #preferred: string | null;
 
-  constructor(settings: Settings, connection: Connection) {
+  constructor(settings: Settings, connection: Connection, addr: string) {
     this.#settings = settings;
     this.#scheduler = settings.scheduler;
+    this.#preferred = addr;
     settings.signal?.addEventListener("abort", this.#onOuterAbort, { once: true });
     this.#attach(connection);
     if (settings.signal?.aborted) void this.close();
@@ -366,11 +426,16 @@ class LockdClient implements Client {
     this.#expireOverdue(this.#scheduler.monotonicMs());
     this.#session = null;
     session.cancelTimers();
+    const notLeader = closingError?.code === WIRE_CODES.NOT_LEADER.code;
     const reason: LostReason = closingError?.code === WIRE_CODES.CLOSED_BY_ADMIN.code
       ? "force"
       : closingError?.code === WIRE_CODES.IO_TIMEOUT.code
       ? "io_timeout"
+      : notLeader
+      ? "failover"
       : "disconnected";
+    // A node that stopped leading names the new leader when it knows it: go there first.
+    if (notLeader) this.#preferred = closingError!.name === "" ? null : closingError!.name;
     this.#endOwnerships(reason);
     const waiting = [...this.#pending.values()];
     this.#pending.clear();
@@ -392,11 +457,12 @@ class LockdClient implements Client {
       pending.requestId = 0;
       this.#unsent.add(pending);
     }
-    this.#scheduleReconnect();
+    // A fail-over with the new leader named: follow it at once, without back-off.
+    this.#scheduleReconnect(notLeader && this.#preferred !== null);
   }
 
-  #scheduleReconnect(): void {
-    const delayMs = reconnectDelayMs(this.#reconnectAttempt, this.#settings.random);
+  #scheduleReconnect(now = false): void {
+    const delayMs = now ? 0 : reconnectDelayMs(this.#reconnectAttempt, this.#settings.random);
     this.#reconnectAttempt++;
     this.#reconnectTimer = this.#scheduler.setTimer(() => {
       this.#reconnectTimer = null;
@@ -408,7 +474,9 @@ class LockdClient implements Client {
     if (this.#closed) return;
     let connection: Connection;
     try {
-      connection = await Connection.open({ ...this.#settings, signal: this.#lifetime.signal });
+      const opened = await openAny(this.#settings, this.#preferred, this.#lifetime.signal);
+      connection = opened.connection;
+      this.#preferred = opened.addr;
     } catch {
       if (!this.#closed) this.#scheduleReconnect();
       return;
@@ -682,10 +750,14 @@ class LockdClient implements Client {
     const nowMs = this.#scheduler.monotonicMs();
     // A connection that answered nothing for the I/O timeout is dead (a stalled path, a
     // vanished server): the server would have closed a session as silent as that.
+    // With several nodes to choose from, a silent leader (frozen, cut off) is left sooner.
+    const silenceMs = this.#settings.addrs.length > 1
+      ? Math.min(session.ioTimeoutMs, CLUSTER_CLIENT_SILENCE_MS)
+      : session.ioTimeoutMs;
     const oldest = session.heartbeats.values().next();
     if (
-      !oldest.done && nowMs - oldest.value >= session.ioTimeoutMs &&
-      nowMs - session.lastFrameAtMs >= session.ioTimeoutMs
+      !oldest.done && nowMs - oldest.value >= silenceMs &&
+      nowMs - session.lastFrameAtMs >= silenceMs
     ) {
       session.connection.close();
       return;

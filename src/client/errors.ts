@@ -31,8 +31,16 @@ export class LockdError extends Error {
  * - `disconnected`: the connection ended (network, server shutdown, the client was closed).
  * - `lease_unconfirmed`: no heartbeat was acknowledged in time to be sure the lease still
  *   runs (the local lease deadline passed); the server may already have given the lock away.
+ * - `failover`: cluster mode: the node stopped leading (stepped down or handed over; ERROR
+ *   0x11 NOT_LEADER) and ended the session; a new leader grants the lock again.
  */
-export type LostReason = "expired" | "force" | "io_timeout" | "disconnected" | "lease_unconfirmed";
+export type LostReason =
+  | "expired"
+  | "force"
+  | "io_timeout"
+  | "disconnected"
+  | "lease_unconfirmed"
+  | "failover";
 
 /** The reason of `lock.lost` once it is aborted. */
 export class LockLostError extends Error {
@@ -74,5 +82,7 @@ function describeLoss(reason: LostReason): string {
       return "the connection to the server was lost";
     case "lease_unconfirmed":
       return "no heartbeat was acknowledged in time to be sure the lease still runs";
+    case "failover":
+      return "the cluster node stopped leading (fail-over)";
   }
 }
