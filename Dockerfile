@@ -47,4 +47,6 @@ STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
   CMD ["/usr/local/bin/lockd", "health", "-ops", "127.0.0.1:7402"]
 ENTRYPOINT ["/usr/local/bin/lockd"]
+# -data-dir is the volume: the default (lockd-data/ in the working directory) would live and die
+# with the container, and tokens would start over from the clock floor.
 CMD ["serve", "-listen", "0.0.0.0:7400", "-admin-listen", "127.0.0.1:7401", "-ops-listen", "0.0.0.0:7402", "-data-dir", "/var/lib/lockd", "-log-format", "json"]

@@ -35,6 +35,9 @@ export async function startServerProc(options: ServerProcOptions = {}): Promise<
     "127.0.0.1:0",
     "-log-level",
     "info",
+    // No lockd-data/ left in the working directory (args may give a -data-dir; the last wins).
+    "-data-dir",
+    "",
     ...(options.http ? ["-admin-listen", "127.0.0.1:0", "-ops-listen", "127.0.0.1:0"] : []),
     ...(options.args ?? []),
   ];

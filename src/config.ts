@@ -61,7 +61,11 @@ export interface ServerConfig {
   adminConsole: boolean;
   /** Metrics and health probes; off when null. */
   opsListen: string | null;
-  /** Keeps the fencing-token high-water mark; null = clock-derived floor. */
+  /**
+   * Keeps the fencing-token high-water mark (relative paths from the working directory);
+   * null (flag `-data-dir ""`) = the clock-derived floor only, warned at start-up. No default
+   * in cluster mode, where the mark lives in etcd.
+   */
   dataDir: string | null;
   ioTimeoutMs: number;
   leaseDefaultMs: number;
@@ -110,6 +114,13 @@ export interface ServerConfig {
   clusterEtcdKey: string | null;
 }
 
+/**
+ * Where the fencing-token high-water mark is kept unless `-data-dir` says otherwise: beside
+ * where the server starts (like etcd's `default.etcd`), so tokens are durable by default. The
+ * systemd unit and the Docker image give `/var/lib/lockd`.
+ */
+export const DATA_DIR_DEFAULT = "lockd-data";
+
 export const DEFAULT_CONFIG: Readonly<ServerConfig> = {
   listen: "127.0.0.1:7400",
   adminListen: null,
@@ -117,7 +128,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = {
   adminAllowedHosts: [],
   adminConsole: true,
   opsListen: null,
-  dataDir: null,
+  dataDir: DATA_DIR_DEFAULT,
   ioTimeoutMs: IO_TIMEOUT_MS_DEFAULT,
   leaseDefaultMs: LEASE_MS_DEFAULT,
   leaseMaxMs: LEASE_MS_MAX_DEFAULT,
@@ -225,7 +236,9 @@ export const CONFIG_FLAGS: readonly ConfigFlag[] = [
     flag: "data-dir",
     key: "dataDir",
     kind: "string",
-    help: "directory keeping the fencing-token high-water mark (tokens grow across restarts)",
+    help: 'directory keeping the fencing-token high-water mark (tokens grow across restarts); "" ' +
+      "for none (warned at start-up)",
+    parse: (text) => text === "" ? null : text,
   },
   {
     flag: "io-timeout",
@@ -537,7 +550,7 @@ export function defaultText(row: ConfigFlag): string | undefined {
 export function configFromFlags(
   values: ReadonlyMap<string, string | number | boolean>,
 ): ServerConfig {
-  const config: Record<string, unknown> = { ...DEFAULT_CONFIG };
+  const config: Record<string, unknown> = {};
   for (const row of CONFIG_FLAGS) {
     const value = values.get(row.flag);
     if (value === undefined) continue;
@@ -551,9 +564,18 @@ export function configFromFlags(
       throw new ConfigError(`invalid value for flag -${row.flag}: ${(error as Error).message}`);
     }
   }
-  const typed = config as unknown as ServerConfig;
+  const typed = withDefaults(config as Partial<ServerConfig>);
   validateConfig(typed);
   return typed;
+}
+
+/**
+ * A whole configuration: `given` over the defaults. In cluster mode (`-cluster-etcd`) the
+ * fencing-token mark lives in etcd, so `-data-dir` has no default there (and refuses a value).
+ */
+export function withDefaults(given: Partial<ServerConfig>): ServerConfig {
+  const clustered = (given.clusterEtcd?.length ?? 0) > 0;
+  return { ...DEFAULT_CONFIG, ...(clustered ? { dataDir: null } : {}), ...given };
 }
 
 /** Checks every bound and rule of a configuration; throws ConfigError naming the flag. */

@@ -1,7 +1,7 @@
 import { readAdminToken } from "./admin/auth.ts";
 import { startAdminServer } from "./admin/server.ts";
 import { type Scheduler, systemScheduler } from "./clock.ts";
-import { DEFAULT_CONFIG, isWildcard, type ServerConfig, validateConfig } from "./config.ts";
+import { isWildcard, type ServerConfig, validateConfig, withDefaults } from "./config.ts";
 import { LockEngine, type LockEngineView } from "./core/engine.ts";
 import type { TokenSource } from "./core/tokens.ts";
 import { ClusterNode } from "./cluster/cluster_node.ts";
@@ -96,7 +96,9 @@ export async function startServer(
   overrides: Partial<ServerConfig> = {},
   deps: ServerDeps = {},
 ): Promise<ServerHandle> {
-  const config: ServerConfig = { ...DEFAULT_CONFIG, ...overrides };
+  const config: ServerConfig = withDefaults(overrides);
+  // "" is no directory (as the flag `-data-dir ""`), not the working directory.
+  if (config.dataDir === "") config.dataDir = null;
   validateConfig(config);
   const scheduler = deps.scheduler ?? systemScheduler;
   const listenAt = parseHostPort(config.listen);
@@ -159,6 +161,13 @@ export async function startServer(
     dataDirLock?.release();
     await audit.close();
     throw error;
+  }
+  if (deps.tokens === undefined && cluster === null && config.dataDir === null) {
+    logger.warn(
+      'fencing tokens are not durable (-data-dir ""): after a restart they rest on the wall ' +
+        "clock alone, and a clock stepped back can issue tokens lower than before; give " +
+        "-data-dir a directory",
+    );
   }
   const engine = new LockEngine({
     tokens,

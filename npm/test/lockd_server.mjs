@@ -35,6 +35,9 @@ export function startServer({ mtls = false } = {}) {
     "127.0.0.1:0",
     "-log-format",
     "json",
+    // No lockd-data/ left in the working directory.
+    "-data-dir",
+    "",
   ];
   if (mtls) {
     args.push(

@@ -18,8 +18,18 @@ interface Outcome {
 }
 
 async function lockd(args: string[]): Promise<Outcome> {
+  // A server leaves no lockd-data/ behind (a -data-dir in args comes later and wins).
+  const serveArgs = args[0] === "serve" ? ["serve", "-data-dir", "", ...args.slice(1)] : args;
   const output = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "--allow-net", "--allow-read", "--allow-write", "--allow-run", MAIN, ...args],
+    args: [
+      "run",
+      "--allow-net",
+      "--allow-read",
+      "--allow-write",
+      "--allow-run",
+      MAIN,
+      ...serveArgs,
+    ],
     env: { NO_COLOR: "1" },
     stdin: "null",
     stdout: "piped",
@@ -124,6 +134,8 @@ Deno.test("exit codes: lockd serve is 2 for a usage error and 0 after SIGTERM", 
       "127.0.0.1:0",
       "-shutdown-grace",
       "0s",
+      "-data-dir",
+      "",
     ],
     stdin: "null",
     stdout: "null",

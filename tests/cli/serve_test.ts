@@ -40,7 +40,15 @@ async function waitForLine(
 }
 
 Deno.test("lockd serve starts, writes only audit lines to stdout, and exits 0 on SIGTERM", async () => {
-  const server = lockd(["serve", "-listen", "127.0.0.1:0", "-shutdown-grace", "0s"]);
+  const server = lockd([
+    "serve",
+    "-listen",
+    "127.0.0.1:0",
+    "-shutdown-grace",
+    "0s",
+    "-data-dir",
+    "",
+  ]);
   const stdout = server.stdout.pipeThrough(new TextDecoderStream());
   const stdoutText = (async () => {
     let text = "";
@@ -82,7 +90,8 @@ Deno.test("-h prints the usage and exits 0; version prints the version", async (
 
 Deno.test("a port in use fails the start with status 1 and one line", async () => {
   using blocker = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const output = await lockd(["-listen", `127.0.0.1:${blocker.addr.port}`]).output();
+  const output = await lockd(["-listen", `127.0.0.1:${blocker.addr.port}`, "-data-dir", ""])
+    .output();
   assert.equal(output.code, 1);
   assert.match(new TextDecoder().decode(output.stderr), /lockd: .*(in use|Address)/i);
 });

@@ -59,6 +59,8 @@ Deno.test("every dashboard panel has data under the shipped permissions (no --al
       "127.0.0.1:0",
       "-shutdown-grace",
       "0s",
+      "-data-dir",
+      "",
     ],
     stdin: "null",
     stdout: "null",

@@ -12,14 +12,17 @@ export interface TestServer extends AsyncDisposable {
   addr: string;
 }
 
-/** Starts a real server on loopback port 0 with an in-memory audit sink. */
+/**
+ * Starts a real server on loopback port 0 with an in-memory audit sink. Without a `dataDir`
+ * its tokens are not durable (tests must not leave a `lockd-data/` in the repository).
+ */
 export async function startTestServer(
   config: Partial<ServerConfig> = {},
   deps: ServerDeps = {},
 ): Promise<TestServer> {
   const audit = new MemorySink();
   const server = await startServer(
-    { listen: "127.0.0.1:0", shutdownGraceMs: 0, ...config },
+    { listen: "127.0.0.1:0", shutdownGraceMs: 0, dataDir: null, ...config },
     { auditSink: audit, ...deps },
   );
   return {

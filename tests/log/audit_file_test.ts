@@ -73,7 +73,12 @@ Deno.test("a file that ends in a torn record (a crash mid-write) is cut back to 
     const earlier = '{"ts":"2026-01-01T00:00:00.000Z","event":"acl_deny"}\n';
     await Deno.writeTextFile(path, earlier + '{"ts":"2026-01-01T00:00:01.000Z","event":"acq');
     using captured = captureDiagnosticLog("info", "json");
-    const server = await startServer({ listen: "127.0.0.1:0", shutdownGraceMs: 0, auditLog: path });
+    const server = await startServer({
+      listen: "127.0.0.1:0",
+      shutdownGraceMs: 0,
+      dataDir: null,
+      auditLog: path,
+    });
     try {
       await using client = await connect({ addr: server.addr, reconnect: false });
       await (await client.acquire("after/crash")).release();
@@ -121,6 +126,7 @@ Deno.test("audit log on /dev/full: the failure and the backlog show in /metrics,
     listen: "127.0.0.1:0",
     opsListen: "127.0.0.1:0",
     shutdownGraceMs: 0,
+    dataDir: null,
     auditLog: "/dev/full",
   });
   let lost = 0;
@@ -205,6 +211,7 @@ Deno.test({
       const server = await startServer({
         listen: "127.0.0.1:0",
         shutdownGraceMs: 0,
+        dataDir: null,
         auditLog: path,
       });
       const conn = await BenchConn.session(server.addr);

@@ -62,6 +62,9 @@ class LockdServer:
             "json",
             "-audit-log",
             str(self.audit_log),
+            # Durable tokens as by default, but not in a lockd-data/ of the repository.
+            "-data-dir",
+            str(Path(self._tmp.name) / "data"),
             *self.flags,
         ]
         self._proc = subprocess.Popen(
