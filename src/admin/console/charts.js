@@ -12,7 +12,9 @@ import { el, formatDuration, formatNumber } from "./dom.js";
 const SVG = "http://www.w3.org/2000/svg";
 const WIDTH = 300;
 const HEIGHT = 64;
-const WINDOW_MS = 15 * 60_000;
+/** The x axis: 15 minutes, or back to the first snapshot when that is shorter, but 1 minute at least. */
+const WINDOW_MS_MAX = 15 * 60_000;
+const WINDOW_MS_MIN = 60_000;
 
 /**
  * @typedef {{ uptime_ms: number, acquires_total: number, handoffs_total: number,
@@ -117,6 +119,10 @@ export class Chart {
       points.push([after.uptime_ms, this.spec.value(before, after, s)]);
     }
     const latestMs = points.length > 0 ? points[points.length - 1][0] : 0;
+    const windowMs = Math.min(
+      WINDOW_MS_MAX,
+      Math.max(WINDOW_MS_MIN, latestMs - (snapshots[0]?.uptime_ms ?? latestMs)),
+    );
     const values = points.map(([, v]) => v).filter((v) => v !== null);
     const peak = values.length > 0 ? Math.max(...values) : 0;
     const top = peak > 0 ? peak : 1;
@@ -127,7 +133,7 @@ export class Chart {
         pen = "M";
         continue;
       }
-      const x = WIDTH - ((latestMs - ms) / WINDOW_MS) * WIDTH;
+      const x = WIDTH - ((latestMs - ms) / windowMs) * WIDTH;
       const y = HEIGHT - 2 - (value / top) * (HEIGHT - 6);
       d += `${pen}${x.toFixed(1)},${y.toFixed(1)} `;
       pen = "L";
