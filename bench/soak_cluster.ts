@@ -1,0 +1,673 @@
+/**
+ * `deno task soak:cluster [-size full|ci] [-clients 24]`: the cluster chaos soak. A 3-member
+ * etcd and 3 `lockd serve` nodes in cluster mode on loopback (TTL 2 s); each node reaches etcd
+ * through its own proxies, so it can be cut off. 24 clients (the TypeScript client with the
+ * address list) loop on 6 locks and write to an in-process fenced resource, with client faults
+ * (crashes, stalls). Every 10-20 s (6-8 s at CI size) one fault hits the cluster:
+ *
+ * - `kill_leader`: SIGKILL the lockd leader (restarted 1 s later);
+ * - `term_leader`: SIGTERM it (a planned hand-over; restarted 1 s later);
+ * - `stop_leader`: SIGSTOP it for 3 × TTL, then SIGCONT;
+ * - `cut_leader`: cut it off from etcd for 3 × TTL (its proxies swallow everything);
+ * - `kill_etcd_leader`: SIGKILL the etcd raft leader (restarted after 5 s).
+ *
+ * Breaches (exit 1) are listed in docs/reliability.md ("Cluster chaos soak"). It prints the
+ * fail-over time per fault kind (fault → first grant after it) with p50 and max, the grant
+ * pauses of etcd-leader kills, and one summary line.
+ */
+
+import { EtcdCluster } from "./etcd_proc.ts";
+import { BenchConn } from "./bench_client.ts";
+import { type ServerProc, startServerProc } from "./server_proc.ts";
+import { type Client, type Lock, LockdError, type LockLostError } from "../mod.ts";
+import { connectWith } from "../src/client/client.ts";
+import { type ClientSocket, dialNodeSocket } from "../src/client/transport.ts";
+import { EtcdLink } from "../tests/helpers/etcd.ts";
+
+function flag(name: string, fallback: string): string {
+  const i = Deno.args.findIndex((a) => a === `-${name}` || a === `--${name}`);
+  return i >= 0 ? Deno.args[i + 1] : fallback;
+}
+
+type FaultKind = "kill_leader" | "term_leader" | "stop_leader" | "cut_leader" | "kill_etcd_leader";
+const SIZE = flag("size", "full");
+const PLAN: Record<FaultKind, number> = SIZE === "ci"
+  ? { kill_leader: 2, term_leader: 1, stop_leader: 1, cut_leader: 1, kill_etcd_leader: 1 }
+  : { kill_leader: 20, term_leader: 5, stop_leader: 5, cut_leader: 5, kill_etcd_leader: 10 };
+const [GAP_MIN_MS, GAP_MAX_MS] = SIZE === "ci" ? [6_000, 8_000] : [10_000, 20_000];
+const CLIENTS = Number(flag("clients", "24"));
+const LOCKS = 6;
+const LEASE_MS = 600;
+const TTL_MS = 2_000;
+/** An end of a holder's ownership this long after another client's grant is a breach. */
+const OVERLAP_TOLERANCE_MS = 20;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const now = () => performance.now();
+const breaches: string[] = [];
+const breach = (what: string) => {
+  if (breaches.length < 50) console.error(`BREACH: ${what}`);
+  breaches.push(what);
+};
+const counts: Record<string, number> = {};
+const count = (what: string, n = 1) => (counts[what] = (counts[what] ?? 0) + n);
+
+// ---- the fenced resource ---------------------------------------------------------------
+
+/** Accepts a write only with a token ≥ the highest seen for its lock; refuses a commit overtaken. */
+class FencedResource {
+  readonly highest = new Map<string, number>();
+  readonly writing = new Map<string, number>();
+  accepted = 0;
+  fenced = 0;
+  async write(lock: string, token: number): Promise<boolean> {
+    if (token < (this.highest.get(lock) ?? 0)) {
+      this.fenced++;
+      return false;
+    }
+    this.highest.set(lock, token);
+    const other = this.writing.get(lock);
+    if (other !== undefined && other > token) {
+      breach(`write of token ${token} on ${lock} accepted during ${other}`);
+    }
+    this.writing.set(lock, token);
+    await sleep(Math.random() < 0.5 ? 0 : 2);
+    if (this.writing.get(lock) !== token || this.highest.get(lock) !== token) {
+      this.fenced++;
+      return false;
+    }
+    this.writing.delete(lock);
+    this.accepted++;
+    return true;
+  }
+}
+const resource = new FencedResource();
+
+// ---- etcd and the lockd nodes ------------------------------------------------------------
+
+const dir = await Deno.makeTempDir({ prefix: "lockd-soak-cluster-" });
+const etcd = await EtcdCluster.start({ dir });
+
+interface Node {
+  readonly name: string;
+  readonly addr: string;
+  readonly link: EtcdLink;
+  proc: ServerProc | null;
+  stopped: boolean;
+  runs: number;
+  readonly audits: string[];
+}
+
+function freePort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = listener.addr.port;
+  listener.close();
+  return port;
+}
+
+const nodes: Node[] = Array.from({ length: 3 }, (_, i) => ({
+  name: `n${i + 1}`,
+  addr: `127.0.0.1:${freePort()}`,
+  link: EtcdLink.open(etcd.clientUrls),
+  proc: null,
+  stopped: false,
+  runs: 0,
+  audits: [],
+}));
+
+async function startNode(node: Node): Promise<void> {
+  node.runs++;
+  const audit = `${dir}/audit-${node.name}-${node.runs}.jsonl`;
+  node.audits.push(audit);
+  node.proc = await startServerProc({
+    http: true,
+    startTimeoutMs: 30_000,
+    args: [
+      "-listen",
+      node.addr,
+      "-cluster-etcd",
+      node.link.urls.join(","),
+      "-cluster",
+      "soak",
+      "-cluster-node",
+      node.name,
+      "-cluster-ttl",
+      `${TTL_MS / 1000}s`,
+      "-audit-log",
+      audit,
+      "-io-timeout",
+      "1s",
+      "-shutdown-grace",
+      "0s",
+    ],
+  });
+}
+
+async function fetchWithin(url: string, timeoutMs: number): Promise<Response | null> {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), timeoutMs);
+  try {
+    const response = await fetch(url, { signal: controller.signal });
+    await response.arrayBuffer().catch(() => {});
+    return response;
+  } catch {
+    return null;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// deno-lint-ignore no-explicit-any
+async function infoOf(node: Node): Promise<any | null> {
+  if (node.proc === null || node.stopped || node.proc.adminAddr === null) return null;
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), 1_000);
+  try {
+    const response = await fetch(`http://${node.proc.adminAddr}/api/info`, {
+      signal: controller.signal,
+    });
+    return await response.json();
+  } catch {
+    return null;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** The node whose /readyz says it serves, waiting up to `timeoutMs`. */
+async function servingNode(timeoutMs = 15_000): Promise<Node> {
+  const until = now() + timeoutMs;
+  while (now() < until) {
+    for (const node of nodes) {
+      if (node.proc === null || node.stopped || node.proc.opsAddr === null) continue;
+      const response = await fetchWithin(`http://${node.proc.opsAddr}/readyz`, 300);
+      if (response?.status === 200) return node;
+    }
+    await sleep(50);
+  }
+  throw new Error("no node serves");
+}
+
+// ---- clients -------------------------------------------------------------------------------
+
+interface Holding {
+  readonly client: number;
+  readonly token: number;
+  readonly grantAtMs: number;
+  /** When the ownership ended for the client (released, lost), or null. */
+  endAtMs: number | null;
+  /** False once a client fault started (crash, stall): no longer a healthy holder. */
+  healthy: boolean;
+}
+const holdings = new Map<string, Holding>();
+const maxToken = new Map<string, number>();
+let grants = 0;
+let maxOverlapMs = -Infinity;
+/** Grant times, for the etcd-leader-kill pauses. */
+const grantTimes: number[] = [];
+
+interface FaultRecord {
+  kind: FaultKind;
+  atMs: number;
+  atWallMs: number;
+  endWallMs: number;
+  /** The lockd leader's term when the fault hit. */
+  termBefore: number;
+  /** Time from the fault to the first grant of a newer term (from the audit logs). */
+  firstGrantMs: number | null;
+  node: string;
+  endAtMs: number;
+}
+const faults: FaultRecord[] = [];
+
+function noteGrant(lock: string, token: number, client: number, atMs: number): Holding {
+  grants++;
+  grantTimes.push(atMs);
+  const previousMax = maxToken.get(lock) ?? 0;
+  if (token <= previousMax) breach(`token ${token} for ${lock} not above ${previousMax}`);
+  maxToken.set(lock, Math.max(token, previousMax));
+  const previous = holdings.get(lock);
+  const mine: Holding = { client, token, grantAtMs: atMs, endAtMs: null, healthy: true };
+  holdings.set(lock, mine);
+  if (previous !== undefined && previous.healthy) {
+    // The previous holder's end (release, lost) may be queued behind this grant in the event
+    // loop: look again a moment later, and compare the times.
+    setTimeout(() => {
+      const endMs = previous.endAtMs ?? now();
+      const overlapMs = endMs - atMs;
+      maxOverlapMs = Math.max(maxOverlapMs, overlapMs);
+      if (previous.healthy && overlapMs > OVERLAP_TOLERANCE_MS) {
+        breach(
+          `${lock} granted (token ${token}) while client ${previous.client} held token ` +
+            `${previous.token} healthily for ${overlapMs.toFixed(0)} ms more`,
+        );
+      }
+    }, 200);
+  }
+  return mine;
+}
+
+/** A dial whose writes can be swallowed: a client whose heartbeats stop reaching the server. */
+function stallableDial(state: { stalled: boolean }) {
+  return async (...args: Parameters<typeof dialNodeSocket>): Promise<ClientSocket> => {
+    const socket = await dialNodeSocket(...args);
+    return {
+      write: (bytes) => {
+        if (!state.stalled) socket.write(bytes);
+      },
+      close: () => socket.close(),
+    };
+  };
+}
+
+async function newClient(id: number, state: { stalled: boolean }): Promise<Client> {
+  for (;;) {
+    try {
+      return await connectWith(
+        { addrs: nodes.map((n) => n.addr), clientName: `soak-${id}`, connectTimeoutMs: 5_000 },
+        { dial: stallableDial(state) },
+      );
+    } catch {
+      await sleep(100);
+    }
+  }
+}
+
+let stopAll = false;
+
+async function worker(id: number): Promise<void> {
+  const state = { stalled: false };
+  let client = await newClient(id, state);
+  try {
+    while (!stopAll) {
+      const lock = `soak/${Math.floor(Math.random() * LOCKS)}`;
+      let held: Lock;
+      try {
+        held = await client.acquire(lock, { leaseMs: LEASE_MS, waitMs: 3_000 });
+      } catch (error) {
+        if (!(error instanceof LockdError)) {
+          // The client failed for good (it should not: it reconnects by itself).
+          count("client_error");
+          await client.close();
+          client = await newClient(id, state);
+        }
+        continue;
+      }
+      const mine = noteGrant(lock, held.token, id, now());
+      held.lost.addEventListener("abort", () => {
+        mine.endAtMs ??= now();
+        count(`lost_${(held.lost.reason as LockLostError).reason}`);
+      });
+      const r = Math.random();
+      const mode = r < 0.9 ? "clean" : r < 0.95 ? "crash" : "stall";
+      if (!held.lost.aborted) await resource.write(lock, held.token);
+      if (mode === "clean") {
+        await sleep(Math.random() < 0.5 ? 0 : 20);
+        mine.endAtMs ??= now();
+        await held.release().catch(() => {});
+        continue;
+      }
+      mine.healthy = false;
+      count(mode);
+      if (mode === "crash") {
+        await client.close();
+        client = await newClient(id, state);
+        continue;
+      }
+      // Stall: nothing reaches the server (heartbeats included); the lease runs out, then a
+      // late write with the old token must be refused if someone else wrote meanwhile.
+      state.stalled = true;
+      await sleep(LEASE_MS + 400);
+      await resource.write(lock, held.token);
+      state.stalled = false;
+      await client.close();
+      client = await newClient(id, state);
+    }
+  } finally {
+    await client.close();
+  }
+}
+
+// ---- observers of a faulted leader ---------------------------------------------------------
+
+/**
+ * A raw session on the leader that heartbeats and asks for a lock, and never leaves: what
+ * the leader sends it, and when, shows whether it acted on stale leadership.
+ */
+class Observer {
+  readonly frames: { type: string; atMs: number }[] = [];
+  #conn: BenchConn | null = null;
+  #timer: ReturnType<typeof setInterval> | undefined;
+  #requests = 0;
+
+  async open(addr: string): Promise<void> {
+    this.#conn = await BenchConn.session(addr, "soak-observer");
+    const conn = this.#conn;
+    await conn.acquire("soak/observer", LEASE_MS, 0).then((m) => this.#note(m.type));
+    this.#timer = setInterval(() => {
+      conn.heartbeat().then((m) => this.#note(m.type), () => {});
+    }, 150);
+  }
+
+  /** A new ACQUIRE (sent now; a frozen leader reads it when it wakes). */
+  ask(): void {
+    const conn = this.#conn;
+    if (conn === null || conn.closed) return;
+    conn.acquire(`soak/observer-${++this.#requests}`, LEASE_MS, 0)
+      .then((m) => this.#note(m.type), () => {});
+  }
+
+  #note(type: string): void {
+    this.frames.push({ type, atMs: now() });
+  }
+
+  /** ACQUIRED and HEARTBEAT_ACK frames received after `fromMs`. */
+  promisesAfter(fromMs: number): number {
+    count("observer_frames", this.frames.length);
+    return this.frames.filter((f) =>
+      f.atMs > fromMs && (f.type === "acquired" || f.type === "heartbeat_ack")
+    ).length;
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.#timer);
+    const conn = this.#conn;
+    this.#conn = null;
+    if (conn !== null) {
+      conn.close();
+      await conn.done;
+    }
+  }
+}
+
+// ---- faults ----------------------------------------------------------------------------------
+
+async function leaderTerm(): Promise<number> {
+  for (const node of nodes) {
+    const info = await infoOf(node);
+    if (info?.cluster?.serving) return info.cluster.term;
+  }
+  return 0;
+}
+
+async function runFault(kind: FaultKind): Promise<void> {
+  const leader = await servingNode();
+  const record: FaultRecord = {
+    kind,
+    atMs: 0,
+    atWallMs: 0,
+    endWallMs: 0,
+    termBefore: (await infoOf(leader))?.cluster?.term ?? 0,
+    firstGrantMs: null,
+    node: leader.name,
+    endAtMs: 0,
+  };
+  const hit = () => {
+    record.atMs = now();
+    record.atWallMs = Date.now();
+    faults.push(record);
+  };
+  const proc = leader.proc!;
+  switch (kind) {
+    case "kill_leader":
+    case "term_leader": {
+      hit();
+      await proc.stop(kind === "kill_leader" ? "SIGKILL" : "SIGTERM");
+      leader.proc = null;
+      await sleep(1_000);
+      await startNode(leader);
+      break;
+    }
+    case "stop_leader": {
+      const observer = new Observer();
+      await observer.open(leader.addr).catch(() => {});
+      hit();
+      leader.stopped = true;
+      proc.child.kill("SIGSTOP");
+      await sleep(1_000);
+      observer.ask(); // read by the frozen leader only when it wakes
+      await sleep(3 * TTL_MS - 1_000);
+      const contAtMs = now();
+      proc.child.kill("SIGCONT");
+      leader.stopped = false;
+      await sleep(TTL_MS);
+      const late = observer.promisesAfter(contAtMs);
+      if (late > 0) {
+        breach(
+          `the frozen leader ${leader.name} sent ${late} ACQUIRED/HEARTBEAT_ACK after SIGCONT`,
+        );
+      }
+      await observer.close();
+      break;
+    }
+    case "cut_leader": {
+      const observer = new Observer();
+      await observer.open(leader.addr).catch(() => {});
+      hit();
+      leader.link.partition();
+      await sleep(1_000);
+      observer.ask();
+      await sleep(3 * TTL_MS - 1_000);
+      leader.link.heal();
+      await sleep(TTL_MS);
+      // Its last keep-alive was sent before the cut: its safeUntil is at most TTL after it.
+      const late = observer.promisesAfter(record.atMs + TTL_MS);
+      if (late > 0) {
+        breach(`the cut-off leader ${leader.name} sent ${late} promises after its safeUntil`);
+      }
+      await observer.close();
+      break;
+    }
+    case "kill_etcd_leader": {
+      const termBefore = await leaderTerm();
+      const member = await etcd.leader();
+      if (member === null) throw new Error("etcd has no leader");
+      hit();
+      await etcd.kill(member);
+      await sleep(5_000);
+      etcd.restart(member);
+      await etcd.waitHealthy(30_000);
+      await sleep(1_000);
+      const termAfter = await leaderTerm();
+      if (termAfter !== termBefore) {
+        breach(
+          `killing the etcd leader ${member} changed the lockd leader (term ${termBefore} → ${termAfter})`,
+        );
+      }
+      break;
+    }
+  }
+  record.endAtMs = now();
+  record.endWallMs = Date.now();
+}
+
+// ---- the run ------------------------------------------------------------------------------------
+
+function shuffled<T>(items: T[]): T[] {
+  for (let i = items.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [items[i], items[j]] = [items[j], items[i]];
+  }
+  return items;
+}
+
+const schedule = shuffled(
+  (Object.entries(PLAN) as [FaultKind, number][]).flatMap(([kind, n]) => Array(n).fill(kind)),
+);
+const startedAtMs = now();
+let exitCode = 0;
+try {
+  for (const node of nodes) await startNode(node);
+  await servingNode();
+  const workers = Array.from({ length: CLIENTS }, async (_, i) => {
+    await sleep(i * 20);
+    await worker(i);
+  });
+  for (const [i, kind] of schedule.entries()) {
+    await sleep(GAP_MIN_MS + Math.random() * (GAP_MAX_MS - GAP_MIN_MS));
+    console.error(`fault ${i + 1}/${schedule.length}: ${kind}`);
+    await runFault(kind);
+  }
+  await sleep(GAP_MIN_MS);
+  stopAll = true;
+  await Promise.all(workers);
+  await finalChecks();
+} catch (error) {
+  breach(`soak failed: ${error instanceof Error ? error.stack ?? error.message : String(error)}`);
+} finally {
+  stopAll = true;
+  for (const node of nodes) {
+    if (node.stopped) node.proc?.child.kill("SIGCONT");
+    await node.proc?.stop("SIGKILL");
+    await node.link[Symbol.asyncDispose]();
+  }
+  await etcd[Symbol.asyncDispose]();
+  report();
+  exitCode = breaches.length > 0 ? 1 : 0;
+  await Deno.remove(dir, { recursive: true }).catch(() => {});
+}
+Deno.exit(exitCode);
+
+// ---- checks at the end --------------------------------------------------------------------------
+
+interface AuditLine {
+  ts: string;
+  event: string;
+  lock: string;
+  token: number | null;
+  term?: number;
+  reason?: string;
+}
+
+async function finalChecks(): Promise<void> {
+  // Tokens across every node's audit log: within a term in issue order, and every term above
+  // every earlier one (globally, so per lock too).
+  const byTerm = new Map<number, number[]>();
+  const seen = new Set<number>();
+  for (const node of nodes) {
+    for (const path of node.audits) {
+      const text = await Deno.readTextFile(path).catch(() => "");
+      for (const line of text.split("\n")) {
+        if (line.trim() === "") continue;
+        let record: AuditLine;
+        try {
+          record = JSON.parse(line);
+        } catch {
+          continue; // a line torn by SIGKILL
+        }
+        if (record.term === undefined) breach(`audit record without a term in ${path}: ${line}`);
+        if (record.event === "leader_elected") {
+          const wallMs = Date.parse(record.ts);
+          for (const fault of faults) {
+            if (
+              fault.kind === "kill_etcd_leader" && wallMs >= fault.atWallMs &&
+              wallMs <= fault.endWallMs
+            ) {
+              breach(`leader elected (term ${record.term}) during an etcd-leader kill`);
+            }
+          }
+        }
+        if (record.event !== "acquire" || record.token === null) continue;
+        const wallMs = Date.parse(record.ts);
+        for (const fault of faults) {
+          if (
+            fault.kind !== "kill_etcd_leader" && (record.term ?? 0) > fault.termBefore &&
+            wallMs >= fault.atWallMs
+          ) {
+            const tookMs = wallMs - fault.atWallMs;
+            if (fault.firstGrantMs === null || tookMs < fault.firstGrantMs) {
+              fault.firstGrantMs = tookMs;
+            }
+          }
+        }
+        if (seen.has(record.token)) breach(`token ${record.token} granted twice`);
+        seen.add(record.token);
+        const list = byTerm.get(record.term ?? 0) ?? [];
+        list.push(record.token);
+        byTerm.set(record.term ?? 0, list);
+      }
+    }
+  }
+  let highest = 0;
+  for (const term of [...byTerm.keys()].sort((a, b) => a - b)) {
+    const tokens = byTerm.get(term)!;
+    for (let i = 1; i < tokens.length; i++) {
+      if (tokens[i] <= tokens[i - 1]) {
+        breach(`term ${term}: token ${tokens[i]} after ${tokens[i - 1]}`);
+      }
+    }
+    if (tokens[0] <= highest) {
+      breach(`term ${term} starts at token ${tokens[0]}, not above ${highest}`);
+    }
+    highest = Math.max(highest, ...tokens);
+  }
+  counts.terms = byTerm.size;
+  // The nodes agree on the leader, and every gauge is back to 0 with all clients gone.
+  await sleep(500);
+  const infos = await Promise.all(nodes.map(infoOf));
+  const terms = new Set(infos.map((i) => i?.cluster?.leader?.term ?? -1));
+  const serving = infos.filter((i) => i?.cluster?.serving).length;
+  if (terms.size !== 1 || serving !== 1) {
+    breach(`nodes disagree on the leader: ${JSON.stringify(infos.map((i) => i?.cluster))}`);
+  }
+  for (const node of nodes) {
+    const response = await fetch(`http://${node.proc!.opsAddr}/metrics`);
+    const text = await response.text();
+    for (const gauge of ["lockd_connections_active", "lockd_locks_held", "lockd_waiters"]) {
+      const m = new RegExp(`^${gauge} (\\S+)$`, "m").exec(text);
+      if (m === null || Number(m[1]) !== 0) {
+        breach(`${node.name}: ${gauge} is ${m?.[1]} at the end`);
+      }
+    }
+  }
+}
+
+function percentile(values: number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))];
+}
+
+function report(): void {
+  const lines: string[] = [];
+  for (const kind of Object.keys(PLAN) as FaultKind[]) {
+    const of = faults.filter((f) => f.kind === kind);
+    const times = of.map((f) => f.firstGrantMs).filter((t): t is number => t !== null);
+    if (kind === "kill_etcd_leader") {
+      const pauses = of.map((f) => longestGrantGap(f.atMs - 1_000, f.endAtMs));
+      lines.push(
+        `  ${kind}: ${of.length} faults, longest grant gap p50 ${fmt(percentile(pauses, 0.5))} ` +
+          `max ${fmt(Math.max(...pauses))} (ms)`,
+      );
+      continue;
+    }
+    lines.push(
+      `  ${kind}: ${of.length} faults, fault → first grant p50 ${fmt(percentile(times, 0.5))} ` +
+        `max ${fmt(Math.max(...times))} (ms)${
+          times.length < of.length ? " (some without a grant)" : ""
+        }`,
+    );
+  }
+  console.log(`fail-over (lockd cluster soak, size ${SIZE}, TTL ${TTL_MS} ms):`);
+  console.log(lines.join("\n"));
+  console.log(
+    `soak:cluster ${((now() - startedAtMs) / 1000).toFixed(0)}s: ${breaches.length} breaches, ` +
+      `${grants} grants, ${resource.accepted} writes accepted, ${resource.fenced} fenced, ` +
+      `max holder overlap ${fmt(maxOverlapMs)} ms, ${JSON.stringify(counts)}`,
+  );
+}
+
+function fmt(ms: number): string {
+  return Number.isFinite(ms) ? ms.toFixed(0) : "-";
+}
+
+/** The longest time without a grant inside [fromMs, toMs]. */
+function longestGrantGap(fromMs: number, toMs: number): number {
+  let last = fromMs;
+  let longest = 0;
+  for (const t of grantTimes) {
+    if (t < fromMs || t > toMs) continue;
+    longest = Math.max(longest, t - last);
+    last = t;
+  }
+  return Math.max(longest, toMs - last);
+}
