@@ -45,7 +45,8 @@ export interface EtcdHttpOptions {
 }
 
 /** Operation names, as used in the `op` label of the etcd latency metric. */
-export type EtcdOp = "grant" | "keepalive" | "revoke" | "get" | "txn";
+export const ETCD_OPS = ["grant", "keepalive", "revoke", "get", "txn"] as const;
+export type EtcdOp = typeof ETCD_OPS[number];
 
 // gRPC status codes etcd answers with (google.golang.org/grpc/codes).
 const GRPC_NOT_FOUND = 5;

@@ -48,6 +48,14 @@ import {
 import { type Etcd, EtcdError, type KeyValue, type TxnOp } from "./etcd.ts";
 
 export type ClusterRole = "starting" | "standby" | "leader" | "paused" | "stopped";
+/** Every role (the label values of `lockd_cluster_role{role}`). */
+export const CLUSTER_ROLES: readonly ClusterRole[] = [
+  "starting",
+  "standby",
+  "leader",
+  "paused",
+  "stopped",
+];
 
 /**
  * Why a leader stepped down (label values of `lockd_cluster_step_downs_total{reason}`):
@@ -63,6 +71,15 @@ export type StepDownReason =
   | "deposed"
   | "etcd_unreachable"
   | "shutdown";
+
+/** Every step-down reason (the label values of `lockd_cluster_step_downs_total{reason}`). */
+export const STEP_DOWN_REASONS: readonly StepDownReason[] = [
+  "lease_expired",
+  "key_lost",
+  "deposed",
+  "etcd_unreachable",
+  "shutdown",
+];
 
 /** What a node publishes in the leader key. */
 export interface NodeInfo {

@@ -14,6 +14,7 @@ import { END_REASONS } from "../core/types.ts";
 import { AUDIT_LOSS_CAUSES } from "../log/audit.ts";
 import { formatWireCode, WIRE_CODES } from "../protocol/codes.ts";
 import type { ServerContext } from "../server.ts";
+import { clusterFamilies } from "./cluster_metrics.ts";
 import { listenerFamilies } from "./listener_metrics.ts";
 import type { MetricFamily } from "./prometheus.ts";
 import type { RuntimeSample } from "./runtime.ts";
@@ -156,6 +157,9 @@ export function collectMetrics({ server, runtime }: MetricsSource): MetricFamily
       "How late the last event-loop probe tick ran, in seconds.",
       runtime.eventLoopLagSeconds,
     ),
+    ...(server.cluster === null
+      ? []
+      : clusterFamilies(server.cluster, server.scheduler.monotonicMs())),
     {
       name: "lockd_build_info",
       help: "Build information; the value is always 1.",

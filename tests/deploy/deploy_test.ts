@@ -5,6 +5,8 @@
  */
 import assert from "node:assert/strict";
 import {
+  CLUSTER_FAMILIES,
+  CLUSTER_LABEL_VALUES,
   EXPECTED_FAMILIES,
   EXPECTED_LABEL_VALUES,
   familiesInExposition,
@@ -227,10 +229,18 @@ Deno.test("alerts: expressions use expected metric families only", () => {
     const families = metricFamilies(rule.expr);
     if (rule.name !== "LockdDown") assert.ok(families.size >= 1, `${rule.name}: ${rule.expr}`);
     for (const family of families) {
-      assert.ok(EXPECTED_FAMILIES.includes(family), `${rule.name} uses unknown ${family}`);
+      assert.ok(
+        EXPECTED_FAMILIES.includes(family) || CLUSTER_FAMILIES.includes(family),
+        `${rule.name} uses unknown ${family}`,
+      );
     }
     // Label values the rules depend on must be ones the server emits.
-    for (const [family, labels] of Object.entries(EXPECTED_LABEL_VALUES)) {
+    for (
+      const [family, labels] of Object.entries({
+        ...EXPECTED_LABEL_VALUES,
+        ...CLUSTER_LABEL_VALUES,
+      })
+    ) {
       if (!families.has(family)) continue;
       for (const [label, values] of Object.entries(labels)) {
         for (const m of rule.expr.matchAll(new RegExp(`\\b${label}="([^"]*)"`, "g"))) {

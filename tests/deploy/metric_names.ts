@@ -47,6 +47,32 @@ export const EXPECTED_FAMILIES: readonly string[] = [
   "deno_event_loop_lag_seconds",
 ];
 
+/**
+ * Families only cluster mode exposes (`-cluster-etcd`): the alerts may use them too, and
+ * tests/cluster/cluster_metrics_test.ts checks them against a real scrape of a cluster node.
+ */
+export const CLUSTER_FAMILIES: readonly string[] = [
+  "lockd_cluster_role",
+  "lockd_cluster_serving",
+  "lockd_cluster_term",
+  "lockd_cluster_leader_changes_total",
+  "lockd_cluster_step_downs_total",
+  "lockd_cluster_pause_seconds",
+  "lockd_cluster_safe_until_seconds",
+  "lockd_cluster_token_high_water",
+  "lockd_etcd_request_seconds",
+  "lockd_etcd_request_failures_total",
+];
+
+/** Label values of the cluster families the kit relies on. */
+export const CLUSTER_LABEL_VALUES: Readonly<Record<string, Readonly<Record<string, string[]>>>> = {
+  lockd_cluster_role: { role: ["starting", "standby", "leader", "paused", "stopped"] },
+  lockd_cluster_step_downs_total: {
+    reason: ["lease_expired", "key_lost", "deposed", "etcd_unreachable", "shutdown"],
+  },
+  lockd_etcd_request_failures_total: { op: ["grant", "keepalive", "revoke", "get", "txn"] },
+};
+
 /** Label values that the kit relies on, by family and label name. */
 export const EXPECTED_LABEL_VALUES: Readonly<Record<string, Readonly<Record<string, string[]>>>> = {
   lockd_releases_total: { reason: ["graceful", "expired", "io_timeout", "force", "failover"] },
