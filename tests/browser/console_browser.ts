@@ -277,6 +277,38 @@ Deno.test({
     }
     await page.screenshot({ path: `${shots}/00-console.png`, fullPage: true });
 
+    // Cluster mode, seen from a standby: /api/info says so (faked here in the browser), and the
+    // page points at the leader's console instead of showing locks.
+    await page.route("**/api/info", async (route) => {
+      const info = await (await route.fetch()).json();
+      await route.fulfill({
+        json: {
+          ...info,
+          cluster: {
+            name: "prod",
+            node: "b",
+            role: "standby",
+            serving: false,
+            term: 0,
+            leader: { node: "a", advertise: "10.0.0.1:7400", admin: "10.0.0.1:7401", term: 7 },
+          },
+        },
+      });
+    });
+    const flip = await otherClient.acquire("cluster/flip");
+    const banner = page.locator("#cluster-banner");
+    await banner.getByText("locks are served by the leader a (term 7)").waitFor();
+    assert.equal(
+      await banner.getByRole("link", { name: "Open the leader's console (10.0.0.1:7401)" })
+        .getAttribute("href"),
+      "http://10.0.0.1:7401/",
+    );
+    await page.locator("#cluster-info").getByText("standby").waitFor();
+    await page.unroute("**/api/info");
+    await flip.release();
+    await banner.waitFor({ state: "hidden" });
+    await page.getByRole("button", { name: "Show lock jobs/nightly" }).waitFor();
+
     // Every control has a name a screen reader can say, every field a label.
     // (A string: the test is type-checked without the DOM's types.)
     const unnamed = await page.evaluate(`[

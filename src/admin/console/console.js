@@ -28,6 +28,8 @@ const state = {
   selected: null,
   /** @type {any} */
   info: null,
+  /** @type {any} cluster mode: `info.cluster` of a node that does not serve (locks are elsewhere) */
+  standby: null,
   infoAtMs: 0,
   /** @type {any[]} */
   history: [],
@@ -67,7 +69,8 @@ async function refresh() {
       const waitMs = lastRefreshMs + REFRESH_GAP_MS - performance.now();
       if (waitMs > 0) await new Promise((resolve) => setTimeout(resolve, waitMs));
       lastRefreshMs = performance.now();
-      await Promise.all([loadInfo(), loadLocks(), loadDetail()]);
+      await loadInfo();
+      if (state.standby === null) await Promise.all([loadLocks(), loadDetail()]);
     } while (refreshAgain);
     showError(null);
   } catch (error) {
@@ -80,7 +83,10 @@ async function refresh() {
 async function loadInfo() {
   state.info = await api("/api/info");
   state.infoAtMs = performance.now();
+  const cluster = state.info.cluster;
+  state.standby = cluster !== undefined && cluster.serving === false ? cluster : null;
   renderInfo();
+  renderStandby();
 }
 
 async function loadLocks() {
@@ -290,6 +296,45 @@ function renderDetail(name, lock) {
   release.onclick = () => forceRelease(name, lock);
 }
 
+/**
+ * Cluster mode, on a node that does not serve: locks, actions and events are the leader's, so
+ * say where they are (a link to the leader's console) instead of showing an empty table.
+ */
+function renderStandby() {
+  const banner = byId("cluster-banner");
+  const standby = state.standby;
+  banner.hidden = standby === null;
+  if (standby === null) return;
+  const leader = standby.leader;
+  const self = leader !== null && leader.node === standby.node;
+  if (leader === null || self || leader.admin === null) {
+    banner.replaceChildren(
+      self
+        ? `This node (${standby.node}) leads term ${leader.term} but is ${standby.role}: it serves nothing until its etcd lease is confirmed.`
+        : `This node (${standby.node}) is ${standby.role}; ${
+          leader === null
+            ? "no leader is known yet."
+            : `the leader ${leader.node} advertises no admin address.`
+        }`,
+    );
+  } else {
+    let href = "";
+    try {
+      const url = new URL(`http://${leader.admin}/`);
+      href = url.protocol === "http:" ? url.href : "";
+    } catch {
+      href = "";
+    }
+    banner.replaceChildren(
+      `This node (${standby.node}) is ${standby.role}: locks are served by the leader ${leader.node} (term ${leader.term}). `,
+      href === "" ? leader.admin : el("a", { href }, `Open the leader's console (${leader.admin})`),
+    );
+  }
+  byId("locks-body").replaceChildren();
+  byId("page-status").textContent = "This node does not serve locks (see above).";
+  byId("detail").hidden = true;
+}
+
 function renderCharts() {
   if (byId("charts").childElementCount === 0) {
     append(byId("charts"), charts.map((chart) => chart.element));
@@ -476,11 +521,21 @@ async function start() {
   const signal = streamAbort.signal;
   state.version = -1;
   try {
-    await Promise.all([loadHistory(), refresh()]);
+    await refresh();
+    if (state.standby === null) await loadHistory();
   } catch (error) {
     handleError(error);
   }
   while (!signal.aborted) {
+    if (state.standby !== null) {
+      // A standby has no lock events (they would redirect to the leader): look again now and then.
+      setConnection("live", "Standby");
+      await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS));
+      if (signal.aborted) return;
+      await refresh();
+      if (state.standby === null) await loadHistory().catch(handleError);
+      continue;
+    }
     try {
       await readEvents(onEvent, signal);
       setConnection("down", "The server ended the event stream; reconnecting…");
@@ -532,7 +587,7 @@ function onEvent(name, data) {
  */
 function setConnection(kind, text) {
   const status = byId("connection");
-  if (status.getAttribute("data-state") === kind && kind === "live") return;
+  if (status.getAttribute("data-state") === kind && status.textContent === text) return;
   status.setAttribute("data-state", kind);
   status.textContent = text;
 }
