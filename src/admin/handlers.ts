@@ -10,7 +10,7 @@ import type { LockPageQuery, LockSort } from "../core/engine.ts";
 import { lockNameProblem } from "../core/lock_name.ts";
 import { ADMIN_HISTORY_INTERVAL_MS, ADMIN_LOCKS_LIMIT_MAX } from "../limits.ts";
 import type { Actor } from "../log/audit.ts";
-import type { GrantBlock } from "../core/types.ts";
+import type { GrantBlock, LockView } from "../core/types.ts";
 import { jsonResponse, problemResponse, type ProblemSlug } from "../http/problem.ts";
 import type { RouteMatch } from "../http/router.ts";
 import { compileGlob, GlobError } from "../security/glob.ts";
@@ -132,13 +132,17 @@ async function clusterInfo(server: ServerContext): Promise<ClusterInfoJson> {
 }
 
 /**
- * GET /api/locks[?match=GLOB][&sort=KEY][&offset=N][&limit=N]. Without `sort`, `offset` and
- * `limit` the answer is the spec's `{"locks": [...]}`, every lock sorted by name; with any of
- * them it is one page, `{"locks": [...], "total": N}` (`total`: locks matching in all).
+ * GET /api/locks[?match=GLOB][&sort=KEY][&offset=N][&limit=N][&waiters_limit=N]. Without
+ * `sort`, `offset` and `limit` the answer is the spec's `{"locks": [...]}`, every lock sorted by
+ * name; with any of them it is one page, `{"locks": [...], "total": N}` (`total`: locks matching
+ * in all). `waiters_limit` keeps the first N waiters of each lock and adds `waiters_total`.
  */
 export function listLocks(_request: Request, { context, url }: AdminMatch): Response {
   const page = pageQuery(url.searchParams);
   if (page instanceof Response) return page;
+  const waitersMax = waitersLimit(url.searchParams);
+  if (waitersMax instanceof Response) return waitersMax;
+  const withTotal = waitersMax !== Infinity;
   const pattern = url.searchParams.get("match");
   let filter: { prefix: string; matches: (name: string) => boolean } | undefined;
   if (pattern !== null) {
@@ -153,11 +157,20 @@ export function listLocks(_request: Request, { context, url }: AdminMatch): Resp
   }
   const nowMs = context.server.scheduler.monotonicMs();
   const engine = context.server.engine;
+  const json = (view: LockView) => lockJson(view, nowMs, withTotal);
   if (page === null) {
-    return jsonResponse({ locks: engine.listLocks(filter).map((view) => lockJson(view, nowMs)) });
+    return jsonResponse({ locks: engine.listLocks(filter, waitersMax).map(json) });
   }
-  const { total, locks } = engine.pageLocks({ ...filter, ...page });
-  return jsonResponse({ locks: locks.map((view) => lockJson(view, nowMs)), total });
+  const { total, locks } = engine.pageLocks({ ...filter, ...page, waitersMax });
+  return jsonResponse({ locks: locks.map(json), total });
+}
+
+/** `?waiters_limit=N` (GET /api/locks and /api/locks/{name}): Infinity when absent, 400 when bad. */
+function waitersLimit(params: URLSearchParams): number | Response {
+  const text = params.get("waiters_limit");
+  if (text === null) return Infinity;
+  return wholeNumber(text, 0, Number.MAX_SAFE_INTEGER) ??
+    fail("bad_query", `waiters_limit="${text}" is not a whole number of at least 0`);
 }
 
 const SORTS: readonly LockSort[] = ["name", "held_for", "waiters"];
@@ -216,12 +229,16 @@ export function getEvents(_request: Request, { context }: AdminMatch): Response 
 }
 
 /** GET /api/locks/{name} */
-export function getLock(_request: Request, { context, params }: AdminMatch): Response {
+export function getLock(_request: Request, { context, params, url }: AdminMatch): Response {
   const name = decodeLockName(params.name);
   if (name instanceof Response) return name;
-  const view = context.server.engine.getLock(name);
+  const waitersMax = waitersLimit(url.searchParams);
+  if (waitersMax instanceof Response) return waitersMax;
+  const view = context.server.engine.getLock(name, waitersMax);
   if (view === undefined) return fail("lock_not_found", notFoundDetail(name));
-  return jsonResponse(lockJson(view, context.server.scheduler.monotonicMs()));
+  return jsonResponse(
+    lockJson(view, context.server.scheduler.monotonicMs(), waitersMax !== Infinity),
+  );
 }
 
 /**

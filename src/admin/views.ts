@@ -15,6 +15,8 @@ export interface LockJson {
   name: string;
   holder: HolderJson | null;
   waiters: WaiterJson[];
+  /** With `?waiters_limit=`: how many wait in all (`waiters` holds at most the limit). */
+  waiters_total?: number;
 }
 
 export interface HolderJson {
@@ -83,9 +85,9 @@ export interface ClusterInfoJson {
 }
 
 /** A Lock object; durations are measured up to `nowMs` (monotonic). */
-export function lockJson(view: LockView, nowMs: number): LockJson {
+export function lockJson(view: LockView, nowMs: number, withTotal = false): LockJson {
   const holder = view.holder;
-  return {
+  const json: LockJson = {
     name: view.name,
     holder: holder === null ? null : {
       identity: holder.identity,
@@ -106,6 +108,9 @@ export function lockJson(view: LockView, nowMs: number): LockJson {
       waiting_for_ms: Math.max(0, Math.round(nowMs - waiter.queuedAtMs)),
     })),
   };
+  // Asked for with ?waiters_limit=: `waiters` may then be the head of the queue only.
+  if (withTotal) json.waiters_total = view.queueLength;
+  return json;
 }
 
 /** The state of a lock that is not stored (no owner, no queue). */

@@ -461,7 +461,10 @@ export class LockEngine {
   // ---- introspection ------------------------------------------------------
 
   /** Locks with an owner or waiters, sorted by name, optionally filtered. */
-  listLocks(filter?: { prefix?: string; matches?: (name: string) => boolean }): LockView[] {
+  listLocks(
+    filter?: { prefix?: string; matches?: (name: string) => boolean },
+    waitersMax = Infinity,
+  ): LockView[] {
     const prefix = filter?.prefix ?? "";
     const names: string[] = [];
     for (const name of this.#locks.keys()) {
@@ -470,13 +473,13 @@ export class LockEngine {
       names.push(name);
     }
     names.sort(compareNames);
-    return names.map((name) => this.#view(this.#locks.get(name)!));
+    return names.map((name) => this.#view(this.#locks.get(name)!, waitersMax));
   }
 
   /** One lock with its full queue, or undefined when idle or unknown. */
-  getLock(name: string): LockView | undefined {
+  getLock(name: string, waitersMax = Infinity): LockView | undefined {
     const lock = this.#locks.get(name);
-    return lock === undefined ? undefined : this.#view(lock);
+    return lock === undefined ? undefined : this.#view(lock, waitersMax);
   }
 
   /**
@@ -520,7 +523,8 @@ export class LockEngine {
       compareNames(a.name, b.name)
     );
     const page = selected.slice(query.offset, query.offset + query.limit);
-    return { total: selected.length, locks: page.map((lock) => this.#view(lock)) };
+    const waitersMax = query.waitersMax ?? Infinity;
+    return { total: selected.length, locks: page.map((lock) => this.#view(lock, waitersMax)) };
   }
 
   /**
@@ -837,15 +841,17 @@ export class LockEngine {
     }
   }
 
-  #view(lock: LockState): LockView {
+  /** A lock's view with the first `waitersMax` waiters of its queue (a long queue costs that). */
+  #view(lock: LockState, waitersMax = Infinity): LockView {
     const waiters: WaiterView[] = [];
-    for (let claim = lock.head; claim !== null; claim = claim.next) {
+    for (let claim = lock.head; claim !== null && waiters.length < waitersMax; claim = claim.next) {
       waiters.push(waiterView(claim));
     }
     return {
       name: lock.name,
       holder: lock.owner === null ? null : holderView(lock.owner),
       waiters,
+      queueLength: lock.queueLength,
     };
   }
 }
@@ -896,6 +902,8 @@ export interface LockPageQuery {
   readonly descending: boolean;
   readonly offset: number;
   readonly limit: number;
+  /** Waiters in each view, from the head of the queue (all by default). */
+  readonly waitersMax?: number;
 }
 
 /**

@@ -171,7 +171,10 @@ export interface SessionClosedEvent {
 export interface LockView {
   readonly name: string;
   readonly holder: HolderView | null;
+  /** The queue in FIFO order, or its first part when the caller asked for fewer. */
   readonly waiters: WaiterView[];
+  /** How many wait in all. */
+  readonly queueLength: number;
 }
 
 export interface HolderView {

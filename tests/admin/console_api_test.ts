@@ -67,6 +67,52 @@ Deno.test("GET /api/locks with sort, offset or limit answers one page and the to
   for (const wait of waits) await (await wait.granted).release();
 });
 
+Deno.test("?waiters_limit= keeps the head of each queue and adds waiters_total, in lists, pages and one lock", async () => {
+  await using t = await start();
+  await using a = await connect({ addr: t.addr });
+  await using b = await connect({ addr: t.addr });
+  await using c = await connect({ addr: t.addr });
+  const lock = await a.acquire("long");
+  const first = await queue(t, b, "long");
+  const second = await queue(t, c, "long");
+  const addr = t.server.adminAddr!;
+  const one = (await http(addr, "GET", "/api/locks/long?waiters_limit=1")).json as Record<
+    string,
+    unknown
+  >;
+  assert.deepEqual(Object.keys(one), ["name", "holder", "waiters", "waiters_total"]);
+  assert.deepEqual(
+    (one.waiters as { remote_addr: string }[]).map((w) => w.remote_addr),
+    [first.remoteAddr],
+    "the head of the queue",
+  );
+  assert.equal(one.waiters_total, 2);
+  for (const path of ["/api/locks?waiters_limit=0", "/api/locks?limit=5&waiters_limit=0"]) {
+    const listed = (await http(addr, "GET", path)).json as {
+      locks: { waiters: unknown[]; waiters_total: number }[];
+    };
+    assert.deepEqual(listed.locks.map((l) => [l.waiters.length, l.waiters_total]), [[0, 2]], path);
+  }
+  // Without it, the spec's shape: the whole queue, no waiters_total.
+  const full = (await http(addr, "GET", "/api/locks/long")).json as Record<string, unknown>;
+  assert.deepEqual(Object.keys(full), ["name", "holder", "waiters"]);
+  assert.equal((full.waiters as unknown[]).length, 2);
+  const bad = await http(addr, "GET", "/api/locks/long?waiters_limit=-1");
+  assert.equal(bad.status, 400);
+  assert.equal(
+    bad.text,
+    problemText(
+      "invalid-query",
+      "Invalid query parameter",
+      400,
+      'waiters_limit="-1" is not a whole number of at least 0',
+    ),
+  );
+  await lock.release();
+  await (await first.granted).release();
+  await (await second.granted).release();
+});
+
 const BAD_QUERIES: [string, string][] = [
   [
     "sort=owner",
@@ -81,6 +127,7 @@ const BAD_QUERIES: [string, string][] = [
     `limit="${ADMIN_LOCKS_LIMIT_MAX + 1}" is not a whole number from 1 to ${ADMIN_LOCKS_LIMIT_MAX}`,
   ],
   ["limit=ten", `limit="ten" is not a whole number from 1 to ${ADMIN_LOCKS_LIMIT_MAX}`],
+  ["waiters_limit=x", 'waiters_limit="x" is not a whole number of at least 0'],
 ];
 
 for (const [query, detail] of BAD_QUERIES) {

@@ -13,6 +13,8 @@ import { Chart, CHARTS } from "./charts.js";
 import { append, byId, el, fillPairs, formatDuration, formatNumber } from "./dom.js";
 
 const PAGE_SIZE = 50;
+/** Waiters shown in the detail: a queue of 20,000 would cost the server and the page too much. */
+const QUEUE_SHOWN_MAX = 200;
 const RECONNECT_MS = 2_000;
 const HISTORY_MAX = 900;
 /** Fields of GET /api/info that the spec defines; any other field is shown under "Cluster". */
@@ -94,6 +96,8 @@ async function loadLocks() {
     sort: `${state.descending ? "-" : ""}${state.sort}`,
     offset: String(state.offset),
     limit: String(PAGE_SIZE),
+    // The table shows queue lengths only: no waiter records.
+    waiters_limit: "0",
   });
   if (state.match !== "") query.set("match", state.match);
   let page;
@@ -121,7 +125,7 @@ async function loadDetail() {
   if (name === null) return;
   let lock = null;
   try {
-    lock = await api(lockPath(name));
+    lock = await api(`${lockPath(name)}?waiters_limit=${QUEUE_SHOWN_MAX}`);
   } catch (error) {
     if (!(error instanceof HttpError && error.slug === "lock-not-found")) throw error;
   }
@@ -219,7 +223,7 @@ function renderLocks(page) {
       el("td", { class: "mono" }, holder === null ? "(no owner)" : holder.remote_addr),
       el("td", {}, holder === null ? "" : holder.client_name),
       el("td", { class: "number" }, heldFor),
-      el("td", { class: "number" }, lock.waiters.length),
+      el("td", { class: "number" }, lock.waiters_total),
       el("td", { class: "number mono" }, holder === null ? "" : holder.token),
     );
   });
@@ -271,7 +275,13 @@ function renderDetail(name, lock) {
   }
   /** @type {any[]} */
   const waiters = lock?.waiters ?? [];
+  const total = lock?.waiters_total ?? 0;
   byId("queue-empty").hidden = waiters.length > 0;
+  const more = byId("queue-more");
+  more.hidden = total <= waiters.length;
+  more.textContent = `The first ${formatNumber(waiters.length)} of ${
+    formatNumber(total)
+  } waiters are shown.`;
   byId("queue-body").replaceChildren(...waiters.map((waiter, index) => {
     const waitingFor = el("span", {}, formatDuration(waiter.waiting_for_ms));
     ticking.push([waitingFor, waiter.waiting_for_ms, now]);
