@@ -13,6 +13,7 @@ import {
   AUDIT_WRITE_TIMEOUT_MS_DEFAULT,
   AUDIT_WRITE_TIMEOUT_MS_MAX,
   AUDIT_WRITE_TIMEOUT_MS_MIN,
+  CLAIMS_MAX_DEFAULT,
   CLAIMS_PER_SESSION_MAX_DEFAULT,
   CLUSTER_TTL_MS_DEFAULT,
   CLUSTER_TTL_MS_MAX,
@@ -23,6 +24,7 @@ import {
   HANDSHAKE_TIMEOUT_MS_DEFAULT,
   HANDSHAKE_TIMEOUT_MS_MAX,
   HANDSHAKE_TIMEOUT_MS_MIN,
+  HANDSHAKES_MAX_DEFAULT,
   HTTP_CONNECTIONS_MAX_DEFAULT,
   HTTP_CONNECTIONS_MAX_MAX,
   HTTP_HEADER_TIMEOUT_MS_DEFAULT,
@@ -75,6 +77,10 @@ export interface ServerConfig {
   sessionsMax: number;
   claimsPerSessionMax: number;
   waitersPerLockMax: number;
+  /** Claims (owned or queued) stored at once, server-wide. */
+  claimsMax: number;
+  /** Connections that have not completed their HELLO, at once (the oldest is closed past it). */
+  handshakesMax: number;
   frameBytesMax: number;
   /** HTTP listeners: a request must be complete this long after the accept or its first byte. */
   httpHeaderTimeoutMs: number;
@@ -137,6 +143,8 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = {
   sessionsMax: SESSIONS_MAX_DEFAULT,
   claimsPerSessionMax: CLAIMS_PER_SESSION_MAX_DEFAULT,
   waitersPerLockMax: WAITERS_PER_LOCK_MAX_DEFAULT,
+  claimsMax: CLAIMS_MAX_DEFAULT,
+  handshakesMax: HANDSHAKES_MAX_DEFAULT,
   frameBytesMax: FRAME_BYTES_MAX_DEFAULT,
   httpHeaderTimeoutMs: HTTP_HEADER_TIMEOUT_MS_DEFAULT,
   httpIdleTimeoutMs: HTTP_IDLE_TIMEOUT_MS_DEFAULT,
@@ -294,6 +302,20 @@ export const CONFIG_FLAGS: readonly ConfigFlag[] = [
     kind: "int",
     min: 1,
     help: "queue length of one lock",
+  },
+  {
+    flag: "max-claims",
+    key: "claimsMax",
+    kind: "int",
+    min: 1,
+    help: "locks owned or waited for at once, all sessions together (bounds memory)",
+  },
+  {
+    flag: "max-handshakes",
+    key: "handshakesMax",
+    kind: "int",
+    min: 1,
+    help: "connections without HELLO yet at once; past it the oldest is closed",
   },
   {
     flag: "max-frame-bytes",

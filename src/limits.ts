@@ -23,6 +23,13 @@ export const ERROR_MESSAGE_BYTES_MAX = 1024;
 export const SERVER_FRAME_BYTES_MAX = 1 + 4 + 1 + 2 + LOCK_NAME_BYTES_MAX + 2 +
   ERROR_MESSAGE_BYTES_MAX;
 /**
+ * Largest valid request (length prefix excluded): an ACQUIRE or RELEASE with a longest lock name
+ * (type 1 + 12 bytes of fields + 2 + 1024). Longer frames are answered (INVALID_ARGUMENT for
+ * the name), but a correct client never sends one, so their partial buffers are rationed
+ * (PARTIAL_FRAME_BYTES_TOTAL_MAX).
+ */
+export const REQUEST_FRAME_BYTES_MAX = 1 + 4 + 4 + 4 + 2 + LOCK_NAME_BYTES_MAX;
+/**
  * Largest frame a peer may send (length prefix excluded), checked before the body is read.
  * Flag `-max-frame-bytes`. The smallest allowed limit is what the server must be able to send
  * (and every valid request is smaller); the largest is what clients read (64 KiB): a lock name
@@ -47,6 +54,21 @@ export const SESSIONS_MAX_DEFAULT = 16_384;
 export const CLAIMS_PER_SESSION_MAX_DEFAULT = 1_024;
 /** Waiters one lock may queue. Flag `-max-waiters-per-lock`. */
 export const WAITERS_PER_LOCK_MAX_DEFAULT = 65_536;
+/**
+ * Claims (owned or queued) stored at once, server-wide; more get LIMIT_EXCEEDED. Sized for the
+ * memory budget of docs/operations.md ("Memory and limits"): a stored claim costs 500 to 750
+ * bytes with a 30-byte name and 2.3 KiB with a 1,024-byte one (`deno task memory`), so 262,144
+ * claims take 130 MiB to 600 MiB. Without it, the per-session and per-lock limits allowed 16.7 million
+ * claims (64 GiB). Flag `-max-claims`.
+ */
+export const CLAIMS_MAX_DEFAULT = 262_144;
+/**
+ * Connections that have not completed their HELLO, at once; a new one past it closes the
+ * oldest (LIMIT_EXCEEDED). Correct clients send HELLO at once, so only a flood of silent or
+ * slow connections fills it; each costs about 7 KiB. Counted apart from `-max-sessions`, so
+ * such a flood cannot lock out clients that do complete their handshake. Flag `-max-handshakes`.
+ */
+export const HANDSHAKES_MAX_DEFAULT = 1_024;
 
 // ---- time: leases, timeouts, shutdown (flags) ----------------------------------------------
 
@@ -101,8 +123,27 @@ export const SESSION_WRITER_BYTES_MIN = 256;
 export const FRAME_WRITER_BYTES_DEFAULT = 512;
 /** A frame writer grown past this by a burst is dropped at `take()`, so idle sessions stay small. */
 export const FRAME_WRITER_RETAINED_BYTES_MAX = 64 * 1024;
-/** A frame reader's buffer grown past this is dropped once empty. */
-export const FRAME_READER_RETAINED_BYTES_MAX = 4 * 1024;
+/**
+ * A session's reply buffer grown past this by a burst is dropped at `take()`: a burst of replies
+ * with long names (60 ACQUIRED of 1 KiB) must not stay pinned by a session that then idles.
+ * A handful of small replies, the common batch, fit.
+ */
+export const SESSION_WRITER_RETAINED_BYTES_MAX = 4 * 1024;
+/**
+ * A connection that sent part of a frame and then nothing for this long has stalled: the
+ * frame's buffer is cut down to the bytes that arrived (a legitimate frame's rest follows within
+ * round trips; frames are sent in one write).
+ */
+export const PARTIAL_FRAME_STALL_MS = 1_000;
+/** A frame reader's buffer grown past the largest valid request is dropped once empty. */
+export const FRAME_READER_RETAINED_BYTES_MAX = 4 + REQUEST_FRAME_BYTES_MAX;
+/**
+ * Bytes all connections together may hold in unfinished frames larger than any valid request
+ * (REQUEST_FRAME_BYTES_MAX); a connection whose such frame needs more is closed with
+ * LIMIT_EXCEEDED. Without it 16,384 sessions each stalled in a 64 KiB frame pinned 1 GiB; this
+ * is a thousand frames of the largest size at once.
+ */
+export const PARTIAL_FRAME_BYTES_TOTAL_MAX = 64 * 1024 * 1024;
 /** Smallest buffer a frame reader keeps a partial frame in. */
 export const FRAME_READER_PARTIAL_BYTES_MIN = 256;
 /** The stall watchdog looks at writes in flight every io_timeout/4, within these bounds. */

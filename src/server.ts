@@ -13,6 +13,7 @@ import type { HttpLimits, HttpListener } from "./http/listen.ts";
 import {
   HTTP_BODY_BYTES_MAX,
   HTTP_HEAD_BYTES_MAX,
+  PARTIAL_FRAME_BYTES_TOTAL_MAX,
   SESSIONS_CLOSE_MS_MAX,
   TLS_PENDING_CONNECTIONS_MAX,
 } from "./limits.ts";
@@ -20,7 +21,8 @@ import { AuditLog, type AuditSink, openAuditSink } from "./log/audit.ts";
 import { log } from "./log/diagnostic.ts";
 import { ServerCounters } from "./ops/counters.ts";
 import { startOpsServer } from "./ops/server.ts";
-import { SHUTTING_DOWN_ERROR } from "./protocol/codes.ts";
+import { SESSION_ERRORS, SHUTTING_DOWN_ERROR } from "./protocol/codes.ts";
+import type { FrameBudget } from "./protocol/frame_reader.ts";
 import { listenTcp, type ProtocolListener } from "./protocol/listener.ts";
 import { Session, type SessionHost } from "./protocol/session.ts";
 import {
@@ -52,6 +54,8 @@ export interface ServerDeps {
   tokens?: TokenSource;
   /** Reads the ACL file at start-up and on reload (tests make a read slow). */
   readFile?: (path: string) => Promise<Uint8Array>;
+  /** The ration of bytes for frames larger than any valid request (tests use a small one). */
+  partialFrameBytesMax?: number;
 }
 
 /** What the HTTP servers and the CLI see of a running server. */
@@ -177,6 +181,7 @@ export async function startServer(
     sessionsMax: config.sessionsMax,
     claimsPerSessionMax: config.claimsPerSessionMax,
     waitersPerLockMax: config.waitersPerLockMax,
+    claimsMax: config.claimsMax,
   });
   const counters = new ServerCounters();
   const service = new LockService({
@@ -195,7 +200,25 @@ export async function startServer(
 
   const watchdog = new StallWatchdog(scheduler, engine.ioTimeoutMs);
   const connections = new Set<Session>();
+  /** Connections without HELLO yet, oldest first (a Set keeps insertion order). */
+  const handshaking = new Set<Session>();
   let allClosed: (() => void) | undefined;
+  // Frames larger than any valid request share one ration, so stalled ones cannot pin
+  // -max-frame-bytes on every connection at once.
+  const partialFrameBytesMax = deps.partialFrameBytesMax ?? PARTIAL_FRAME_BYTES_TOTAL_MAX;
+  const frameBudget: FrameBudget = {
+    take(bytes) {
+      if (counters.partialFrameBytes + bytes > partialFrameBytesMax) {
+        counters.limitRefusals.partial_frames++;
+        return false;
+      }
+      counters.partialFrameBytes += bytes;
+      return true;
+    },
+    give(bytes) {
+      counters.partialFrameBytes -= bytes;
+    },
+  };
   const host: SessionHost = {
     service,
     scheduler,
@@ -207,7 +230,12 @@ export async function startServer(
     ioTimeoutMs: engine.ioTimeoutMs,
     leaseDefaultMs: engine.leaseDefaultMs,
     leaseMaxMs: engine.leaseMaxMs,
+    frameBudget,
+    handshakeEnded(session) {
+      handshaking.delete(session);
+    },
     closed(session) {
+      handshaking.delete(session);
       connections.delete(session);
       if (connections.size === 0) allClosed?.();
     },
@@ -215,6 +243,15 @@ export async function startServer(
   const serve = (transport: Transport) => {
     const session = new Session(transport, host);
     connections.add(session);
+    handshaking.add(session);
+    if (handshaking.size > config.handshakesMax) {
+      // A flood of connections that send no HELLO: the one that waited longest goes, so a
+      // client that sends its HELLO at once still gets in.
+      const oldest = handshaking.values().next().value!;
+      handshaking.delete(oldest);
+      counters.limitRefusals.handshakes++;
+      oldest.evictFromHandshake(SESSION_ERRORS.handshakeLimit(config.handshakesMax));
+    }
     session.run();
   };
   const stopTimers = () => {

@@ -93,7 +93,25 @@ Deno.test("limits: every valid request fits the smallest frame limit, so no fram
   ];
   for (const message of requests) {
     assert.ok(frameBytes(message) <= limits.FRAME_BYTES_MAX_MIN, message.type);
+    assert.ok(frameBytes(message) <= limits.REQUEST_FRAME_BYTES_MAX, message.type);
   }
+  // The largest requests are exactly that long, and a reader keeps a buffer for one of them.
+  assert.equal(frameBytes(requests[1]), limits.REQUEST_FRAME_BYTES_MAX);
+  assert.equal(
+    limits.FRAME_READER_RETAINED_BYTES_MAX,
+    FRAME_HEADER_BYTES + limits.REQUEST_FRAME_BYTES_MAX,
+  );
+});
+
+Deno.test("limits: memory bounds hold together (claims, handshakes, the ration of large frames)", () => {
+  assert.ok(limits.CLAIMS_PER_SESSION_MAX_DEFAULT <= limits.CLAIMS_MAX_DEFAULT);
+  assert.ok(limits.WAITERS_PER_LOCK_MAX_DEFAULT <= limits.CLAIMS_MAX_DEFAULT);
+  assert.ok(limits.HANDSHAKES_MAX_DEFAULT <= limits.SESSIONS_MAX_DEFAULT);
+  // The ration holds many frames of the largest size at once.
+  assert.ok(limits.PARTIAL_FRAME_BYTES_TOTAL_MAX >= 256 * limits.FRAME_BYTES_MAX_MAX);
+  // A stalled frame is cut down long before its session would time out.
+  assert.ok(limits.PARTIAL_FRAME_STALL_MS < limits.IO_TIMEOUT_MS_DEFAULT);
+  assert.ok(limits.SESSION_WRITER_RETAINED_BYTES_MAX >= limits.SESSION_WRITER_BYTES_MIN);
 });
 
 Deno.test("limits: one largest frame fits a session's write buffer and a busy session's read buffer", () => {

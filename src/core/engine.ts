@@ -1,4 +1,5 @@
 import {
+  CLAIMS_MAX_DEFAULT,
   CLAIMS_PER_SESSION_MAX_DEFAULT,
   DEADLINES_PER_TICK_MAX,
   IO_TIMEOUT_MS_DEFAULT,
@@ -47,6 +48,8 @@ export interface EngineOptions {
   sessionsMax?: number;
   claimsPerSessionMax?: number;
   waitersPerLockMax?: number;
+  /** Claims (owned or queued) stored at once, server-wide. */
+  claimsMax?: number;
 }
 
 type ClaimState = "queued" | "owned" | "gone";
@@ -130,6 +133,7 @@ export class LockEngine {
   readonly #sessionsMax: number;
   readonly #claimsPerSessionMax: number;
   readonly #waitersPerLockMax: number;
+  readonly #claimsMax: number;
 
   readonly #locks = new Map<string, LockState>();
   readonly #sessions = new Map<number, Session>();
@@ -167,6 +171,7 @@ export class LockEngine {
     this.#sessionsMax = options.sessionsMax ?? SESSIONS_MAX_DEFAULT;
     this.#claimsPerSessionMax = options.claimsPerSessionMax ?? CLAIMS_PER_SESSION_MAX_DEFAULT;
     this.#waitersPerLockMax = options.waitersPerLockMax ?? WAITERS_PER_LOCK_MAX_DEFAULT;
+    this.#claimsMax = options.claimsMax ?? CLAIMS_MAX_DEFAULT;
   }
 
   // ---- sessions -----------------------------------------------------------
@@ -266,6 +271,15 @@ export class LockEngine {
         reason: "limit_exceeded",
         limit: "waiters_per_lock",
         max: this.#waitersPerLockMax,
+      });
+    }
+    // Checked last, where a claim would be stored (a try-lock of a held lock stores none).
+    // Every stored claim is an owner or a waiter: memory stays within the documented budget.
+    if (this.stats.locksHeld + this.stats.waiters >= this.#claimsMax) {
+      return this.#reject(session, requestId, name, {
+        reason: "limit_exceeded",
+        limit: "claims",
+        max: this.#claimsMax,
       });
     }
     if (lock === undefined) {

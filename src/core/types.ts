@@ -72,7 +72,8 @@ export type Rejection =
   | { readonly reason: "duplicate_claim"; readonly owned: boolean }
   | {
     readonly reason: "limit_exceeded";
-    readonly limit: "claims_per_session" | "waiters_per_lock";
+    /** `claims`: the server-wide limit on stored claims (`-max-claims`). */
+    readonly limit: "claims" | "claims_per_session" | "waiters_per_lock";
     readonly max: number;
   }
   | {

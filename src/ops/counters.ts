@@ -22,6 +22,17 @@ export class ServerCounters {
   /** Accepted TLS connections dropped before their handshake started, by reason. */
   readonly tlsShed: Record<TlsShedReason, number> = { pending_full: 0, queue_timeout: 0 };
   aclDenials = 0;
+  /** Requests and connections refused (or closed) because a limit was reached, by limit. */
+  readonly limitRefusals: Record<LimitName, number> = {
+    sessions: 0,
+    handshakes: 0,
+    claims: 0,
+    claims_per_session: 0,
+    waiters_per_lock: 0,
+    partial_frames: 0,
+  };
+  /** Bytes held now for unfinished frames larger than any valid request (all connections). */
+  partialFrameBytes = 0;
   /** ERROR frames sent, by wire code. */
   readonly protocolErrors = new Map<number, number>();
   /** Connection counts of the two HTTP listeners. */
@@ -39,6 +50,23 @@ export class ServerCounters {
     this.acceptErrorsByListener[listener]++;
   }
 }
+
+/**
+ * Which limit refused something (the `limit` label of `lockd_limit_refusals_total`):
+ * `sessions` (a HELLO past -max-sessions), `handshakes` (the oldest connection without HELLO,
+ * closed past -max-handshakes), `claims` (an ACQUIRE past -max-claims), `claims_per_session`,
+ * `waiters_per_lock`, `partial_frames` (a connection whose frame, larger than any valid
+ * request, found the server's room for such frames in use).
+ */
+export const LIMIT_NAMES = [
+  "sessions",
+  "handshakes",
+  "claims",
+  "claims_per_session",
+  "waiters_per_lock",
+  "partial_frames",
+] as const;
+export type LimitName = typeof LIMIT_NAMES[number];
 
 /**
  * Why a TLS connection was dropped before its handshake started (the `reason` label of

@@ -15,6 +15,7 @@ import { AUDIT_LOSS_CAUSES } from "../log/audit.ts";
 import { formatWireCode, WIRE_CODES } from "../protocol/codes.ts";
 import type { ServerContext } from "../server.ts";
 import { clusterFamilies } from "./cluster_metrics.ts";
+import { LIMIT_NAMES } from "./counters.ts";
 import { listenerFamilies } from "./listener_metrics.ts";
 import type { MetricFamily } from "./prometheus.ts";
 import type { RuntimeSample } from "./runtime.ts";
@@ -69,6 +70,20 @@ export function collectMetrics({ server, runtime }: MetricsSource): MetricFamily
       stats.handoffsTotal,
     ),
     counter("lockd_acl_denials_total", "ACQUIREs refused by the ACL.", counters.aclDenials),
+    {
+      name: "lockd_limit_refusals_total",
+      help: "Requests refused and connections closed because a limit was reached, by limit.",
+      type: "counter",
+      samples: LIMIT_NAMES.map((limit) => ({
+        labels: { limit },
+        value: counters.limitRefusals[limit],
+      })),
+    },
+    gauge(
+      "lockd_partial_frame_bytes",
+      "Bytes held for unfinished frames larger than any valid request, all connections.",
+      counters.partialFrameBytes,
+    ),
     {
       name: "lockd_releases_total",
       help: "Ended ownerships by reason (graceful, expired, io_timeout, force).",

@@ -93,7 +93,7 @@ export const WIRE_CODES = {
     retryable: true,
     closes: false,
     meaning:
-      "A server limit was reached (sessions, claims per session, waiters per lock); nothing changed. When the session limit is hit the connection is closed.",
+      "A server limit was reached (claims of all sessions, claims per session, waiters per lock); nothing changed. With request id 0 the connection is closed: the session limit at HELLO, too many connections without HELLO, or no room for a frame above any valid request.",
   },
   SHUTTING_DOWN: {
     code: 0x0a,
@@ -238,6 +238,8 @@ export function rejectionError(name: string, rejection: Rejection): WireError {
         code: "LIMIT_EXCEEDED",
         message: rejection.limit === "claims_per_session"
           ? `Cannot acquire lock "${name}": the session already has ${rejection.max} claims`
+          : rejection.limit === "claims"
+          ? `Cannot acquire lock "${name}": the server holds ${rejection.max} claims, its limit`
           : `Cannot acquire lock "${name}": its queue already has ${rejection.max} waiters`,
       };
     case "not_owner": {
@@ -353,6 +355,11 @@ export const SESSION_ERRORS = {
   sessionLimit: (): WireError => ({
     code: "LIMIT_EXCEEDED",
     message: "The server has reached its session limit",
+  }),
+  handshakeLimit: (handshakesMax: number): WireError => ({
+    code: "LIMIT_EXCEEDED",
+    message: `More than ${handshakesMax} connections were waiting for their HELLO; ` +
+      "this one waited longest",
   }),
   malformed: (reason: string): WireError => ({ code: "MALFORMED_FRAME", message: reason }),
 } as const;

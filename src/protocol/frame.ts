@@ -31,6 +31,8 @@ export interface FrameWriterOptions {
    * refuses longer frames, so producing one is a programmer error.
    */
   maxFrameBytes?: number;
+  /** A buffer grown past this by a burst is dropped at `take()` (default FRAME_WRITER_RETAINED_BYTES_MAX). */
+  retainedBytesMax?: number;
 }
 
 /**
@@ -47,10 +49,12 @@ export class FrameWriter {
   #len = 0;
   readonly #initialBytes: number;
   readonly #maxFrameBytes: number;
+  readonly #retainedBytesMax: number;
 
   constructor(options: FrameWriterOptions = {}) {
     this.#initialBytes = Math.max(16, options.initialBytes ?? FRAME_WRITER_BYTES_DEFAULT);
     this.#maxFrameBytes = options.maxFrameBytes ?? FRAME_BYTES_MAX_DEFAULT;
+    this.#retainedBytesMax = options.retainedBytesMax ?? FRAME_WRITER_RETAINED_BYTES_MAX;
     this.#buf = new Uint8Array(this.#initialBytes);
     this.#view = new DataView(this.#buf.buffer);
   }
@@ -87,7 +91,7 @@ export class FrameWriter {
   take(): Uint8Array {
     const out = this.#buf.slice(0, this.#len);
     this.#len = 0;
-    if (this.#buf.byteLength > FRAME_WRITER_RETAINED_BYTES_MAX) {
+    if (this.#buf.byteLength > this.#retainedBytesMax) {
       this.#buf = new Uint8Array(this.#initialBytes);
       this.#view = new DataView(this.#buf.buffer);
     }

@@ -229,6 +229,16 @@ export function decodeFrameBody(type: number, body: Uint8Array): Message {
 }
 
 /**
+ * A ration of bytes shared by the readers of one server: the part of each partial-frame buffer
+ * above FRAME_READER_RETAINED_BYTES_MAX (frames no valid request needs) is taken from it.
+ */
+export interface FrameBudget {
+  /** Takes `bytes`; false (and nothing taken) when the ration has not that many left. */
+  take(bytes: number): boolean;
+  give(bytes: number): void;
+}
+
+/**
  * Splits a byte stream into messages.
  *
  * `push` decodes every complete frame of the chunk at once, straight from the
@@ -239,7 +249,9 @@ export function decodeFrameBody(type: number, body: Uint8Array): Message {
  *
  * The first bad frame poisons the reader: `next()` first returns the messages
  * decoded before it, then throws its `ProtocolError` on this and every later
- * call; further pushes are ignored.
+ * call; further pushes are ignored. With a `budget`, a frame larger than any
+ * valid request whose buffer the budget cannot cover is such an error too,
+ * with code LIMIT_EXCEEDED.
  */
 export class FrameReader {
   readonly maxFrameBytes: number;
@@ -256,19 +268,44 @@ export class FrameReader {
   #partialFrameBytes = -1;
 
   readonly #cursor = new BodyCursor();
+  readonly #budget: FrameBudget | null;
+  /** Bytes of `#partial` taken from the budget. */
+  #charged = 0;
 
-  constructor(maxFrameBytes: number = FRAME_BYTES_MAX_DEFAULT) {
+  constructor(maxFrameBytes: number = FRAME_BYTES_MAX_DEFAULT, budget?: FrameBudget) {
     if (!(Number.isInteger(maxFrameBytes) && maxFrameBytes >= 1)) {
       throw new RangeError(
         `Cannot create frame reader: maxFrameBytes ${maxFrameBytes} is not a positive integer`,
       );
     }
     this.maxFrameBytes = maxFrameBytes;
+    this.#budget = budget ?? null;
   }
 
   /** Bytes of a partial frame held between pushes (for tests and metrics). */
   get bufferedBytes(): number {
     return this.#partialLen;
+  }
+
+  /** Bytes the reader's partial-frame buffer takes (at least `bufferedBytes`). */
+  get retainedBytes(): number {
+    return this.#partial.byteLength;
+  }
+
+  /**
+   * Shrinks the partial-frame buffer to the bytes it holds (none: no buffer). The session calls
+   * it when the peer stalls in the middle of a frame, so a stalled frame keeps only what arrived.
+   */
+  compact(): void {
+    if (this.#partial.byteLength === this.#partialLen) return;
+    this.#setPartial(this.#partial.slice(0, this.#partialLen));
+  }
+
+  /** Drops any partial frame and gives its bytes back to the budget (the connection closed). */
+  release(): void {
+    this.#partialLen = 0;
+    this.#partialFrameBytes = -1;
+    this.#setPartial(new Uint8Array(0));
   }
 
   /** Feeds bytes read from the peer. `chunk` is never read again after this returns. */
@@ -325,7 +362,9 @@ export class FrameReader {
       const frameBytes = rest >= FRAME_HEADER_BYTES
         ? readU32(chunk, pos) // already checked by the loop above
         : -1;
-      this.#ensurePartial(frameBytes < 0 ? FRAME_HEADER_BYTES : FRAME_HEADER_BYTES + frameBytes);
+      // Room for the bytes that arrived, not for the whole frame the header announces: a peer
+      // that sends a header and stops pins nothing.
+      this.#ensurePartial(rest, FRAME_HEADER_BYTES + Math.max(0, frameBytes));
       this.#partial.set(chunk.subarray(pos, end), 0);
       this.#partialLen = rest;
       this.#partialFrameBytes = frameBytes;
@@ -340,17 +379,18 @@ export class FrameReader {
     let pos = 0;
     if (this.#partialFrameBytes < 0) {
       const take = Math.min(FRAME_HEADER_BYTES - this.#partialLen, chunk.byteLength);
+      this.#ensurePartial(this.#partialLen + take, FRAME_HEADER_BYTES);
       this.#partial.set(chunk.subarray(0, take), this.#partialLen);
       this.#partialLen += take;
       pos = take;
       if (this.#partialLen < FRAME_HEADER_BYTES) return -1;
       const frameBytes = readU32(this.#partial, 0);
       this.#checkLength(frameBytes);
-      this.#ensurePartial(FRAME_HEADER_BYTES + frameBytes);
       this.#partialFrameBytes = frameBytes;
     }
     const frameEnd = FRAME_HEADER_BYTES + this.#partialFrameBytes;
     const take = Math.min(frameEnd - this.#partialLen, chunk.byteLength - pos);
+    this.#ensurePartial(this.#partialLen + take, frameEnd);
     this.#partial.set(chunk.subarray(pos, pos + take), this.#partialLen);
     this.#partialLen += take;
     pos += take;
@@ -380,16 +420,39 @@ export class FrameReader {
     }
   }
 
-  /** Grows the partial buffer to hold `bytes` (never above maxFrameBytes + 4); keeps its content. */
-  #ensurePartial(bytes: number): void {
+  /**
+   * Grows the partial buffer to hold `bytes`, keeping its content: doubling (so a frame that
+   * trickles in is copied O(n) times in total, not O(n²)), never past `frameEnd` (the whole
+   * frame with its header, at most maxFrameBytes + 4).
+   */
+  #ensurePartial(bytes: number, frameEnd: number): void {
     if (bytes <= this.#partial.byteLength) return;
-    const capacity = Math.max(
-      bytes,
-      Math.min(FRAME_READER_PARTIAL_BYTES_MIN, this.maxFrameBytes + FRAME_HEADER_BYTES),
+    const capacity = Math.min(
+      frameEnd,
+      Math.max(bytes, 2 * this.#partial.byteLength, FRAME_READER_PARTIAL_BYTES_MIN),
     );
+    const charge = Math.max(0, capacity - FRAME_READER_RETAINED_BYTES_MAX);
+    if (charge > this.#charged) {
+      if (this.#budget !== null && !this.#budget.take(charge - this.#charged)) {
+        throw new ProtocolError(
+          "LIMIT_EXCEEDED",
+          `Cannot read a frame of ${frameEnd - FRAME_HEADER_BYTES} bytes: the server's room ` +
+            "for frames larger than any valid request is in use",
+        );
+      }
+      this.#charged = charge;
+    }
     const grown = new Uint8Array(capacity);
     grown.set(this.#partial.subarray(0, this.#partialLen));
     this.#partial = grown;
+  }
+
+  /** Replaces the partial buffer with a smaller one, giving bytes back to the budget. */
+  #setPartial(buffer: Uint8Array): void {
+    const charge = Math.max(0, buffer.byteLength - FRAME_READER_RETAINED_BYTES_MAX);
+    if (charge < this.#charged) this.#budget?.give(this.#charged - charge);
+    this.#charged = Math.min(this.#charged, charge);
+    this.#partial = buffer;
   }
 
   /** Forgets the partial frame; a large buffer is released so idle sessions stay small. */
@@ -397,7 +460,7 @@ export class FrameReader {
     this.#partialLen = 0;
     this.#partialFrameBytes = -1;
     if (this.#partial.byteLength > FRAME_READER_RETAINED_BYTES_MAX) {
-      this.#partial = new Uint8Array(0);
+      this.#setPartial(new Uint8Array(0));
     }
   }
 }

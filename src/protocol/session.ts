@@ -3,9 +3,11 @@ import type { CloseCause, Peer } from "../core/types.ts";
 import {
   CLIENT_NAME_BYTES_MAX,
   LOCK_NAME_BYTES_MAX,
+  PARTIAL_FRAME_STALL_MS,
   READ_BUFFER_BYTES_MAX,
   READ_BUFFER_BYTES_MIN,
   SESSION_WRITER_BYTES_MIN,
+  SESSION_WRITER_RETAINED_BYTES_MAX,
   WRITE_BUFFER_BYTES_MAX,
 } from "../limits.ts";
 import { debugEnabled, log } from "../log/diagnostic.ts";
@@ -17,11 +19,12 @@ import {
   errorFrame,
   ProtocolError,
   SESSION_ERRORS,
+  WIRE_CODES,
   wireCodeInfo,
   type WireError,
 } from "./codes.ts";
 import { cutUtf8, FrameWriter } from "./frame.ts";
-import { FrameReader } from "./frame_reader.ts";
+import { type FrameBudget, FrameReader } from "./frame_reader.ts";
 import {
   type ErrorMessage,
   type Message,
@@ -46,6 +49,10 @@ export interface SessionHost {
   readonly ioTimeoutMs: number;
   readonly leaseDefaultMs: number;
   readonly leaseMaxMs: number;
+  /** The server's ration of bytes for frames larger than any valid request. */
+  readonly frameBudget: FrameBudget;
+  /** The connection left its handshake (a session opened, or it is closing). Once. */
+  handshakeEnded(session: Session): void;
   /** The connection is closed (the session is gone from the server's connection set). */
   closed(session: Session): void;
 }
@@ -98,14 +105,21 @@ export class Session implements SessionPort, StallWatched {
   #closeReason = "";
   /** A HELLO waits for its answer (cluster mode): later frames wait in the reader. */
   #admitting = false;
+  /** The buffer of the next read: the small one, or a larger one while reads fill theirs. */
+  #readBuffer: Uint8Array = new Uint8Array(READ_BUFFER_BYTES_MIN);
+  readonly #smallReadBuffer = this.#readBuffer;
+  /** When bytes last arrived (monotonic ms), for the partial-frame stall check. */
+  #lastReadMs = 0;
+  #stallTimer: Timer | undefined;
 
   constructor(transport: Transport, host: SessionHost) {
     this.transport = transport;
     this.#host = host;
-    this.#reader = new FrameReader(host.frameBytesMax);
+    this.#reader = new FrameReader(host.frameBytesMax, host.frameBudget);
     this.#writer = new FrameWriter({
       initialBytes: SESSION_WRITER_BYTES_MIN,
       maxFrameBytes: host.frameBytesMax,
+      retainedBytesMax: SESSION_WRITER_RETAINED_BYTES_MAX,
     });
   }
 
@@ -125,6 +139,11 @@ export class Session implements SessionPort, StallWatched {
     return this.#peer?.sessionId ?? 0;
   }
 
+  /** Bytes this connection's read side holds: its read buffer and its partial frame's buffer. */
+  get readBytes(): number {
+    return this.#readBuffer.byteLength + this.#reader.retainedBytes;
+  }
+
   /** Serves the connection until it closes. Never throws. */
   async run(): Promise<void> {
     this.#handshakeTimer = this.#host.scheduler.setTimer(() => {
@@ -138,11 +157,9 @@ export class Session implements SessionPort, StallWatched {
         logger.error("handshake timeout handling failed", { error: String(error) });
       }
     }, this.#host.handshakeTimeoutMs);
-    // Idle sessions keep a small buffer in their pending read; one that fills it is busy
-    // (pipelining) and gets a larger one, up to READ_BUFFER_BYTES_MAX.
-    let buffer = new Uint8Array(READ_BUFFER_BYTES_MIN);
     try {
       while (this.#state === "handshake" || this.#state === "open") {
+        const buffer = this.#readBuffer;
         let n: number | null;
         try {
           n = await this.transport.read(buffer);
@@ -155,10 +172,18 @@ export class Session implements SessionPort, StallWatched {
           return;
         }
         if (this.#state !== "handshake" && this.#state !== "open") return;
+        this.#lastReadMs = this.#host.scheduler.monotonicMs();
         this.#receive(buffer.subarray(0, n));
-        if (n === buffer.length && buffer.length < READ_BUFFER_BYTES_MAX) {
-          buffer = new Uint8Array(Math.min(READ_BUFFER_BYTES_MAX, buffer.length * 4));
-        }
+        // A read that filled its buffer says more bytes wait: the next one gets a buffer four
+        // times larger (up to READ_BUFFER_BYTES_MAX). Any other read means the peer's burst is
+        // over, and the next read waits with the small buffer: a connection that goes quiet
+        // (or stalls in the middle of a frame) does not keep a large one in its pending read.
+        this.#readBuffer = n < buffer.length
+          ? this.#smallReadBuffer
+          : buffer.length < READ_BUFFER_BYTES_MAX
+          ? new Uint8Array(Math.min(READ_BUFFER_BYTES_MAX, buffer.length * 4))
+          : buffer;
+        if (this.#reader.bufferedBytes > 0) this.#watchPartialFrame();
       }
     } catch (error) {
       logger.error("session failed", { remote_addr: this.transport.remoteAddr, error });
@@ -196,7 +221,7 @@ export class Session implements SessionPort, StallWatched {
    */
   terminate(finalError: ErrorMessage | null): void {
     if (this.#state === "closing" || this.#state === "closed") return;
-    this.#state = "closing";
+    this.#setState("closing");
     this.#closeReason ||= finalError === null ? "server" : wireCodeInfo(finalError.code).name;
     this.#clearHandshakeTimer();
     if (finalError !== null) this.send(finalError);
@@ -207,7 +232,7 @@ export class Session implements SessionPort, StallWatched {
   closeForStall(): void {
     this.#closeReason ||= "io_timeout";
     if (this.#peer !== null && this.#state === "open") {
-      this.#state = "closing";
+      this.#setState("closing");
       this.#host.service.closeSession(this.#peer.sessionId, "io_timeout");
     }
     this.#finish();
@@ -306,6 +331,27 @@ export class Session implements SessionPort, StallWatched {
 
   // ---- reading ----------------------------------------------------------------
 
+  /**
+   * A partial frame is buffered: once no byte has arrived for PARTIAL_FRAME_STALL_MS, the
+   * frame's buffer is cut down to the bytes that did arrive. One timer while a partial frame
+   * exists, re-armed lazily (not per read).
+   */
+  #watchPartialFrame(): void {
+    if (this.#stallTimer !== undefined) return;
+    const scheduler = this.#host.scheduler;
+    const check = () => {
+      this.#stallTimer = undefined;
+      if (this.#state === "closed" || this.#reader.bufferedBytes === 0) return;
+      const quietMs = scheduler.monotonicMs() - this.#lastReadMs;
+      if (quietMs >= PARTIAL_FRAME_STALL_MS) {
+        this.#reader.compact();
+        return; // the next bytes arm the check again
+      }
+      this.#stallTimer = scheduler.setTimer(check, PARTIAL_FRAME_STALL_MS - quietMs);
+    };
+    this.#stallTimer = scheduler.setTimer(check, PARTIAL_FRAME_STALL_MS);
+  }
+
   #receive(chunk: Uint8Array): void {
     if (this.#peer !== null) this.#host.service.touch(this.#peer.sessionId);
     this.#reader.push(chunk);
@@ -328,7 +374,12 @@ export class Session implements SessionPort, StallWatched {
       }
     } catch (error) {
       if (!(error instanceof ProtocolError)) throw error;
-      this.#protocolViolation(error.message);
+      this.#protocolViolation(
+        error.message,
+        error.code === WIRE_CODES.LIMIT_EXCEEDED.code
+          ? { code: "LIMIT_EXCEEDED", message: error.message }
+          : SESSION_ERRORS.malformed(error.message),
+      );
     }
   }
 
@@ -424,7 +475,7 @@ export class Session implements SessionPort, StallWatched {
       return;
     }
     this.#peer = opened;
-    this.#state = "open";
+    this.#setState("open");
     logger.debug("session opened", {
       session: opened.sessionId,
       remote_addr: opened.remoteAddr,
@@ -442,7 +493,7 @@ export class Session implements SessionPort, StallWatched {
   }
 
   /** Malformed input: ERROR MALFORMED_FRAME (after the release records), then close; ownerships end as io_timeout. */
-  #protocolViolation(reason: string): void {
+  #protocolViolation(reason: string, error: WireError = SESSION_ERRORS.malformed(reason)): void {
     if (this.#state === "closing" || this.#state === "closed") return;
     logger.info("protocol violation", {
       remote_addr: this.transport.remoteAddr,
@@ -450,14 +501,25 @@ export class Session implements SessionPort, StallWatched {
       reason,
     });
     if (this.#state === "open") {
-      this.#host.service.closeSession(
-        this.#peer!.sessionId,
-        "io_error",
-        SESSION_ERRORS.malformed(reason),
-      );
+      this.#host.service.closeSession(this.#peer!.sessionId, "io_error", error);
     } else {
-      this.#refuse(SESSION_ERRORS.malformed(reason));
+      this.#refuse(error);
     }
+  }
+
+  /** Too many connections wait for their HELLO and this one waited longest: close it. */
+  evictFromHandshake(error: WireError): void {
+    if (this.#state !== "handshake") return;
+    logger.info("connection without HELLO closed: too many connections in their handshake", {
+      remote_addr: this.transport.remoteAddr,
+    });
+    this.#refuse(error);
+  }
+
+  /** Every state change; leaving the handshake is reported to the host once. */
+  #setState(next: SessionState): void {
+    if (this.#state === "handshake" && next !== "handshake") this.#host.handshakeEnded(this);
+    this.#state = next;
   }
 
   /** Sends one ERROR and closes (before or outside the engine's knowledge of the session). */
@@ -474,7 +536,7 @@ export class Session implements SessionPort, StallWatched {
   #peerLeft(cause: CloseCause): void {
     this.#closeReason ||= cause;
     if (this.#peer !== null && this.#state === "open") {
-      this.#state = "closing";
+      this.#setState("closing");
       this.#host.service.closeSession(this.#peer.sessionId, cause);
     }
     this.#finish();
@@ -516,8 +578,11 @@ export class Session implements SessionPort, StallWatched {
 
   #finish(): void {
     if (this.#state === "closed") return;
-    this.#state = "closed";
+    this.#setState("closed");
     this.#clearHandshakeTimer();
+    this.#reader.release();
+    this.#stallTimer?.cancel();
+    this.#stallTimer = undefined;
     this.#out = [];
     this.#outHead = 0;
     this.#outBytes = 0;

@@ -145,6 +145,7 @@ export class LockService {
     if (this.#engine.isBlocked("shutting_down")) return SHUTTING_DOWN_ERROR;
     const peer = this.#engine.openSession(this.now(), identity, remoteAddr, clientName);
     if (peer === null) {
+      this.#counters.limitRefusals.sessions++;
       logger.warn("session limit reached", { remote_addr: remoteAddr });
       return SESSION_ERRORS.sessionLimit();
     }
@@ -449,6 +450,7 @@ export class LockService {
           errorFrame(event.requestId, event.name, rejectionError(event.name, event.rejection)),
         );
         if (event.rejection.reason === "limit_exceeded") {
+          this.#counters.limitRefusals[event.rejection.limit]++;
           logger.warn("limit reached", {
             session: peer.sessionId,
             remote_addr: peer.remoteAddr,

@@ -38,6 +38,9 @@ export const EXPECTED_FAMILIES: readonly string[] = [
   "lockd_tls_handshakes_started_total",
   "lockd_tls_handshakes_queued",
   "lockd_tls_connections_shed_total",
+  // memory and limits (issue 9 item 13)
+  "lockd_limit_refusals_total",
+  "lockd_partial_frame_bytes",
   // runtime
   "process_resident_memory_bytes",
   "process_start_time_seconds",

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { connect, LockdError, type LockLostError } from "../../mod.ts";
 import { ManualScheduler } from "../../src/clock.ts";
 import { AUDIT_RETRY_MS } from "../../src/limits.ts";
-import { HTTP_DROP_REASONS, TLS_SHED_REASONS } from "../../src/ops/counters.ts";
+import { HTTP_DROP_REASONS, LIMIT_NAMES, TLS_SHED_REASONS } from "../../src/ops/counters.ts";
 import { PROMETHEUS_CONTENT_TYPE } from "../../src/ops/prometheus.ts";
 import { WIRE_CODES } from "../../src/protocol/codes.ts";
 import { http, problemText, queue } from "../admin/admin_helpers.ts";
@@ -56,6 +56,8 @@ function expected(changes: Record<string, number>, version: string): Record<stri
   for (const listener of ["protocol", "admin", "ops"]) {
     base[`lockd_listener_accept_errors_total{listener="${listener}"}`] = 0;
   }
+  for (const limit of LIMIT_NAMES) base[`lockd_limit_refusals_total{limit="${limit}"}`] = 0;
+  base["lockd_partial_frame_bytes"] = 0;
   base["lockd_tls_handshakes_started_total"] = 0;
   base["lockd_tls_handshakes_queued"] = 0;
   for (const reason of TLS_SHED_REASONS) {

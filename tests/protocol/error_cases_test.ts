@@ -140,6 +140,31 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
     return out;
   },
 
+  async "a frame larger than any valid request when the room for such frames is full"() {
+    // A small room, so two large frames fill it (the default is 64 MiB).
+    await using t = await startTestServer({}, {
+      scheduler: new ManualScheduler(),
+      partialFrameBytesMax: 60_000,
+    });
+    await using first = await RawClient.session(t.addr);
+    await using second = await RawClient.session(t.addr);
+    const part = (bytes: number) => {
+      const frame = new Uint8Array(4 + bytes);
+      new DataView(frame.buffer).setUint32(0, 60_000);
+      frame[4] = 0x10;
+      return frame;
+    };
+    await first.sendBytes(part(30_000));
+    await eventually(
+      () => t.server.context.counters.partialFrameBytes > 25_000,
+      "the first connection's frame holds room",
+    );
+    await second.sendBytes(part(30_000));
+    const out = [await observe(second)];
+    assert.equal(t.server.context.counters.limitRefusals.partial_frames, 1);
+    return out;
+  },
+
   async "HELLO with a client name over 256 bytes"() {
     await using t = await server();
     await using raw = await RawClient.connect(t.addr);
@@ -169,6 +194,20 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
     await using raw = await RawClient.connect(t.addr);
     await raw.send({ type: "hello", version: 1, clientName: "one too many" });
     return [await observe(raw)];
+  },
+
+  async "a connection without HELLO when `-max-handshakes` newer ones wait too"() {
+    await using t = await server({ handshakesMax: 2 });
+    await using oldest = await RawClient.connect(t.addr);
+    await eventually(() => t.server.context.connections.size === 1, "first connection accepted");
+    await using _second = await RawClient.connect(t.addr);
+    await eventually(() => t.server.context.connections.size === 2, "second connection accepted");
+    // A third connection closes the one that waited longest; the newer ones may still HELLO.
+    await using third = await RawClient.connect(t.addr);
+    const out = [await observe(oldest)];
+    await third.hello();
+    assert.equal(t.server.context.counters.limitRefusals.handshakes, 1);
+    return out;
   },
 
   async "no HELLO within the handshake timeout"() {
@@ -339,6 +378,22 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
     assert.equal((await acquire(b, 1, "busy", WAIT_FOREVER))?.type, "queued");
     await c.send({ type: "acquire", requestId: 6, name: "busy", leaseMs: 0, waitMs: WAIT_FOREVER });
     return [await observe(c, { acquireId: 6, requestName: "busy" })];
+  },
+
+  async "ACQUIRE while the server stores `-max-claims` claims (all sessions)"() {
+    await using t = await server({ claimsMax: 2 });
+    await using a = await RawClient.session(t.addr);
+    await using b = await RawClient.session(t.addr);
+    assert.equal((await acquire(a, 1, "one"))?.type, "acquired");
+    assert.equal((await acquire(b, 1, "one", WAIT_FOREVER))?.type, "queued");
+    // A try-lock of a held lock stores nothing: it is not refused by the limit.
+    await using c = await RawClient.session(t.addr);
+    const tried = await acquire(c, 1, "one");
+    assert.ok(tried?.type === "error" && tried.code === WIRE_CODES.WAIT_TIMEOUT.code);
+    await b.send({ type: "acquire", requestId: 3, name: "two", leaseMs: 0, waitMs: 0 });
+    const out = [await observe(b, { acquireId: 3, requestName: "two" })];
+    assert.equal(t.server.context.counters.limitRefusals.claims, 1);
+    return out;
   },
 
   async "ACQUIRE with waitMs 0 (try-lock) of a held lock"() {
