@@ -2,7 +2,8 @@
 # Checks of the operations kit in deploy/:
 #   1. promtool check rules  deploy/prometheus/lockd-alerts.yml
 #   2. promtool test rules   deploy/prometheus/lockd-alerts.test.yml
-#   3. systemd-analyze verify        deploy/systemd/lockd.service (any warning fails)
+#   3. systemd-analyze verify        deploy/systemd/lockd.service (any warning fails), also with
+#      the cluster-mode drop-in deploy/systemd/lockd-cluster.conf
 #   4. systemd-analyze security --offline  (hardening exposure must stay at or below 2.0)
 # The dashboard JSON and the metric names are checked by tests/deploy (deno test).
 #
@@ -120,6 +121,19 @@ verify_unit() {
   [ "$rc" -eq 0 ] && [ -z "$out" ]
 }
 check "systemd-analyze verify" verify_unit
+# The cluster-mode drop-in, loaded from a lockd.service.d/ beside the copy (SYSTEMD_UNIT_PATH).
+mkdir -p "$unit_dir/lockd.service.d"
+sed "s#/usr/local/bin/lockd#$unit_dir/lockd-stub#g" deploy/systemd/lockd-cluster.conf \
+  >"$unit_dir/lockd.service.d/cluster.conf"
+verify_cluster_dropin() {
+  local out
+  echo "+ SYSTEMD_UNIT_PATH=$unit_dir: systemd-analyze verify --man=no $unit_dir/lockd.service   (with deploy/systemd/lockd-cluster.conf)"
+  out=$(SYSTEMD_UNIT_PATH="$unit_dir:" systemd-analyze verify --man=no "$unit_dir/lockd.service" 2>&1)
+  local rc=$?
+  [ -n "$out" ] && echo "$out"
+  [ "$rc" -eq 0 ] && [ -z "$out" ]
+}
+check "systemd-analyze verify (cluster drop-in)" verify_cluster_dropin
 # --threshold is 10x the printed exposure (0.0 = locked down .. 10.0 = unprotected).
 security_unit() {
   local out

@@ -537,11 +537,6 @@ function validateCluster(config: Readonly<ServerConfig>): void {
   if (config.clusterTtlMs % 1_000 !== 0) {
     throw new ConfigError("-cluster-ttl must be whole seconds (etcd leases count in seconds)");
   }
-  if (config.dataDir !== null) {
-    throw new ConfigError(
-      "-data-dir does not apply with -cluster-etcd: the fencing-token mark lives in etcd",
-    );
-  }
   if ((config.clusterEtcdCert === null) !== (config.clusterEtcdKey === null)) {
     throw new ConfigError("-cluster-etcd-cert and -cluster-etcd-key go together");
   }
@@ -593,7 +588,8 @@ export function configFromFlags(
 
 /**
  * A whole configuration: `given` over the defaults. In cluster mode (`-cluster-etcd`) the
- * fencing-token mark lives in etcd, so `-data-dir` has no default there (and refuses a value).
+ * fencing-token mark lives in etcd, so `-data-dir` has no default there (a value given is not
+ * used).
  */
 export function withDefaults(given: Partial<ServerConfig>): ServerConfig {
   const clustered = (given.clusterEtcd?.length ?? 0) > 0;

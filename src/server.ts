@@ -134,7 +134,10 @@ export async function startServer(
     });
   const tlsMaterial = await loadServerTlsFromConfig(config);
   // One server per data dir: a second one would issue the same tokens. Held until shutdown ends.
-  const dataDirLock = deps.tokens === undefined && config.dataDir !== null
+  // Cluster mode keeps the mark in etcd: a -data-dir (the systemd unit and the image give one)
+  // is not used then.
+  const clusterMode = config.clusterEtcd.length > 0;
+  const dataDirLock = deps.tokens === undefined && config.dataDir !== null && !clusterMode
     ? lockDataDir(config.dataDir)
     : null;
   let auditSink;
@@ -160,11 +163,17 @@ export async function startServer(
     : await startClusterNode(config, scheduler, audit, tlsMaterial !== null);
   let tokens: TokenSource;
   try {
-    tokens = deps.tokens ?? cluster?.tokens ?? openTokenIssuer(config.dataDir, scheduler.wallMs());
+    tokens = deps.tokens ?? cluster?.tokens ??
+      openTokenIssuer(config.dataDir, scheduler.wallMs());
   } catch (error) {
     dataDirLock?.release();
     await audit.close();
     throw error;
+  }
+  if (cluster !== null && config.dataDir !== null) {
+    logger.info("-data-dir is not used in cluster mode: the fencing-token mark lives in etcd", {
+      data_dir: config.dataDir,
+    });
   }
   if (deps.tokens === undefined && cluster === null && config.dataDir === null) {
     logger.warn(
