@@ -22,6 +22,19 @@ export interface EtcdClusterOptions {
   dir?: string;
   /** How long start() and restart() wait for a healthy cluster. */
   startTimeoutMs?: number;
+  /**
+   * Client URLs over TLS, with client certificates required (`--client-cert-auth`): PEM files
+   * of the server certificate (it must allow clientAuth too: etcd's JSON gateway presents it to
+   * etcd itself), its key, and the CA that signs the client certificates. Peers stay plain.
+   */
+  tls?: {
+    certFile: string;
+    keyFile: string;
+    caFile: string;
+    /** The client pair the cluster's own health checks present. */
+    clientCertFile: string;
+    clientKeyFile: string;
+  };
 }
 
 /** Whether an `etcd` binary is on PATH. */
@@ -61,6 +74,9 @@ export class EtcdCluster implements AsyncDisposable {
   readonly #initialCluster: string;
   readonly #token: string;
   readonly #startTimeoutMs: number;
+  readonly #tls: EtcdClusterOptions["tls"];
+  /** TLS client of the health checks (with a client certificate), or undefined. */
+  readonly #http: Deno.HttpClient | undefined;
   #ownsDir: boolean;
 
   private constructor(
@@ -69,6 +85,7 @@ export class EtcdCluster implements AsyncDisposable {
     token: string,
     startTimeoutMs: number,
     ownsDir: boolean,
+    tls: EtcdClusterOptions["tls"],
   ) {
     this.dir = dir;
     this.#members = members;
@@ -76,6 +93,12 @@ export class EtcdCluster implements AsyncDisposable {
     this.#token = token;
     this.#startTimeoutMs = startTimeoutMs;
     this.#ownsDir = ownsDir;
+    this.#tls = tls;
+    this.#http = tls === undefined ? undefined : Deno.createHttpClient({
+      caCerts: [Deno.readTextFileSync(tls.caFile)],
+      cert: Deno.readTextFileSync(tls.clientCertFile),
+      key: Deno.readTextFileSync(tls.clientKeyFile),
+    });
   }
 
   /** Starts every member and waits until the cluster has a leader and answers writes. */
@@ -83,16 +106,24 @@ export class EtcdCluster implements AsyncDisposable {
     const count = options.members ?? 3;
     const dir = await Deno.makeTempDir({ dir: options.dir, prefix: "lockd-etcd-" });
     const ports = freePorts(count * 2);
+    const scheme = options.tls === undefined ? "http" : "https";
     const members: MemberState[] = Array.from({ length: count }, (_, i) => ({
       name: `etcd${i + 1}`,
-      clientUrl: `http://127.0.0.1:${ports[2 * i]}`,
+      clientUrl: `${scheme}://127.0.0.1:${ports[2 * i]}`,
       peerUrl: `http://127.0.0.1:${ports[2 * i + 1]}`,
       dataDir: `${dir}/etcd${i + 1}`,
       logPath: `${dir}/etcd${i + 1}.log`,
       child: null,
     }));
     const token = `lockd-${crypto.randomUUID()}`;
-    const cluster = new EtcdCluster(dir, members, token, options.startTimeoutMs ?? 15_000, true);
+    const cluster = new EtcdCluster(
+      dir,
+      members,
+      token,
+      options.startTimeoutMs ?? 15_000,
+      true,
+      options.tls,
+    );
     try {
       // One at a time: a new member first asks its peers whether it was bootstrapped before,
       // and a peer whose port is bound but not yet served makes it wait a second per peer.
@@ -154,6 +185,15 @@ export class EtcdCluster implements AsyncDisposable {
         "zap",
         "--log-outputs",
         m.logPath,
+        ...(this.#tls === undefined ? [] : [
+          "--cert-file",
+          this.#tls.certFile,
+          "--key-file",
+          this.#tls.keyFile,
+          "--trusted-ca-file",
+          this.#tls.caFile,
+          "--client-cert-auth",
+        ]),
       ],
       stdin: "null",
       stdout: "null",
@@ -196,7 +236,13 @@ export class EtcdCluster implements AsyncDisposable {
     for (const m of this.#members) {
       if (m.child === null) continue;
       try {
-        const status = await postJson(m.clientUrl, "/v3/maintenance/status", {}, 1_000);
+        const status = await postJson(
+          m.clientUrl,
+          "/v3/maintenance/status",
+          {},
+          1_000,
+          this.#http,
+        );
         byId.set(String(status.header?.member_id), m.name);
         if (status.leader && status.leader !== "0") leaderId = String(status.leader);
       } catch {
@@ -214,7 +260,7 @@ export class EtcdCluster implements AsyncDisposable {
       const running = this.#members.filter((m) => m.child !== null);
       try {
         for (const m of running) {
-          const h = await getJson(m.clientUrl, "/health", 1_000);
+          const h = await getJson(m.clientUrl, "/health", 1_000, this.#http);
           if (h.health !== "true") throw new Error(`${m.name}: ${JSON.stringify(h)}`);
         }
         if ((await this.leader()) !== null) return;
@@ -245,17 +291,27 @@ export class EtcdCluster implements AsyncDisposable {
     }
     if (this.#ownsDir) {
       this.#ownsDir = false;
+      this.#http?.close();
       await Deno.remove(this.dir, { recursive: true }).catch(() => {});
     }
   }
 }
 
 /** fetch with a time bound whose timer is cleared (AbortSignal.timeout leaves it running). */
-async function fetchWithin(url: string, init: RequestInit, timeoutMs: number): Promise<Response> {
+async function fetchWithin(
+  url: string,
+  init: RequestInit,
+  timeoutMs: number,
+  client?: Deno.HttpClient,
+): Promise<Response> {
   const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(), timeoutMs);
   try {
-    const response = await fetch(url, { ...init, signal: controller.signal });
+    const response = await fetch(url, {
+      ...init,
+      signal: controller.signal,
+      ...(client === undefined ? {} : { client }),
+    });
     // The body is read by the caller: keep the bound until it is.
     const body = await response.arrayBuffer();
     return new Response(body, { status: response.status, headers: response.headers });
@@ -287,18 +343,29 @@ async function postJson(
   path: string,
   body: unknown,
   timeoutMs: number,
+  client?: Deno.HttpClient,
 ): Promise<Json> {
-  const response = await fetchWithin(base + path, {
-    method: "POST",
-    body: JSON.stringify(body),
-  }, timeoutMs);
+  const response = await fetchWithin(
+    base + path,
+    {
+      method: "POST",
+      body: JSON.stringify(body),
+    },
+    timeoutMs,
+    client,
+  );
   const json = await response.json();
   if (!response.ok) throw new Error(`${path}: ${response.status} ${JSON.stringify(json)}`);
   return json;
 }
 
-async function getJson(base: string, path: string, timeoutMs: number): Promise<Json> {
-  const response = await fetchWithin(base + path, {}, timeoutMs);
+async function getJson(
+  base: string,
+  path: string,
+  timeoutMs: number,
+  client?: Deno.HttpClient,
+): Promise<Json> {
+  const response = await fetchWithin(base + path, {}, timeoutMs, client);
   const json = await response.json();
   if (!response.ok) throw new Error(`${path}: ${response.status} ${JSON.stringify(json)}`);
   return json;

@@ -327,6 +327,8 @@ function ownerlessBecause(block: GrantBlock, detail: string): string {
       return `grants are paused while no fencing token can be reserved: ${detail}`;
     case "shutting_down":
       return "the server is shutting down";
+    case "not_leader":
+      return "this node is not the leader";
   }
 }
 

@@ -147,6 +147,7 @@ export class ClusterNode implements LeadershipGate {
   /** Connects the service (created after this node: it takes this node as its gate). */
   attach(service: LockService): void {
     this.#service = service;
+    service.notLeader();
   }
 
   /** Starts campaigning; `node` replaces the node info given at construction (bound addresses). */
@@ -375,6 +376,7 @@ export class ClusterNode implements LeadershipGate {
       ).catch(() => {});
     }
     this.#service?.tokensReserved();
+    this.#service?.leading();
     this.#flushPromises();
     this.#admitHeld();
   }

@@ -400,12 +400,15 @@ export class LockEngine {
    * Blocks grants for a reason the shell sees (the audit log failed, shutdown began):
    * ACQUIRE is refused with it and hand-offs wait until every block is lifted.
    */
-  blockGrants(block: "audit_unavailable" | "shutting_down"): void {
+  blockGrants(block: "audit_unavailable" | "shutting_down" | "not_leader"): void {
     this.#blocks.add(block);
   }
 
   /** Lifts a block; when none is left, every queue left without an owner is granted. */
-  unblockGrants(now: Instant, block: "audit_unavailable" | "shutting_down"): EngineEvent[] {
+  unblockGrants(
+    now: Instant,
+    block: "audit_unavailable" | "shutting_down" | "not_leader",
+  ): EngineEvent[] {
     const events: EngineEvent[] = [];
     this.#blocks.delete(block);
     if (this.#blocks.size === 0) this.#grantOwnerless(now, events);
@@ -897,6 +900,7 @@ function waiterView(claim: Claim): WaiterView {
 /** Grant blocks in the order ACQUIRE names them: the most fundamental cause first. */
 const GRANT_BLOCK_ORDER: readonly GrantBlock[] = [
   "shutting_down",
+  "not_leader",
   "audit_unavailable",
   "token_store_unavailable",
 ];

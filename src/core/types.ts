@@ -62,9 +62,15 @@ export interface Instant {
  * - `audit_unavailable`: the audit log cannot be written (every ownership must be recorded);
  * - `token_store_unavailable`: no fencing token could be reserved (the token file in
  *   `-data-dir` cannot be written, or the token space is exhausted); the shell retries;
- * - `shutting_down`: the server is stopping; nothing is granted from its first instant.
+ * - `shutting_down`: the server is stopping; nothing is granted from its first instant;
+ * - `not_leader`: cluster mode, the node does not serve as leader (a standby, a node that stepped
+ *   down); its sessions are closed at the same instant, so no ACQUIRE meets this block.
  */
-export type GrantBlock = "audit_unavailable" | "token_store_unavailable" | "shutting_down";
+export type GrantBlock =
+  | "audit_unavailable"
+  | "token_store_unavailable"
+  | "shutting_down"
+  | "not_leader";
 
 /** Why a request was refused without changing anything, with what the message needs. */
 export type Rejection =

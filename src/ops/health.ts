@@ -33,6 +33,7 @@ const NOT_READY: Readonly<Record<GrantBlock, string>> = {
   shutting_down: "shutting down",
   audit_unavailable: "audit log unavailable",
   token_store_unavailable: "token store unavailable",
+  not_leader: "not the leader",
 };
 
 export function readyz(server: ServerContext): Response {

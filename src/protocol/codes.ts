@@ -205,6 +205,7 @@ const GRANT_BLOCK_CODES: Readonly<Record<GrantBlock, WireCodeName>> = {
   audit_unavailable: "AUDIT_UNAVAILABLE",
   token_store_unavailable: "TOKENS_UNAVAILABLE",
   shutting_down: "SHUTTING_DOWN",
+  not_leader: "NOT_LEADER",
 };
 
 /** Why grants are blocked, as a clause for messages (wire and admin API alike). */
@@ -218,6 +219,8 @@ function grantBlockText(block: GrantBlock, detail = ""): string {
       }, grants are paused until the token store works again`;
     case "shutting_down":
       return "the server is shutting down";
+    case "not_leader":
+      return "this node is not the leader";
   }
 }
 

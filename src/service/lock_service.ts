@@ -162,6 +162,12 @@ export class LockService {
 
   /** ACQUIRE: the ACL decides first (a denial is audited and changes nothing), then the engine. */
   acquire(peer: Peer, requestId: number, name: string, leaseMs: number, waitMs: number | null) {
+    if (this.#gate !== undefined && this.#engine.isBlocked("not_leader")) {
+      // A session outlived the node's leadership (cannot happen: they close together). Its
+      // client must go and find the leader: close it, as at a step-down.
+      this.closeSession(peer.sessionId, "failover", notLeaderError("", "this node does not lead"));
+      return;
+    }
     const decision = this.#acl.decide(peer.identity, name);
     if (!decision.allowed) {
       this.#counters.aclDenials++;
@@ -331,11 +337,23 @@ export class LockService {
    * new leader's address when known ("" otherwise), `why` goes into the message.
    */
   closeAllForFailover(leaderAddr: string, why: string): void {
+    // Hand-offs among the sessions closed below must not try to grant.
+    this.#engine.blockGrants("not_leader");
     const now = this.now();
     const finalError = notLeaderError(leaderAddr, why);
     for (const sessionId of this.#engine.sessionIds()) {
       this.#apply(this.#engine.closeSession(now, sessionId, "failover"), { sessionId, finalError });
     }
+  }
+
+  /** Cluster mode: the node does not serve (at start, before its first election). */
+  notLeader(): void {
+    this.#engine.blockGrants("not_leader");
+  }
+
+  /** Cluster mode: the node serves a new term: grants go ahead. */
+  leading(): void {
+    this.#apply(this.#engine.unblockGrants(this.now(), "not_leader"));
   }
 
   /** Cluster mode: fencing tokens were reserved: grants that waited for them go ahead now. */

@@ -179,3 +179,39 @@ Deno.test({
     assert.ok(tookMs < 3_500, `held ${tookMs.toFixed(0)} ms`);
   },
 });
+
+Deno.test({
+  name: "cluster: a node reaches an etcd that requires TLS client certificates through the -cluster-etcd-* flags",
+  ...options,
+  fn: async () => {
+    const fixtures = new URL("../fixtures/", import.meta.url).pathname;
+    await using etcd = await EtcdCluster.start({
+      members: 1,
+      tls: {
+        certFile: `${fixtures}etcd/etcd-server.pem`,
+        keyFile: `${fixtures}etcd/etcd-server-key.pem`,
+        caFile: `${fixtures}tls/ca.pem`,
+        clientCertFile: `${fixtures}tls/client-cn.pem`,
+        clientKeyFile: `${fixtures}tls/client-cn-key.pem`,
+      },
+    });
+    assert.ok(etcd.clientUrls[0].startsWith("https://"));
+    await using servers = await startClusterServers(etcd.clientUrls, 1, {
+      clusterEtcdCa: `${fixtures}tls/ca.pem`,
+      clusterEtcdCert: `${fixtures}tls/client-cn.pem`,
+      clusterEtcdKey: `${fixtures}tls/client-cn-key.pem`,
+    });
+    const leader = await servers.waitServing();
+    const info = JSON.parse((await http(leader.server.adminAddr!, "GET", "/api/info")).text);
+    assert.equal(info.cluster.etcd[0].healthy, true);
+    await using session = await RawClient.session(leader.addr);
+    await session.send({ type: "acquire", requestId: 1, name: "t", leaseMs: 500, waitMs: 0 });
+    assert.equal((await session.next())?.type, "acquired");
+    // Without a client certificate etcd refuses the connection: the node never leads.
+    await using refused = await startClusterServers(etcd.clientUrls, 1, {
+      clusterEtcdCa: `${fixtures}tls/ca.pem`,
+    }, "other");
+    await new Promise((r) => setTimeout(r, 1_500));
+    assert.equal(refused.nodes[0].server.context.cluster?.role, "starting");
+  },
+});

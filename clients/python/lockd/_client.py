@@ -28,6 +28,7 @@ from .errors import (
     LockdConnectionError,
     LockdError,
     LockLostError,
+    NotLeaderError,
     UnsupportedVersionError,
     WaitTimeoutError,
 )
@@ -42,6 +43,8 @@ RECONNECT_BACKOFF_MS_MIN = 50
 RECONNECT_BACKOFF_MS_MAX = 5_000
 #: The server's shortest lease (leases are clamped to [50, leaseMaxMs]).
 LEASE_MS_MIN = 50
+#: With several cluster nodes, a connection silent this long (heartbeats unanswered) is left.
+CLUSTER_SILENCE_MS = 3_000
 
 logger = logging.getLogger("lockd")
 logger.addHandler(logging.NullHandler())  # the application decides where lockd's log goes
@@ -221,14 +224,21 @@ class Client:
         self,
         addr: str,
         *,
+        addrs: list[str] | None = None,
         client_name: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
         connect_timeout_ms: float = CONNECT_TIMEOUT_MS_DEFAULT,
         reconnect: bool = True,
     ) -> None:
-        self._host, self._port = parse_addr(addr)
-        self.addr = addr
+        #: Every address to try (several: the nodes of a lockd cluster, docs/cluster.md).
+        self.addrs = list(addrs) if addrs else [addr]
+        for each in self.addrs:
+            parse_addr(each)
+        #: The address of the current (or last) session.
+        self.addr = self.addrs[0]
+        #: Where the next connect starts: the node that served last, or the leader it named.
+        self._preferred: str | None = None
         self._client_name = client_name if client_name is not None else f"lockd-python/{VERSION}"
         self._ssl = ssl_context
         self._server_hostname = server_hostname
@@ -352,15 +362,51 @@ class Client:
         return loop
 
     async def _open_session(self) -> _Session:
+        """One round over the addresses, the preferred one first: the first WELCOME wins.
+
+        A NOT_LEADER naming the leader (cluster mode) is followed at once, a few times a round.
+        """
+        order = list(self.addrs)
+        if self._preferred is not None:
+            order = [self._preferred, *(a for a in self.addrs if a != self._preferred)]
+        tried: set[str] = set()
+        redirects = 0
+        last: BaseException | None = None
+        while order:
+            addr = order.pop(0)
+            if addr in tried:
+                continue
+            tried.add(addr)
+            try:
+                session = await self._open_session_at(addr)
+            except NotLeaderError as error:
+                last = error
+                if error.leader and error.leader not in tried and redirects < 3:
+                    redirects += 1
+                    order.insert(0, error.leader)
+                continue
+            except (LockdError, LockdConnectionError) as error:
+                last = error
+                if len(self.addrs) == 1:
+                    raise
+                continue
+            self.addr = addr
+            self._preferred = addr
+            return session
+        assert last is not None
+        raise last
+
+    async def _open_session_at(self, addr: str) -> _Session:
         """Dial, TLS, HELLO, WELCOME — all within ``connect_timeout_ms``."""
+        host, port = parse_addr(addr)
         writer: asyncio.StreamWriter | None = None
         try:
             async with asyncio.timeout(self._connect_timeout_ms / 1000):
                 reader, writer = await asyncio.open_connection(
-                    self._host,
-                    self._port,
+                    host,
+                    port,
                     ssl=self._ssl,
-                    server_hostname=(self._server_hostname or self._host) if self._ssl else None,
+                    server_hostname=(self._server_hostname or host) if self._ssl else None,
                 )
                 sock = writer.get_extra_info("socket")
                 if sock is not None:
@@ -373,7 +419,7 @@ class Client:
                     if message is None:
                         data = await reader.read(64 * 1024)
                         if not data:
-                            raise LockdConnectionError(f"{self.addr}: the server closed the connection before WELCOME")
+                            raise LockdConnectionError(f"{addr}: the server closed the connection before WELCOME")
                         frames.push(data)
                         continue
                     if isinstance(message, wire.Welcome):
@@ -381,7 +427,7 @@ class Client:
                     if isinstance(message, wire.Error):
                         error = LockdError.from_wire(message.code, message.name, message.message)
                         raise error
-                    raise LockdConnectionError(f"{self.addr}: expected WELCOME, got {type(message).__name__}")
+                    raise LockdConnectionError(f"{addr}: expected WELCOME, got {type(message).__name__}")
         except BaseException as error:
             # Every failure, a cancelled connect included, closes what was opened.
             if writer is not None:
@@ -390,10 +436,10 @@ class Client:
                 raise
             if isinstance(error, TimeoutError):
                 raise ConnectTimeoutError(
-                    f"Cannot connect to lockd at {self.addr}: no WELCOME within {self._connect_timeout_ms:g} ms"
+                    f"Cannot connect to lockd at {addr}: no WELCOME within {self._connect_timeout_ms:g} ms"
                 ) from error
             if isinstance(error, (wire.MalformedFrame, OSError, ssl.SSLError)):
-                raise LockdConnectionError(f"Cannot connect to lockd at {self.addr}: {error}") from error
+                raise LockdConnectionError(f"Cannot connect to lockd at {addr}: {error}") from error
             raise
         return _Session(reader=reader, writer=writer, welcome=message, frames=frames)
 
@@ -597,7 +643,11 @@ class Client:
             return
         now = _now_ms(self._running_loop())
         oldest = min(session.heartbeats.values(), default=None)
-        if oldest is not None and now - oldest > session.welcome.io_timeout_ms:
+        silence_ms = session.welcome.io_timeout_ms
+        if len(self.addrs) > 1:
+            # A frozen or cut-off cluster leader: another node takes over meanwhile.
+            silence_ms = min(silence_ms, CLUSTER_SILENCE_MS)
+        if oldest is not None and now - oldest > silence_ms:
             # No answer for the I/O timeout: the server closed its side by now, or the path is dead.
             logger.warning("lockd connection to %s unanswered for %d ms; reconnecting", self.addr, now - oldest)
             self._end_session(session, None)
@@ -690,6 +740,9 @@ class Client:
                 logger.warning("lockd server %s: %s", self.addr, message.message)
             else:
                 logger.info("lockd server %s closes the session: %s", self.addr, message.message)
+                if message.code == NotLeaderError.code:
+                    # Cluster mode: the node stopped leading; go to the leader it names first.
+                    self._preferred = message.name or None
                 self._end_session(session, message.code)
             return
         if message.code == LeaseExpiredError.code:
@@ -730,6 +783,8 @@ class Client:
             if close_code == ClosedByAdminError.code
             else "io_timeout"
             if close_code == IoTimeoutError.code
+            else "failover"
+            if close_code == NotLeaderError.code
             else "disconnected"
         )
         # Locks being released are done (the session is gone, and so is the ownership); the
@@ -780,6 +835,7 @@ class _Connecting:
 def connect(
     addr: str = "127.0.0.1:7400",
     *,
+    addrs: list[str] | None = None,
     client_name: str | None = None,
     ssl_context: ssl.SSLContext | None = None,
     server_hostname: str | None = None,
@@ -791,10 +847,14 @@ def connect(
     ``ssl_context`` turns TLS on (see ``lockd.tls_context`` for mutual TLS). ``connect_timeout_ms``
     bounds dial + TLS + HELLO/WELCOME, here and on every reconnect. With ``reconnect`` (default),
     a lost connection is re-dialled with full-jitter back-off and waiting acquires are re-sent.
+    ``addrs`` lists the nodes of a lockd cluster (docs/cluster.md): they are tried in order, and a
+    NOT_LEADER naming the leader is followed at once; a session the leader ends with NOT_LEADER
+    loses its locks with reason ``failover``.
     """
     return _Connecting(
         Client(
             addr,
+            addrs=addrs,
             client_name=client_name,
             ssl_context=ssl_context,
             server_hostname=server_hostname,

@@ -170,6 +170,19 @@ class TokensUnavailableError(LockdError):
     retryable = True
 
 
+class NotLeaderError(LockdError):
+    """0x11 NOT_LEADER: cluster mode: this node does not serve; ``leader`` is the leader's advertised host:port ("" while none is known)."""
+
+    code = 0x11
+    code_name = "NOT_LEADER"
+    retryable = True
+
+    @property
+    def leader(self) -> str:
+        """The leader's address the node named (the ERROR's name field), or ""."""
+        return self.lock_name
+
+
 _BY_CODE: dict[int, type[LockdError]] = {
     cls.code: cls
     for cls in (
@@ -189,6 +202,7 @@ _BY_CODE: dict[int, type[LockdError]] = {
         IoTimeoutError,
         AcquireCancelledError,
         TokensUnavailableError,
+        NotLeaderError,
     )
 }
 
@@ -210,7 +224,7 @@ class ConnectTimeoutError(LockdConnectionError, TimeoutError):
 
 
 #: Why an owned lock was lost; the same strings in every lockd client (docs/protocol.md, "Lost reasons").
-LOST_REASONS = ("expired", "force", "io_timeout", "disconnected", "lease_unconfirmed")
+LOST_REASONS = ("expired", "force", "io_timeout", "disconnected", "lease_unconfirmed", "failover")
 
 _LOSS_TEXT = {
     "expired": "its lease expired",
@@ -218,6 +232,7 @@ _LOSS_TEXT = {
     "io_timeout": "the server timed the session out",
     "disconnected": "the connection to the server was lost",
     "lease_unconfirmed": "no heartbeat was acknowledged in time to be sure the lease still runs",
+    "failover": "the cluster node stopped leading (fail-over)",
 }
 
 
