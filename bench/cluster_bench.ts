@@ -1,19 +1,33 @@
 /**
  * Scenario 8 of `deno task bench`: cluster mode against a single node in the same run. A
  * 3-member etcd on loopback and one lockd node in cluster mode (the leader; etcd is off the hot
- * path except the token block reservations) against a single node, alternating twice
- * (single, cluster, single, cluster) so drift of a busy machine hits both; the uncontended
- * (64 connections) and the contended (16 clients on one lock, hold 0) throughput of each.
+ * path except the token block reservations) against a single node, alternating three times
+ * (single, cluster, single, ...) so drift of a busy machine hits both; the uncontended
+ * (64 connections) and the contended (16 clients on one lock, hold 0) throughput of each,
+ * compared by their medians.
  */
 
 import { BenchConn } from "./bench_client.ts";
 import { EtcdCluster } from "./etcd_proc.ts";
-import { type ServerProc, startServerProc } from "./server_proc.ts";
+import { cpuSeconds, type ServerProc, startServerProc } from "./server_proc.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** Single and cluster alternate this many times; the medians are compared. */
+export const ROUNDS = 3;
+
+/** A measured phase: operations per second, and the server's CPU time per operation. */
+export interface Rate {
+  perS: number;
+  cpuUsPerOp: number;
+}
 
 /** Acquire+release cycles per second over `c` connections, each on its own lock. */
-export async function uncontendedRate(addr: string, c: number, phaseMs: number): Promise<number> {
+export async function uncontendedRate(
+  addr: string,
+  c: number,
+  phaseMs: number,
+  pid: number,
+): Promise<Rate> {
   const conns = await Promise.all(Array.from({ length: c }, () => BenchConn.session(addr)));
   let cycles = 0;
   let measuring = false;
@@ -30,18 +44,25 @@ export async function uncontendedRate(addr: string, c: number, phaseMs: number):
   await sleep(500);
   measuring = true;
   const t0 = performance.now();
+  const cpu0 = cpuSeconds(pid);
   await sleep(phaseMs);
   measuring = false;
+  const cpu1 = cpuSeconds(pid);
   const elapsedMs = performance.now() - t0;
   stopped = true;
   await Promise.all(loops);
   for (const k of conns) k.close();
   await Promise.all(conns.map((k) => k.done));
-  return (cycles / elapsedMs) * 1000;
+  return { perS: (cycles / elapsedMs) * 1000, cpuUsPerOp: ((cpu1 - cpu0) * 1e6) / cycles };
 }
 
 /** Owner changes per second of `n` clients on one lock, holding it for no time. */
-export async function contendedRate(addr: string, n: number, phaseMs: number): Promise<number> {
+export async function contendedRate(
+  addr: string,
+  n: number,
+  phaseMs: number,
+  pid: number,
+): Promise<Rate> {
   const conns = await Promise.all(Array.from({ length: n }, () => BenchConn.session(addr)));
   let changes = 0;
   let measuring = false;
@@ -57,19 +78,21 @@ export async function contendedRate(addr: string, n: number, phaseMs: number): P
   await sleep(500);
   measuring = true;
   const t0 = performance.now();
+  const cpu0 = cpuSeconds(pid);
   await sleep(phaseMs);
   measuring = false;
+  const cpu1 = cpuSeconds(pid);
   const elapsedMs = performance.now() - t0;
   stopped = true;
   await Promise.all(loops);
   for (const k of conns) k.close();
   await Promise.all(conns.map((k) => k.done));
-  return (changes / elapsedMs) * 1000;
+  return { perS: (changes / elapsedMs) * 1000, cpuUsPerOp: ((cpu1 - cpu0) * 1e6) / changes };
 }
 
 export interface ClusterComparison {
-  single: { uncontended: number[]; contended: number[] };
-  cluster: { uncontended: number[]; contended: number[] };
+  single: { uncontended: Rate[]; contended: Rate[] };
+  cluster: { uncontended: Rate[]; contended: Rate[] };
   commands: string[];
 }
 
@@ -99,7 +122,7 @@ export async function compareClusterMode(
     commands: [],
   };
   await using etcd = await EtcdCluster.start();
-  for (let round = 0; round < 2; round++) {
+  for (let round = 0; round < ROUNDS; round++) {
     for (const mode of ["single", "cluster"] as const) {
       const extra = mode === "cluster"
         ? ["-cluster-etcd", etcd.clientUrls.join(","), "-cluster", `bench-${round}`]
@@ -108,8 +131,8 @@ export async function compareClusterMode(
       if (!result.commands.includes(proc.command)) result.commands.push(proc.command);
       try {
         if (mode === "cluster") await servingWithin(proc, 10_000);
-        result[mode].uncontended.push(await uncontendedRate(proc.addr, 64, phaseMs));
-        result[mode].contended.push(await contendedRate(proc.addr, 16, phaseMs));
+        result[mode].uncontended.push(await uncontendedRate(proc.addr, 64, phaseMs, proc.pid));
+        result[mode].contended.push(await contendedRate(proc.addr, 16, phaseMs, proc.pid));
       } finally {
         await proc.stop("SIGKILL");
       }

@@ -198,7 +198,11 @@ interface Holding {
   endAtMs: number | null;
   /** False once a client fault started (crash, stall): no longer a healthy holder. */
   healthy: boolean;
+  /** How it ended: "released" or the lost reason. */
+  endReason: string;
 }
+/** Positive overlaps (a holder's end after another client's grant), for the report. */
+const overlaps: { overlapMs: number; lock: string; reason: string; sinceFaultMs: number }[] = [];
 const holdings = new Map<string, Holding>();
 const maxToken = new Map<string, number>();
 let grants = 0;
@@ -227,7 +231,14 @@ function noteGrant(lock: string, token: number, client: number, atMs: number): H
   if (token <= previousMax) breach(`token ${token} for ${lock} not above ${previousMax}`);
   maxToken.set(lock, Math.max(token, previousMax));
   const previous = holdings.get(lock);
-  const mine: Holding = { client, token, grantAtMs: atMs, endAtMs: null, healthy: true };
+  const mine: Holding = {
+    client,
+    token,
+    grantAtMs: atMs,
+    endAtMs: null,
+    healthy: true,
+    endReason: "",
+  };
   holdings.set(lock, mine);
   if (previous !== undefined && previous.healthy) {
     // The previous holder's end (release, lost) may be queued behind this grant in the event
@@ -236,6 +247,15 @@ function noteGrant(lock: string, token: number, client: number, atMs: number): H
       const endMs = previous.endAtMs ?? now();
       const overlapMs = endMs - atMs;
       maxOverlapMs = Math.max(maxOverlapMs, overlapMs);
+      if (previous.healthy && overlapMs > 0) {
+        const fault = faults.at(-1);
+        overlaps.push({
+          overlapMs,
+          lock,
+          reason: previous.endReason || "(still held)",
+          sinceFaultMs: fault === undefined ? -1 : atMs - fault.atMs,
+        });
+      }
       if (previous.healthy && overlapMs > OVERLAP_TOLERANCE_MS) {
         breach(
           `${lock} granted (token ${token}) while client ${previous.client} held token ` +
@@ -296,6 +316,7 @@ async function worker(id: number): Promise<void> {
       const mine = noteGrant(lock, held.token, id, now());
       held.lost.addEventListener("abort", () => {
         mine.endAtMs ??= now();
+        mine.endReason ||= (held.lost.reason as LockLostError).reason;
         count(`lost_${(held.lost.reason as LockLostError).reason}`);
       });
       const r = Math.random();
@@ -304,6 +325,7 @@ async function worker(id: number): Promise<void> {
       if (mode === "clean") {
         await sleep(Math.random() < 0.5 ? 0 : 20);
         mine.endAtMs ??= now();
+        mine.endReason ||= "released";
         await held.release().catch(() => {});
         continue;
       }
@@ -645,6 +667,17 @@ function report(): void {
         `max ${fmt(Math.max(...times))} (ms)${
           times.length < of.length ? " (some without a grant)" : ""
         }`,
+    );
+  }
+  const top = overlaps.sort((a, b) => b.overlapMs - a.overlapMs).slice(0, 5);
+  if (top.length > 0) {
+    console.log(
+      `positive holder overlaps (${overlaps.length}; the largest): ` +
+        top.map((o) =>
+          `${o.overlapMs.toFixed(1)} ms on ${o.lock} (${o.reason}, ${
+            o.sinceFaultMs.toFixed(0)
+          } ms after a fault)`
+        ).join("; "),
     );
   }
   console.log(`fail-over (lockd cluster soak, size ${SIZE}, TTL ${TTL_MS} ms):`);

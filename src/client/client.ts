@@ -168,10 +168,14 @@ async function openAny(
   settings: Settings,
   preferred: string | null,
   signal: AbortSignal | undefined,
+  avoid: string | null = null,
 ): Promise<{ connection: Connection; addr: string }> {
-  const order = preferred === null
-    ? [...settings.addrs]
-    : [preferred, ...settings.addrs.filter((a) => a !== preferred)];
+  const rest = settings.addrs.filter((a) => a !== preferred && a !== avoid);
+  const order = [
+    ...(preferred === null ? [] : [preferred]),
+    ...rest,
+    ...(avoid !== null && avoid !== preferred && settings.addrs.includes(avoid) ? [avoid] : []),
+  ];
   const tried = new Set<string>();
   let redirects = 0;
   let lastError: unknown = null;
@@ -299,6 +303,8 @@ class LockdClient implements Client {
   readonly #onOuterAbort = () => void this.close();
   /** Where the next reconnect starts: the node that served last, or the leader it named. */
   #preferred: string | null;
+  /** A node that went silent (frozen, cut off): tried last by the next reconnect. */
+  #avoid: string | null = null;
 
   constructor(settings: Settings, connection: Connection, addr: string) {
     this.#settings = settings;
@@ -474,9 +480,15 @@ class LockdClient implements Client {
     if (this.#closed) return;
     let connection: Connection;
     try {
-      const opened = await openAny(this.#settings, this.#preferred, this.#lifetime.signal);
+      const opened = await openAny(
+        this.#settings,
+        this.#preferred,
+        this.#lifetime.signal,
+        this.#avoid,
+      );
       connection = opened.connection;
       this.#preferred = opened.addr;
+      this.#avoid = null;
     } catch {
       if (!this.#closed) this.#scheduleReconnect();
       return;
@@ -759,6 +771,11 @@ class LockdClient implements Client {
       !oldest.done && nowMs - oldest.value >= silenceMs &&
       nowMs - session.lastFrameAtMs >= silenceMs
     ) {
+      if (this.#settings.addrs.length > 1) {
+        // That node may be frozen: a new connection to it would wait out the connect timeout.
+        this.#avoid = this.#preferred;
+        this.#preferred = null;
+      }
       session.connection.close();
       return;
     }

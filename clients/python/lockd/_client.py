@@ -239,6 +239,8 @@ class Client:
         self.addr = self.addrs[0]
         #: Where the next connect starts: the node that served last, or the leader it named.
         self._preferred: str | None = None
+        #: A node that went silent (frozen, cut off): tried last by the next connect.
+        self._avoid: str | None = None
         self._client_name = client_name if client_name is not None else f"lockd-python/{VERSION}"
         self._ssl = ssl_context
         self._server_hostname = server_hostname
@@ -366,9 +368,12 @@ class Client:
 
         A NOT_LEADER naming the leader (cluster mode) is followed at once, a few times a round.
         """
-        order = list(self.addrs)
+        avoid = self._avoid
+        order = [a for a in self.addrs if a not in (self._preferred, avoid)]
         if self._preferred is not None:
-            order = [self._preferred, *(a for a in self.addrs if a != self._preferred)]
+            order.insert(0, self._preferred)
+        if avoid is not None and avoid != self._preferred and avoid in self.addrs:
+            order.append(avoid)  # a node that went silent is tried last
         tried: set[str] = set()
         redirects = 0
         last: BaseException | None = None
@@ -392,6 +397,7 @@ class Client:
                 continue
             self.addr = addr
             self._preferred = addr
+            self._avoid = None
             return session
         assert last is not None
         raise last
@@ -648,6 +654,8 @@ class Client:
             # A frozen or cut-off cluster leader: another node takes over meanwhile.
             silence_ms = min(silence_ms, CLUSTER_SILENCE_MS)
         if oldest is not None and now - oldest > silence_ms:
+            if len(self.addrs) > 1:
+                self._avoid, self._preferred = self._preferred, None
             # No answer for the I/O timeout: the server closed its side by now, or the path is dead.
             logger.warning("lockd connection to %s unanswered for %d ms; reconnecting", self.addr, now - oldest)
             self._end_session(session, None)
