@@ -181,7 +181,8 @@ Deno.test({
 });
 
 Deno.test({
-  name: "cluster: a node reaches an etcd that requires TLS client certificates through the -cluster-etcd-* flags",
+  name:
+    "cluster: a node reaches an etcd that requires TLS client certificates through the -cluster-etcd-* flags",
   ...options,
   fn: async () => {
     const fixtures = new URL("../fixtures/", import.meta.url).pathname;
