@@ -29,7 +29,10 @@ interface Node {
 
 const encoder = new TextEncoder();
 
-async function prefixLines(stream: ReadableStream<Uint8Array>, prefix: string): Promise<void> {
+async function prefixLines(
+  stream: ReadableStream<Uint8Array<ArrayBuffer>>,
+  prefix: string,
+): Promise<void> {
   let rest = "";
   for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
     rest += chunk;
