@@ -158,13 +158,19 @@ export async function connectWith(
 
 /** How many NOT_LEADER redirects one round over the addresses follows. */
 const REDIRECTS_PER_ROUND_MAX = 3;
+/**
+ * With several addresses, how long a silent connect attempt runs alone before the next address
+ * is tried beside it: a live node answers (or refuses) within milliseconds, a node holding the
+ * HELLO for an election answers in seconds, a frozen one never.
+ */
+const NEXT_NODE_AFTER_MS = 1_000;
 
 /**
  * One round over the addresses: `preferred` first (the node that last served, or the leader a
  * NOT_LEADER named), then the list in order; a NOT_LEADER naming a leader is followed at once.
  * Resolves with the first WELCOME; rejects with the last failure.
  */
-async function openAny(
+function openAny(
   settings: Settings,
   preferred: string | null,
   signal: AbortSignal | undefined,
@@ -179,31 +185,84 @@ async function openAny(
   const tried = new Set<string>();
   let redirects = 0;
   let lastError: unknown = null;
-  while (order.length > 0) {
-    const addr = order.shift()!;
-    if (tried.has(addr)) continue;
-    tried.add(addr);
-    try {
-      return { connection: await Connection.open({ ...settings, addr, signal }), addr };
-    } catch (error) {
-      lastError = error;
-      if (signal?.aborted) throw error;
-      const leader = error instanceof LockdError && error.code === WIRE_CODES.NOT_LEADER.code
-        ? error.lockName
-        : "";
-      if (leader !== "" && !tried.has(leader) && redirects < REDIRECTS_PER_ROUND_MAX) {
-        redirects++;
-        order.unshift(leader);
+  let inFlight = 0;
+  let settled = false;
+  let stagger: Timer | null = null;
+  const attempts = new Set<AbortController>();
+  return new Promise((resolve, reject) => {
+    const finish = (error: unknown) => {
+      settled = true;
+      stagger?.cancel();
+      if (settings.addrs.length > 1 && error instanceof Error && !signal?.aborted) {
+        reject(
+          new ConnectionError(
+            `Cannot connect to any lockd node of ${settings.addrs.join(", ")}: ${error.message}`,
+            { cause: error },
+          ),
+        );
+      } else {
+        reject(error);
       }
-    }
-  }
-  if (settings.addrs.length > 1 && lastError instanceof Error) {
-    throw new ConnectionError(
-      `Cannot connect to any lockd node of ${settings.addrs.join(", ")}: ${lastError.message}`,
-      { cause: lastError },
-    );
-  }
-  throw lastError;
+    };
+    const startNext = () => {
+      stagger?.cancel();
+      stagger = null;
+      if (settled) return;
+      while (order.length > 0 && tried.has(order[0])) order.shift();
+      if (order.length === 0) {
+        if (inFlight === 0) finish(lastError);
+        return;
+      }
+      const addr = order.shift()!;
+      tried.add(addr);
+      inFlight++;
+      const attempt = new AbortController();
+      attempts.add(attempt);
+      const onOuterAbort = () => attempt.abort(signal!.reason);
+      signal?.addEventListener("abort", onOuterAbort, { once: true });
+      Connection.open({ ...settings, addr, signal: attempt.signal }).then(
+        (connection) => {
+          inFlight--;
+          attempts.delete(attempt);
+          signal?.removeEventListener("abort", onOuterAbort);
+          if (settled) {
+            connection.close();
+            return;
+          }
+          settled = true;
+          stagger?.cancel();
+          for (const other of attempts) other.abort(new ConnectionError("Another node answered"));
+          resolve({ connection, addr });
+        },
+        (error) => {
+          inFlight--;
+          attempts.delete(attempt);
+          signal?.removeEventListener("abort", onOuterAbort);
+          if (settled) return;
+          lastError = error;
+          if (signal?.aborted) {
+            settled = true;
+            stagger?.cancel();
+            for (const other of attempts) other.abort(signal.reason);
+            reject(error);
+            return;
+          }
+          const leader = error instanceof LockdError && error.code === WIRE_CODES.NOT_LEADER.code
+            ? error.lockName
+            : "";
+          if (leader !== "" && !tried.has(leader) && redirects < REDIRECTS_PER_ROUND_MAX) {
+            redirects++;
+            order.unshift(leader);
+          }
+          startNext();
+        },
+      );
+      // A node that neither answers nor refuses (frozen, black-holed) must not hold the others
+      // back: the next address starts in parallel; the first WELCOME wins.
+      if (order.length > 0) stagger = settings.scheduler.setTimer(startNext, NEXT_NODE_AFTER_MS);
+    };
+    startNext();
+  });
 }
 
 interface Settings {

@@ -10,6 +10,7 @@ import { connect, type LockLostError } from "../../mod.ts";
 import { adminCommand } from "../../src/cli/admin.ts";
 import { startClusterServers } from "../helpers/cluster.ts";
 import { skipWithoutEtcd, waitFor } from "../helpers/etcd.ts";
+import { startTestServer } from "../helpers/start_server.ts";
 
 const options = { ignore: skipWithoutEtcd, sanitizeOps: true, sanitizeResources: true };
 
@@ -119,4 +120,27 @@ Deno.test({
       await Deno.remove(dir, { recursive: true });
     }
   },
+});
+
+Deno.test("cluster client: a first address that accepts and never answers (a frozen node) does not hold up the next one", async () => {
+  const silent = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const held: Deno.Conn[] = [];
+  const accepting = (async () => {
+    for await (const conn of silent) held.push(conn);
+  })();
+  try {
+    await using t = await startTestServer();
+    const startMs = performance.now();
+    await using client = await connect({
+      addrs: [`127.0.0.1:${silent.addr.port}`, t.addr],
+      connectTimeoutMs: 5_000,
+    });
+    const tookMs = performance.now() - startMs;
+    assert.ok(client.sessionId > 0);
+    assert.ok(tookMs < 2_500, `connected after ${tookMs.toFixed(0)} ms`);
+  } finally {
+    silent.close();
+    await accepting.catch(() => {});
+    for (const conn of held) conn.close();
+  }
 });
