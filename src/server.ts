@@ -154,6 +154,13 @@ export async function startServer(
         "-audit-log - for standard output.",
     );
   }
+  if (deps.auditSink === undefined) {
+    // Which way records are written (docs/operations.md, "Audit log", "How writes work").
+    logger.info("audit log opened", {
+      audit_log: config.auditLog,
+      writes: auditSink.writeSync === undefined ? "asynchronous" : "synchronous",
+    });
+  }
   const audit = new AuditLog(auditSink, {
     scheduler,
     writeTimeoutMs: config.auditWriteTimeoutMs,

@@ -1,3 +1,4 @@
+import { fstatSync } from "node:fs";
 import { rfc3339, type Scheduler, systemScheduler, type Timer } from "../clock.ts";
 import {
   AUDIT_CLOSE_TIMEOUT_MS,
@@ -18,6 +19,12 @@ const logger = log("audit");
  */
 export interface AuditSink {
   write(bytes: Uint8Array): Promise<number>;
+  /**
+   * Writes at once, on the event loop, and returns how many bytes it wrote (or throws). Only
+   * sinks that no reader can stall have it (a regular file, /dev/null): the log then uses it
+   * instead of `write` (see {@link sinkWritesSynchronously}).
+   */
+  writeSync?(bytes: Uint8Array): number;
   close?(): void;
 }
 
@@ -308,6 +315,10 @@ export class AuditLog {
       }
       this.#chunk = chunk;
     }
+    if (this.#sink.writeSync !== undefined) {
+      this.#writeSync(this.#sink.writeSync.bind(this.#sink), chunk);
+      return;
+    }
     this.#state = "writing";
     this.#writeStartedMs = this.#scheduler.monotonicMs();
     this.#stalledPeriods = 0;
@@ -333,6 +344,41 @@ export class AuditLog {
       },
     );
     this.#writeSettled = settled;
+  }
+
+  /**
+   * Writes chunks synchronously until the queue is empty or a write fails: a regular file or a
+   * character device has no reader that could stop, so a write returns at once (a hung disk is
+   * the remaining risk, docs/operations.md). The same rules as the asynchronous path: a reply
+   * runs only once its record's last byte is written, a partial write is finished from where it
+   * stopped, a failure is retried after `retryMs`.
+   */
+  #writeSync(writeSync: (bytes: Uint8Array) => number, first: Chunk): void {
+    let chunk: Chunk | null = first;
+    while (chunk !== null && !this.#stopping) {
+      this.#state = "writing";
+      let n: number;
+      try {
+        n = writeSync(chunk.bytes.subarray(chunk.offset));
+      } catch (error) {
+        this.#writeFailed(chunk, errorText(error));
+        return;
+      }
+      if (!(n >= 1)) {
+        this.#writeFailed(chunk, `audit sink wrote ${n} bytes`);
+        return;
+      }
+      chunk.offset = Math.min(chunk.bytes.length, chunk.offset + n);
+      this.#acknowledge(chunk);
+      // A reply's callback may have closed the log (state changes TypeScript cannot see).
+      if ((this.#state as SinkState) === "closed") return;
+      if (chunk.offset === chunk.bytes.length) {
+        this.#chunk = null;
+        chunk = this.#takeChunk();
+        this.#chunk = chunk;
+      }
+    }
+    if (chunk === null) this.#becomeIdle();
   }
 
   #takeChunk(): Chunk | null {
@@ -464,14 +510,74 @@ export function formatAuditLine(wallMs: number, record: AuditRecord): string {
   return JSON.stringify({ ts: rfc3339(wallMs), ...record }) + "\n";
 }
 
-/** Opens the sink named by `-audit-log`: "-" is standard output, anything else a file opened for append. */
-export function openAuditSink(path: string): AuditSink {
+/** What kind of file a sink writes to, as `fstat` tells it. */
+export interface SinkKind {
+  isFile: boolean;
+  isCharDevice: boolean;
+  /** A terminal is a character device that can stop (XOFF, a paused terminal). */
+  isTerminal: boolean;
+}
+
+/**
+ * Whether writes to this kind of sink may be synchronous: a regular file or a character device
+ * that is not a terminal (/dev/null) has no reader that can stop reading, so a write returns at
+ * once. Pipes, sockets and terminals (standard output to Docker, journald, `| tee`, a paused
+ * terminal) can stall forever and are written asynchronously with the write timeout. The risk
+ * left on the synchronous path is a disk that hangs (a dead NFS server): then the event loop
+ * waits for it.
+ */
+export function sinkWritesSynchronously(kind: SinkKind): boolean {
+  return kind.isFile || (kind.isCharDevice && !kind.isTerminal);
+}
+
+/** The kind of standard output; null when it cannot be told (then it is written asynchronously). */
+function stdoutKind(): SinkKind | null {
+  try {
+    // By descriptor: needs no permission (Deno.statSync("/dev/stdout") needs --allow-all).
+    const stat = fstatSync(1);
+    return {
+      isFile: stat.isFile(),
+      isCharDevice: stat.isCharacterDevice(),
+      isTerminal: Deno.stdout.isTerminal(),
+    };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Opens the sink named by `-audit-log`: "-" is standard output, anything else a file opened for
+ * append. Writes are synchronous where no reader can stall them (see
+ * {@link sinkWritesSynchronously}), asynchronous otherwise.
+ */
+export function openAuditSink(path: string): AuditSink & { readonly synchronous: boolean } {
   // Standard output is written to but never closed: the process may still print after shutdown.
-  if (path === "-" || path === "") return { write: (bytes) => Deno.stdout.write(bytes) };
+  if (path === "-" || path === "") {
+    const kind = stdoutKind();
+    const synchronous = kind !== null && sinkWritesSynchronously(kind);
+    return {
+      synchronous,
+      write: (bytes) => Deno.stdout.write(bytes),
+      ...(synchronous ? { writeSync: (bytes: Uint8Array) => Deno.stdout.writeSync(bytes) } : {}),
+    };
+  }
   repairTornAuditFile(path);
   const file = Deno.openSync(path, { append: true, create: true });
+  let synchronous = false;
+  try {
+    const info = file.statSync();
+    synchronous = sinkWritesSynchronously({
+      isFile: info.isFile,
+      isCharDevice: info.isCharDevice === true,
+      isTerminal: file.isTerminal(),
+    });
+  } catch {
+    // Cannot tell: the asynchronous path is safe for every kind of file.
+  }
   return {
+    synchronous,
     write: (bytes) => file.write(bytes),
+    ...(synchronous ? { writeSync: (bytes: Uint8Array) => file.writeSync(bytes) } : {}),
     close: () => file.close(),
   };
 }
@@ -496,6 +602,8 @@ export interface AuditFileRepair {
 export function repairTornAuditFile(path: string): AuditFileRepair {
   let file: Deno.FsFile;
   try {
+    // Look before opening: opening a FIFO to read waits for a writer, which would hang the start.
+    if (!Deno.statSync(path).isFile) return { fragmentBytes: 0, action: "none" };
     file = Deno.openSync(path, { read: true });
   } catch (error) {
     if (error instanceof Deno.errors.NotFound) return { fragmentBytes: 0, action: "none" };
