@@ -9,6 +9,7 @@ import { FlagError, HelpRequested } from "./src/cli/flags.ts";
 import { HEALTH_USAGE, healthCommand } from "./src/cli/health.ts";
 import { RUN_USAGE, runCommand } from "./src/cli/run.ts";
 import { SERVE_USAGE, serveCommand, serveConfigFromArgs } from "./src/cli/serve.ts";
+import { flushDiagnosticLog } from "./src/log/diagnostic.ts";
 import { VERSION } from "./src/version.ts";
 
 interface Command {
@@ -95,5 +96,9 @@ export async function main(args: string[]): Promise<number> {
 }
 
 if (import.meta.main) {
-  Deno.exit(await main(Deno.args));
+  const code = await main(Deno.args);
+  // Lines still buffered for standard error go out first, within a bound (a reader that
+  // stopped reading must not keep the process from exiting).
+  await flushDiagnosticLog();
+  Deno.exit(code);
 }

@@ -327,6 +327,22 @@ export const AUDIT_WRITE_BYTES_MAX = 64 * 1024;
 /** At shutdown, how long the audit log keeps writing its backlog before counting the rest lost. */
 export const AUDIT_CLOSE_TIMEOUT_MS = 2_000;
 
+// ---- diagnostic log: src/log/diagnostic.ts --------------------------------------------------
+
+/**
+ * Diagnostic log lines waiting for standard error (a reader that stopped, a full pipe): about
+ * 5,000 lines of 200 bytes. Lines past it are dropped and counted (lockd_log_lines_dropped_total)
+ * and one line says how many once standard error takes lines again; the server never waits.
+ */
+export const DIAGNOSTIC_LOG_BUFFER_BYTES_MAX = 1024 * 1024;
+/** Largest single write to standard error: one pipe buffer. */
+export const DIAGNOSTIC_LOG_WRITE_BYTES_MAX = 64 * 1024;
+/**
+ * At exit, how long the buffered lines may take to be written: the last lines (the shutdown
+ * story, a start-up error) usually go at once; a reader that stopped does not keep the process.
+ */
+export const DIAGNOSTIC_LOG_FLUSH_MS = 1_000;
+
 // ---- command-line clients -----------------------------------------------------------------
 
 /** How long one request of `lockd admin` may take before it gives up. */

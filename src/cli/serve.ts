@@ -6,7 +6,7 @@ import {
   durationText,
   type ServerConfig,
 } from "../config.ts";
-import { configureDiagnosticLog, log } from "../log/diagnostic.ts";
+import { configureDiagnosticLog, log, writeDiagnosticText } from "../log/diagnostic.ts";
 import { startServer } from "../server.ts";
 import { FlagError, type FlagSpec, formatFlagHelp, parseFlags } from "./flags.ts";
 
@@ -54,7 +54,8 @@ export async function serveCommand(config: ServerConfig): Promise<number> {
     logger.error("cannot start", { error: error instanceof Error ? error.message : String(error) });
     // With -log-format json, standard error carries JSON lines only: the line above says it.
     if (config.logFormat !== "json") {
-      console.error(`lockd: ${error instanceof Error ? error.message : String(error)}`);
+      // Through the diagnostic log's writer: a standard error nobody reads cannot hang the exit.
+      writeDiagnosticText(`lockd: ${error instanceof Error ? error.message : String(error)}\n`);
     }
     return 1;
   }

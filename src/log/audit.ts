@@ -1,4 +1,3 @@
-import { fstatSync } from "node:fs";
 import { rfc3339, type Scheduler, systemScheduler, type Timer } from "../clock.ts";
 import {
   AUDIT_CLOSE_TIMEOUT_MS,
@@ -9,6 +8,7 @@ import {
   AUDIT_WRITE_TIMEOUT_MS_DEFAULT,
 } from "../limits.ts";
 import { log } from "./diagnostic.ts";
+import { sinkWritesSynchronously, stdioWritesSynchronously } from "./sink_kind.ts";
 
 const logger = log("audit");
 
@@ -22,7 +22,7 @@ export interface AuditSink {
   /**
    * Writes at once, on the event loop, and returns how many bytes it wrote (or throws). Only
    * sinks that no reader can stall have it (a regular file, /dev/null): the log then uses it
-   * instead of `write` (see {@link sinkWritesSynchronously}).
+   * instead of `write` (see `sinkWritesSynchronously`).
    */
   writeSync?(bytes: Uint8Array): number;
   close?(): void;
@@ -510,51 +510,15 @@ export function formatAuditLine(wallMs: number, record: AuditRecord): string {
   return JSON.stringify({ ts: rfc3339(wallMs), ...record }) + "\n";
 }
 
-/** What kind of file a sink writes to, as `fstat` tells it. */
-export interface SinkKind {
-  isFile: boolean;
-  isCharDevice: boolean;
-  /** A terminal is a character device that can stop (XOFF, a paused terminal). */
-  isTerminal: boolean;
-}
-
-/**
- * Whether writes to this kind of sink may be synchronous: a regular file or a character device
- * that is not a terminal (/dev/null) has no reader that can stop reading, so a write returns at
- * once. Pipes, sockets and terminals (standard output to Docker, journald, `| tee`, a paused
- * terminal) can stall forever and are written asynchronously with the write timeout. The risk
- * left on the synchronous path is a disk that hangs (a dead NFS server): then the event loop
- * waits for it.
- */
-export function sinkWritesSynchronously(kind: SinkKind): boolean {
-  return kind.isFile || (kind.isCharDevice && !kind.isTerminal);
-}
-
-/** The kind of standard output; null when it cannot be told (then it is written asynchronously). */
-function stdoutKind(): SinkKind | null {
-  try {
-    // By descriptor: needs no permission (Deno.statSync("/dev/stdout") needs --allow-all).
-    const stat = fstatSync(1);
-    return {
-      isFile: stat.isFile(),
-      isCharDevice: stat.isCharacterDevice(),
-      isTerminal: Deno.stdout.isTerminal(),
-    };
-  } catch {
-    return null;
-  }
-}
-
 /**
  * Opens the sink named by `-audit-log`: "-" is standard output, anything else a file opened for
- * append. Writes are synchronous where no reader can stall them (see
- * {@link sinkWritesSynchronously}), asynchronous otherwise.
+ * append. Writes are synchronous where no reader can stall them (see `sinkWritesSynchronously`
+ * in sink_kind.ts), asynchronous otherwise.
  */
 export function openAuditSink(path: string): AuditSink & { readonly synchronous: boolean } {
   // Standard output is written to but never closed: the process may still print after shutdown.
   if (path === "-" || path === "") {
-    const kind = stdoutKind();
-    const synchronous = kind !== null && sinkWritesSynchronously(kind);
+    const synchronous = stdioWritesSynchronously(1);
     return {
       synchronous,
       write: (bytes) => Deno.stdout.write(bytes),

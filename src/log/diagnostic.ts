@@ -6,6 +6,13 @@ import {
   type LogRecord,
   resetSync,
 } from "@logtape/logtape";
+import {
+  DIAGNOSTIC_LOG_BUFFER_BYTES_MAX,
+  DIAGNOSTIC_LOG_FLUSH_MS,
+  DIAGNOSTIC_LOG_WRITE_BYTES_MAX,
+} from "../limits.ts";
+import { LineWriter } from "./line_writer.ts";
+import { stdioWritesSynchronously } from "./sink_kind.ts";
 
 export type LogLevel = "debug" | "info" | "warn" | "error";
 export type LogFormat = "text" | "json";
@@ -27,19 +34,73 @@ export function debugEnabled(): boolean {
 }
 
 /**
+ * Standard error, as the diagnostic log writes it (see {@link configureDiagnosticLog}); one for
+ * the process, made on first use.
+ */
+let stderrWriter: LineWriter | null = null;
+
+/** Diagnostic log lines dropped because standard error could not take them (a metric). */
+export function diagnosticLinesDropped(): number {
+  return stderrWriter?.droppedLines ?? 0;
+}
+
+/**
+ * Writes text to standard error through the diagnostic log's writer (never blocking), e.g. the
+ * one-line reason of a failed start.
+ */
+export function writeDiagnosticText(text: string): void {
+  if (stderrWriter === null) stderrWriter = openStderrWriter();
+  stderrWriter.write(encoder.encode(text));
+}
+
+/**
+ * Waits until the lines buffered for standard error are written, at most `timeoutMs` (at exit:
+ * a reader that stopped must not keep the process from ending). True when all were written.
+ */
+export function flushDiagnosticLog(timeoutMs = DIAGNOSTIC_LOG_FLUSH_MS): Promise<boolean> {
+  return stderrWriter?.flush(timeoutMs) ?? Promise.resolve(true);
+}
+
+function openStderrWriter(): LineWriter {
+  const synchronous = stdioWritesSynchronously(2);
+  return new LineWriter({
+    write: (bytes) => Deno.stderr.write(bytes),
+    ...(synchronous ? { writeSync: (bytes: Uint8Array) => Deno.stderr.writeSync(bytes) } : {}),
+  }, {
+    bufferBytesMax: DIAGNOSTIC_LOG_BUFFER_BYTES_MAX,
+    writeBytesMax: DIAGNOSTIC_LOG_WRITE_BYTES_MAX,
+    onDropped: (lines) =>
+      getLogger(["lockd", "log"]).warn(
+        "diagnostic log lines were dropped: standard error was not read",
+        { dropped_lines: lines },
+      ),
+  });
+}
+
+/**
  * Configures the diagnostic log: standard error only (standard output belongs
- * to the audit log), UTC RFC 3339 timestamps, structured properties. The sink
- * writes synchronously so no line is lost when the process exits.
+ * to the audit log), UTC RFC 3339 timestamps, structured properties. Standard
+ * error is written without ever blocking the server (a reader that stops, a
+ * full pipe): synchronously where no reader can stall it (a regular file,
+ * /dev/null), else asynchronously through a bounded buffer whose overflow is
+ * dropped, counted and reported once writing works again; see
+ * {@link flushDiagnosticLog} for the exit. `write` replaces standard error
+ * (tests capture lines with it).
  */
 export function configureDiagnosticLog(
   level: LogLevel,
   format: LogFormat,
-  write: (bytes: Uint8Array) => void = (bytes) => writeAll(bytes),
+  write?: (bytes: Uint8Array) => void,
 ): void {
   const formatter = format === "json"
     ? getJsonLinesFormatter({ properties: "flatten" })
     : formatText;
   resetSync();
+  if (write === undefined) {
+    if (stderrWriter === null) stderrWriter = openStderrWriter();
+    const writer = stderrWriter;
+    write = (bytes) => writer.write(bytes);
+  }
   debugOn = level === "debug";
   configureSync({
     reset: true,
@@ -51,13 +112,6 @@ export function configureDiagnosticLog(
       { category: ["logtape", "meta"], lowestLevel: "warning", sinks: ["stderr"] },
     ],
   });
-}
-
-function writeAll(bytes: Uint8Array): void {
-  let written = 0;
-  while (written < bytes.length) {
-    written += Deno.stderr.writeSync(bytes.subarray(written));
-  }
 }
 
 const LEVEL_NAMES: Record<string, string> = {

@@ -12,6 +12,7 @@
 
 import { END_REASONS } from "../core/types.ts";
 import { AUDIT_LOSS_CAUSES } from "../log/audit.ts";
+import { diagnosticLinesDropped } from "../log/diagnostic.ts";
 import { formatWireCode, WIRE_CODES } from "../protocol/codes.ts";
 import type { ServerContext } from "../server.ts";
 import { clusterFamilies } from "./cluster_metrics.ts";
@@ -79,6 +80,11 @@ export function collectMetrics({ server, runtime }: MetricsSource): MetricFamily
         value: counters.limitRefusals[limit],
       })),
     },
+    counter(
+      "lockd_log_lines_dropped_total",
+      "Diagnostic log lines dropped because standard error did not take them.",
+      diagnosticLinesDropped(),
+    ),
     gauge(
       "lockd_partial_frame_bytes",
       "Bytes held for unfinished frames larger than any valid request, all connections.",

@@ -41,6 +41,8 @@ export const EXPECTED_FAMILIES: readonly string[] = [
   // memory and limits (issue 9 item 13)
   "lockd_limit_refusals_total",
   "lockd_partial_frame_bytes",
+  // the diagnostic log never blocks (a standard error nobody reads)
+  "lockd_log_lines_dropped_total",
   // runtime
   "process_resident_memory_bytes",
   "process_start_time_seconds",

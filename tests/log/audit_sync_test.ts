@@ -10,13 +10,8 @@
 import assert from "node:assert/strict";
 import { ManualScheduler } from "../../src/clock.ts";
 import { AUDIT_RETRY_MS } from "../../src/limits.ts";
-import {
-  AuditLog,
-  type AuditRecord,
-  type AuditSink,
-  openAuditSink,
-  sinkWritesSynchronously,
-} from "../../src/log/audit.ts";
+import { AuditLog, type AuditRecord, type AuditSink, openAuditSink } from "../../src/log/audit.ts";
+import { sinkWritesSynchronously } from "../../src/log/sink_kind.ts";
 
 const RECORD: AuditRecord = {
   event: "acquire",

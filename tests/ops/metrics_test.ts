@@ -58,6 +58,7 @@ function expected(changes: Record<string, number>, version: string): Record<stri
   }
   for (const limit of LIMIT_NAMES) base[`lockd_limit_refusals_total{limit="${limit}"}`] = 0;
   base["lockd_partial_frame_bytes"] = 0;
+  base["lockd_log_lines_dropped_total"] = 0;
   base["lockd_tls_handshakes_started_total"] = 0;
   base["lockd_tls_handshakes_queued"] = 0;
   for (const reason of TLS_SHED_REASONS) {

@@ -5,7 +5,6 @@
  */
 import assert from "node:assert/strict";
 import { X509Certificate } from "node:crypto";
-import { main } from "../../main.ts";
 import { readCertificateProfile } from "../../src/security/cert_checks.ts";
 import { loadServerTls, TlsConfigError } from "../../src/security/tls.ts";
 import { type CertName, certPath, certPem, keyPath } from "../fixtures/tls/certs.ts";
@@ -135,12 +134,12 @@ Deno.test("cert checks: an X.509 v1 certificate is refused", async () => {
 });
 
 Deno.test("cert checks: lockd serve with a CA as its certificate exits 1 with the reason", async () => {
-  const stderr: string[] = [];
-  const original = console.error;
-  console.error = (...args: unknown[]) => stderr.push(args.join(" "));
-  let code;
-  try {
-    code = await main([
+  // A real process: the reason goes to standard error through the diagnostic log's writer.
+  const output = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      new URL("../../main.ts", import.meta.url).pathname,
       "serve",
       "-listen",
       "127.0.0.1:0",
@@ -150,10 +149,16 @@ Deno.test("cert checks: lockd serve with a CA as its certificate exits 1 with th
       keyPath("ca"),
       "-log-level",
       "error",
-    ]);
-  } finally {
-    console.error = original;
-  }
-  assert.equal(code, 1);
-  assert.match(stderr.join("\n"), /^lockd: The certificate in .* is a CA certificate/m);
+      "-data-dir",
+      "",
+    ],
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).output();
+  assert.equal(output.code, 1);
+  assert.match(
+    new TextDecoder().decode(output.stderr),
+    /^lockd: The certificate in .* is a CA certificate/m,
+  );
 });
