@@ -201,8 +201,41 @@ interface Holding {
   /** How it ended: "released" or the lost reason. */
   endReason: string;
 }
+/**
+ * The soak's own event-loop lag: a 10 ms probe keeps (time, lateness) for the last seconds. The
+ * client library promises `lost` before another grant only while the client's event loop is not
+ * blocked past the deadline; 24 clients share this one, so the report shows its stalls.
+ */
+const LAG_PROBE_MS = 10;
+let maxLagMs = 0;
+const lagSamples: { atMs: number; lateMs: number }[] = [];
+let lagExpected = performance.now() + LAG_PROBE_MS;
+const lagProbe = setInterval(() => {
+  const t = performance.now();
+  const lateMs = Math.max(0, t - lagExpected);
+  maxLagMs = Math.max(maxLagMs, lateMs);
+  lagSamples.push({ atMs: t, lateMs });
+  if (lagSamples.length > 1_000) lagSamples.splice(0, lagSamples.length - 1_000);
+  lagExpected = t + LAG_PROBE_MS;
+}, LAG_PROBE_MS);
+
+/** The longest event-loop stall of this process that ended within [fromMs, toMs]. */
+function stallBetween(fromMs: number, toMs: number): number {
+  let longest = 0;
+  for (const s of lagSamples) {
+    if (s.atMs >= fromMs && s.atMs - s.lateMs <= toMs) longest = Math.max(longest, s.lateMs);
+  }
+  return longest;
+}
+
 /** Positive overlaps (a holder's end after another client's grant), for the report. */
-const overlaps: { overlapMs: number; lock: string; reason: string; sinceFaultMs: number }[] = [];
+const overlaps: {
+  overlapMs: number;
+  lock: string;
+  reason: string;
+  sinceFaultMs: number;
+  stallMs: number;
+}[] = [];
 const holdings = new Map<string, Holding>();
 const maxToken = new Map<string, number>();
 let grants = 0;
@@ -247,6 +280,7 @@ function noteGrant(lock: string, token: number, client: number, atMs: number): H
       const endMs = previous.endAtMs ?? now();
       const overlapMs = endMs - atMs;
       maxOverlapMs = Math.max(maxOverlapMs, overlapMs);
+      const stallMs = stallBetween(atMs - LEASE_MS, endMs);
       if (previous.healthy && overlapMs > 0) {
         const fault = faults.at(-1);
         overlaps.push({
@@ -254,12 +288,14 @@ function noteGrant(lock: string, token: number, client: number, atMs: number): H
           lock,
           reason: previous.endReason || "(still held)",
           sinceFaultMs: fault === undefined ? -1 : atMs - fault.atMs,
+          stallMs,
         });
       }
       if (previous.healthy && overlapMs > OVERLAP_TOLERANCE_MS) {
         breach(
           `${lock} granted (token ${token}) while client ${previous.client} held token ` +
-            `${previous.token} healthily for ${overlapMs.toFixed(0)} ms more`,
+            `${previous.token} healthily for ${overlapMs.toFixed(0)} ms more (this process ` +
+            `stalled at most ${stallMs.toFixed(0)} ms around it)`,
         );
       }
     }, 200);
@@ -314,6 +350,16 @@ async function worker(id: number): Promise<void> {
         continue;
       }
       const mine = noteGrant(lock, held.token, id, now());
+      if (held.lost.aborted) {
+        // A grant that arrived past its local deadline (its ACQUIRED was held back while the
+        // leader paused) arrives lost, and the client has already given it back: this client
+        // never held it.
+        mine.endAtMs = mine.grantAtMs;
+        mine.endReason = (held.lost.reason as LockLostError).reason;
+        mine.healthy = false;
+        count("granted_already_lost");
+        continue;
+      }
       held.lost.addEventListener("abort", () => {
         mine.endAtMs ??= now();
         mine.endReason ||= (held.lost.reason as LockLostError).reason;
@@ -538,6 +584,7 @@ try {
   breach(`soak failed: ${error instanceof Error ? error.stack ?? error.message : String(error)}`);
 } finally {
   stopAll = true;
+  clearInterval(lagProbe);
   for (const node of nodes) {
     if (node.stopped) node.proc?.child.kill("SIGCONT");
     await node.proc?.stop("SIGKILL");
@@ -676,7 +723,7 @@ function report(): void {
         top.map((o) =>
           `${o.overlapMs.toFixed(1)} ms on ${o.lock} (${o.reason}, ${
             o.sinceFaultMs.toFixed(0)
-          } ms after a fault)`
+          } ms after a fault, soak event loop stalled ${o.stallMs.toFixed(0)} ms)`
         ).join("; "),
     );
   }
@@ -685,7 +732,8 @@ function report(): void {
   console.log(
     `soak:cluster ${((now() - startedAtMs) / 1000).toFixed(0)}s: ${breaches.length} breaches, ` +
       `${grants} grants, ${resource.accepted} writes accepted, ${resource.fenced} fenced, ` +
-      `max holder overlap ${fmt(maxOverlapMs)} ms, ${JSON.stringify(counts)}`,
+      `max holder overlap ${fmt(maxOverlapMs)} ms, soak event-loop lag max ${fmt(maxLagMs)} ms, ` +
+      JSON.stringify(counts),
   );
 }
 
