@@ -420,12 +420,20 @@ class Client:
                         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 writer.write(wire.encode(wire.Hello(wire.PROTOCOL_VERSION, self._client_name)))
                 frames = wire.FrameReader()
+                first_bytes_seen = False
                 while True:
                     message = frames.next()
                     if message is None:
                         data = await reader.read(64 * 1024)
                         if not data:
                             raise LockdConnectionError(f"{addr}: the server closed the connection before WELCOME")
+                        if not first_bytes_seen:
+                            first_bytes_seen = True
+                            if self._ssl is None and _is_tls_record(data):
+                                raise LockdConnectionError(
+                                    f"Cannot connect to lockd at {addr}: the server expects TLS (it answered "
+                                    "with a TLS record); connect with ssl_context=lockd.tls_context(ca_file=...)"
+                                )
                         frames.push(data)
                         continue
                     if isinstance(message, wire.Welcome):
@@ -443,6 +451,12 @@ class Client:
             if isinstance(error, TimeoutError):
                 raise ConnectTimeoutError(
                     f"Cannot connect to lockd at {addr}: no WELCOME within {self._connect_timeout_ms:g} ms"
+                ) from error
+            if isinstance(error, ssl.SSLError) and _is_not_tls(error):
+                raise LockdConnectionError(
+                    f"Cannot connect to lockd at {addr}: the server does not speak TLS (its answer is not "
+                    f"a TLS record: {error}); it listens without -tls-cert, so connect without "
+                    "ssl_context, or point at the TLS listener"
                 ) from error
             if isinstance(error, (wire.MalformedFrame, OSError, ssl.SSLError)):
                 raise LockdConnectionError(f"Cannot connect to lockd at {addr}: {error}") from error
@@ -870,6 +884,18 @@ def connect(
             reconnect=reconnect,
         )
     )
+
+
+def _is_tls_record(data: bytes) -> bool:
+    """A TLS server answers a plaintext HELLO with a TLS record (alert 0x15 or handshake 0x16, then
+    version 0x03 ..); a lockd frame starts with 0x00 (lengths below 16 MiB)."""
+    return len(data) >= 2 and data[0] in (0x15, 0x16) and data[1] == 0x03
+
+
+def _is_not_tls(error: ssl.SSLError) -> bool:
+    """What OpenSSL says when the peer's bytes are not a TLS record (a plaintext server)."""
+    text = f"{getattr(error, 'reason', '')} {error}"
+    return any(mark in text.upper() for mark in ("WRONG_VERSION_NUMBER", "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE"))
 
 
 def tls_context(

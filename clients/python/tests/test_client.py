@@ -289,6 +289,40 @@ class ServerTls(unittest.IsolatedAsyncioTestCase):
                 await lockd.connect(server.addr, ssl_context=context, server_hostname="lockd.example.org")
 
 
+class WrongProtocol(unittest.IsolatedAsyncioTestCase):
+    """A plaintext client on a TLS listener and a TLS client on a plaintext one are told so."""
+
+    async def test_a_plaintext_client_on_the_tls_listener_is_told_the_server_expects_tls(self) -> None:
+        with LockdServer("-tls-cert", str(TLS_DIR / "server.pem"), "-tls-key", str(TLS_DIR / "server-key.pem")) as server:
+            with self.assertRaises(lockd.LockdError) as raised:
+                await lockd.connect(server.addr, reconnect=False, connect_timeout_ms=3_000)
+            self.assertIn("expects TLS", str(raised.exception))
+
+    async def test_a_tls_record_answering_a_plaintext_hello_reads_as_expects_tls(self) -> None:
+        async def tls_alert(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(bytes([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x46]))  # a fatal TLS alert record
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(tls_alert, "127.0.0.1", 0)
+        addr = "127.0.0.1:%d" % server.sockets[0].getsockname()[1]
+        try:
+            with self.assertRaises(lockd.LockdConnectionError) as raised:
+                await lockd.connect(addr, reconnect=False, connect_timeout_ms=3_000)
+            self.assertIn("the server expects TLS", str(raised.exception))
+            self.assertNotIn("exceeds", str(raised.exception))
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    async def test_a_tls_client_on_a_plaintext_listener_is_told_the_server_does_not_speak_tls(self) -> None:
+        with LockdServer() as server:
+            context = lockd.tls_context(ca_file=str(TLS_DIR / "ca.pem"))
+            with self.assertRaises(lockd.LockdConnectionError) as raised:
+                await lockd.connect(server.addr, ssl_context=context, reconnect=False, connect_timeout_ms=3_000)
+            self.assertIn("does not speak TLS", str(raised.exception))
+
+
 class MutualTls(unittest.IsolatedAsyncioTestCase):
     server: LockdServer
 
