@@ -10,6 +10,7 @@
 import assert from "node:assert/strict";
 import { connect, connectWith } from "../../src/client/client.ts";
 import type { LockLostError } from "../../src/client/errors.ts";
+import { leaseMarginMs } from "../../src/client/timing.ts";
 import { type Dial, dialNodeSocket } from "../../src/client/transport.ts";
 import { type Scheduler, systemScheduler } from "../../src/clock.ts";
 import { FrameReader } from "../../src/protocol/frame_reader.ts";
@@ -18,6 +19,7 @@ import { eventually, startTestServer } from "../helpers/start_server.ts";
 
 const ROUNDS = 25;
 const LEASE_MS = 200;
+const LEASE_MARGIN_MS = leaseMarginMs(LEASE_MS);
 
 /**
  * The server's wall clock is the monotonic clock plus the time origin, so the instant the
@@ -121,6 +123,7 @@ Deno.test("a holder behind a stalled path reports lost before the server grants 
   const margins: number[] = [];
   using lag = new LagProbe();
   let maxStallMs = 0;
+  let stallExcusedRounds = 0;
   for (let round = 0; round < ROUNDS; round++) {
     const name = `stall/${round}`;
     const trace: Trace = {
@@ -156,10 +159,6 @@ Deno.test("a holder behind a stalled path reports lost before the server grants 
     const owner = t.server.context.engine.getLock(name)?.holder;
     assert.ok(owner && owner.token === nextLock.token, "the next waiter holds it");
     const grantedAtMs = owner.sinceWallMs - performance.timeOrigin;
-    assert.ok(
-      lostAtMs < grantedAtMs,
-      `round ${round}: lost at ${lostAtMs.toFixed(1)} ms, granted at ${grantedAtMs} ms`,
-    );
     // No later than lease + 100 ms after the send time of the last acknowledged heartbeat
     // (or of the ACQUIRE, when the path stalled before the first heartbeat was answered).
     const ackedBeforeLoss = trace.acks.filter((ack) => ack.atMs <= lostAtMs);
@@ -171,6 +170,17 @@ Deno.test("a holder behind a stalled path reports lost before the server grants 
     // The bound is on the client's logic: a stall of the whole process (the machine is
     // shared; it delays the server's timers as much) is measured and reported, not hidden.
     const stalledMs = lag.maxBetween(confirmedAtMs, lostAtMs);
+    // Client and server share this process's event loop here (in production they do not): a
+    // stall longer than the client's safety margin leaves both deadlines overdue at once, and
+    // which callback runs first is then the runtime's choice. Only such a stall may excuse a
+    // loss reported after the grant; it is reported.
+    const excusedByStall = stalledMs >= LEASE_MARGIN_MS;
+    assert.ok(
+      lostAtMs < grantedAtMs || excusedByStall,
+      `round ${round}: lost at ${lostAtMs.toFixed(1)} ms, granted at ${grantedAtMs} ms ` +
+        `(the event loop stalled ${stalledMs.toFixed(1)} ms meanwhile)`,
+    );
+    if (lostAtMs >= grantedAtMs) stallExcusedRounds++;
     assert.ok(
       lostAtMs <= confirmedAtMs + LEASE_MS + 100 + stalledMs,
       `round ${round}: lost ${(lostAtMs - confirmedAtMs).toFixed(1)} ms after the heartbeat ` +
@@ -205,6 +215,7 @@ Deno.test("a holder behind a stalled path reports lost before the server grants 
   console.log(
     `lost before grant by (ms): min ${margins[0].toFixed(1)}, median ${
       margins[margins.length >> 1].toFixed(1)
-    }; longest event-loop stall: ${maxStallMs.toFixed(1)} ms`,
+    }; longest event-loop stall: ${maxStallMs.toFixed(1)} ms; rounds where a stall of the ` +
+      `shared event loop over the margin let the grant's timer run first: ${stallExcusedRounds}`,
   );
 });
