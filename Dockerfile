@@ -23,9 +23,10 @@ COPY src/ ./src/
 # Permissions baked into the binary: network, and reading/writing the files named by flags
 # (TLS certificate/key/CA, ACL, admin token, -data-dir, -audit-log). No --allow-env (lockd reads
 # no environment variables) and no --allow-sys (the runtime metrics use Deno.memoryUsage() and
-# timers, which need none). No --allow-run, --allow-ffi, --allow-import.
+# timers, which need none). --allow-run is for `lockd run` alone: every other command (serve
+# above all) revokes it at start (src/cli/permissions.ts). No --allow-ffi, --allow-import.
 RUN deno compile --frozen \
-      --allow-net --allow-read --allow-write \
+      --allow-net --allow-read --allow-write --allow-run \
       --output /out/lockd main.ts \
  && /out/lockd version \
  && mkdir -p /out/data

@@ -7,6 +7,7 @@
 import { ADMIN_USAGE, adminCommand } from "./src/cli/admin.ts";
 import { FlagError, HelpRequested } from "./src/cli/flags.ts";
 import { HEALTH_USAGE, healthCommand } from "./src/cli/health.ts";
+import { commandNameOf, dropUnneededPermissions } from "./src/cli/permissions.ts";
 import { RUN_USAGE, runCommand } from "./src/cli/run.ts";
 import { SERVE_USAGE, serveCommand, serveConfigFromArgs } from "./src/cli/serve.ts";
 import { flushDiagnosticLog } from "./src/log/diagnostic.ts";
@@ -73,8 +74,7 @@ export async function main(args: string[]): Promise<number> {
     console.log(USAGE);
     return 0;
   }
-  // Flags alone (or nothing) mean `serve`.
-  const name = first === undefined || first.startsWith("-") ? "serve" : first;
+  const name = commandNameOf(args);
   const command = COMMANDS[name];
   if (command === undefined) {
     console.error(`lockd: unknown command "${first}"\n\n${USAGE}`);
@@ -96,6 +96,8 @@ export async function main(args: string[]): Promise<number> {
 }
 
 if (import.meta.main) {
+  // Only `lockd run` keeps the permission to start processes (src/cli/permissions.ts).
+  dropUnneededPermissions(commandNameOf(Deno.args));
   const code = await main(Deno.args);
   // Lines still buffered for standard error go out first, within a bound (a reader that
   // stopped reading must not keep the process from exiting).

@@ -1,7 +1,8 @@
 /**
  * `deno task cluster`: a whole lockd cluster on this machine for trying cluster mode out: a
  * 3-member etcd (free ports, a temp dir) and 3 lockd nodes in cluster mode, run with the same
- * permissions as the shipped binary (`--allow-net --allow-read --allow-write`). Node i listens on
+ * permissions as the shipped server (`--allow-net --allow-read --allow-write`; the binary's
+ * `--allow-run` is only for `lockd run`, the server revokes it). Node i listens on
  * 127.0.0.1:74i0 (protocol), 74i1 (admin API) and 74i2 (ops), i = 0, 1, 2. Their diagnostic logs
  * are printed with the node's name in front; their audit logs go to the temp dir. Ctrl-C stops
  * everything (each node shuts down in order: the leader hands over on its way out) and removes

@@ -173,7 +173,7 @@ Deno.test("install steps: run as written, lockd starts, and health and admin inf
     // `deno task compile` cannot run here: the "binary" runs main.ts with the binary's permissions.
     await Deno.writeTextFile(
       `${work}/dist/lockd`,
-      `#!/bin/sh\nexec "${Deno.execPath()}" run --allow-net --allow-read --allow-write "${REPO}/main.ts" "$@"\n`,
+      `#!/bin/sh\nexec "${Deno.execPath()}" run --allow-net --allow-read --allow-write --allow-run "${REPO}/main.ts" "$@"\n`,
       { mode: 0o755 },
     );
     for (const [name, script] of Object.entries(STAND_INS)) {

@@ -138,7 +138,7 @@ Deno.test("README: deno install gives a lockd command that runs offline", async 
     const { stdout } = await runBash(script, { cwd: REPO, env: { NO_COLOR: "1" } });
     assert.equal(stdout.trim().split("\n").at(-1), VERSION);
     const launcher = await Deno.readTextFile(`${root}/bin/lockd`);
-    for (const flag of ["--allow-net", "--allow-read", "--allow-write"]) {
+    for (const flag of ["--allow-net", "--allow-read", "--allow-write", "--allow-run"]) {
       assert.ok(launcher.includes(flag), `the installed command has ${flag}`);
     }
     assert.ok(!launcher.includes("--allow-all"));
