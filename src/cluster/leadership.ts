@@ -353,6 +353,11 @@ export class Leadership {
     this.#epoch++;
     this.#lease = null;
     this.#term = 0;
+    this.#cancelTimersAndWatch();
+  }
+
+  /** Stops every timer and the watch of the current lease (shutdown, a dropped lease). */
+  #cancelTimersAndWatch(): void {
     for (
       const timer of [
         this.#keepAliveTimer,
@@ -564,20 +569,7 @@ export class Leadership {
     this.#safeUntilMs = -Infinity;
     this.#keepAliveFailing = false;
     this.#verifying = false;
-    for (
-      const timer of [
-        this.#keepAliveTimer,
-        this.#recheckTimer,
-        this.#pauseTimer,
-        this.#pauseLimitTimer,
-        this.#retryTimer,
-        this.#standbyCheckTimer,
-      ]
-    ) timer?.cancel();
-    this.#keepAliveTimer = this.#recheckTimer = this.#pauseTimer = null;
-    this.#pauseLimitTimer = this.#retryTimer = this.#standbyCheckTimer = null;
-    this.#watch?.abort();
-    this.#watch = null;
+    this.#cancelTimersAndWatch();
     this.#observing = false;
     this.#role = "starting";
   }

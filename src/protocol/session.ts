@@ -26,9 +26,12 @@ import {
 import { cutUtf8, FrameWriter } from "./frame.ts";
 import { type FrameBudget, FrameReader } from "./frame_reader.ts";
 import {
+  type Acquire,
   type ErrorMessage,
+  type Heartbeat,
   type Message,
   PROTOCOL_VERSION,
+  type Release,
   type ServerMessage,
   WAIT_FOREVER,
 } from "./messages.ts";
@@ -405,23 +408,7 @@ export class Session implements SessionPort, StallWatched {
       this.send(errorFrame(0, name, SESSION_ERRORS.requestIdZero()));
       return;
     }
-    switch (message.type) {
-      case "acquire":
-        service.acquire(
-          peer,
-          message.requestId,
-          message.name,
-          message.leaseMs,
-          message.waitMs === WAIT_FOREVER ? null : message.waitMs,
-        );
-        return;
-      case "release":
-        service.release(peer, message.requestId, message.name, message.token);
-        return;
-      case "heartbeat":
-        service.heartbeat(peer, message.requestId);
-        return;
-    }
+    applyRequest(service, peer, message);
   }
 
   #hello(version: number, clientName: string): void {
@@ -613,5 +600,30 @@ export class Session implements SessionPort, StallWatched {
   #clearHandshakeTimer(): void {
     this.#handshakeTimer?.cancel();
     this.#handshakeTimer = undefined;
+  }
+}
+
+/** A request of a session that has said HELLO, as the service command it stands for. */
+export function applyRequest(
+  service: LockService,
+  peer: Peer,
+  message: Acquire | Release | Heartbeat,
+): void {
+  switch (message.type) {
+    case "acquire":
+      service.acquire(
+        peer,
+        message.requestId,
+        message.name,
+        message.leaseMs,
+        message.waitMs === WAIT_FOREVER ? null : message.waitMs,
+      );
+      return;
+    case "release":
+      service.release(peer, message.requestId, message.name, message.token);
+      return;
+    case "heartbeat":
+      service.heartbeat(peer, message.requestId);
+      return;
   }
 }

@@ -11,11 +11,8 @@ import type { Peer } from "../../src/core/types.ts";
 import { AuditLog } from "../../src/log/audit.ts";
 import { ServerCounters } from "../../src/ops/counters.ts";
 import { errorFrame } from "../../src/protocol/codes.ts";
-import {
-  type ClientMessage,
-  type ServerMessage,
-  WAIT_FOREVER,
-} from "../../src/protocol/messages.ts";
+import type { ClientMessage, ServerMessage } from "../../src/protocol/messages.ts";
+import { applyRequest } from "../../src/protocol/session.ts";
 import { LockService } from "../../src/service/lock_service.ts";
 import type { SessionPort } from "../../src/service/session_registry.ts";
 import { openTokenIssuer } from "../../src/storage/token_store.ts";
@@ -93,25 +90,8 @@ class ServicePort implements SessionPort {
 function serviceClient(service: LockService, peer: Peer, port: ServicePort): ContractClient {
   const request = (message: ClientMessage) => {
     service.touch(peer.sessionId);
-    switch (message.type) {
-      case "acquire":
-        service.acquire(
-          peer,
-          message.requestId,
-          message.name,
-          message.leaseMs,
-          message.waitMs === WAIT_FOREVER ? null : message.waitMs,
-        );
-        return;
-      case "release":
-        service.release(peer, message.requestId, message.name, message.token);
-        return;
-      case "heartbeat":
-        service.heartbeat(peer, message.requestId);
-        return;
-      default:
-        throw new Error(`not a request: ${message.type}`);
-    }
+    if (message.type === "hello") throw new Error("not a request: hello");
+    applyRequest(service, peer, message);
   };
   return {
     send(...messages) {
