@@ -136,6 +136,8 @@ export class EtcdHttpClient implements Etcd {
   readonly endpoints: readonly string[];
   readonly #client: Deno.HttpClient;
   readonly #timeoutMs: number;
+  /** Timers of requests in flight (#deadline), cleared by close(). */
+  readonly #deadlineTimers = new Set<ReturnType<typeof setTimeout>>();
   readonly #observe: EtcdHttpOptions["observe"];
   #current = 0;
   readonly #closing = new AbortController();
@@ -318,6 +320,9 @@ export class EtcdHttpClient implements Etcd {
   close(): void {
     if (this.#closing.signal.aborted) return;
     this.#closing.abort();
+    // Requests nobody awaits (a revoke at step-down) settle later: their timers go now.
+    for (const timer of this.#deadlineTimers) clearTimeout(timer);
+    this.#deadlineTimers.clear();
     this.#client.close();
   }
 
@@ -330,13 +335,20 @@ export class EtcdHttpClient implements Etcd {
     timeoutMs: number,
   ): { signal: AbortSignal; done: () => void } {
     const timeout = new AbortController();
-    const timer = setTimeout(
-      () => timeout.abort(new DOMException("timed out", "TimeoutError")),
-      timeoutMs,
-    );
+    const timer = setTimeout(() => {
+      this.#deadlineTimers.delete(timer);
+      timeout.abort(new DOMException("timed out", "TimeoutError"));
+    }, timeoutMs);
+    this.#deadlineTimers.add(timer);
     const signals = [timeout.signal, this.#closing.signal];
     if (signal !== undefined) signals.push(signal);
-    return { signal: AbortSignal.any(signals), done: () => clearTimeout(timer) };
+    return {
+      signal: AbortSignal.any(signals),
+      done: () => {
+        clearTimeout(timer);
+        this.#deadlineTimers.delete(timer);
+      },
+    };
   }
 
   /** Moves later requests to the next endpoint, unless another failure already did. */
