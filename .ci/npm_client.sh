@@ -12,14 +12,22 @@ DENO=(npx -y deno@2.9.6)
 BUN_VERSION=1.4.5
 NPM=(npm --no-audit --no-fund --loglevel=error)
 
-tarball=$("${DENO[@]}" task npm:pack | tail -n 1)
-echo "npm package: $tarball"
-
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 echo '{ "name": "scratch", "version": "1.0.0", "private": true }' >package.json
-"${NPM[@]}" install "$tarball"
+
+# npm/README.md's install steps as written (the block after <!-- npm-install -->): `deno task
+# npm:pack` in the checkout, then `npm install` of the tarball here, with this checkout's path in
+# place of /path/to/lockd. A README naming another tarball than npm:pack makes fails here.
+steps=$(sed -n '/^<!-- npm-install -->$/,/^```$/p' "$repo/npm/README.md" | sed '/^<!--/d;/^```/d')
+echo "--- npm/README.md's install steps:"
+echo "$steps"
+deno() { (cd "$repo" && "${DENO[@]}" "$@"); }
+eval "${steps//\/path\/to\/lockd/$repo}"
+echo "--- the installed package: Apache-2.0, LICENSE shipped"
+test "$(node -p 'require("./node_modules/lockd-client/package.json").license')" = Apache-2.0
+cmp node_modules/lockd-client/LICENSE "$repo/LICENSE"
 cp "$repo"/npm/test/*.mjs "$repo"/npm/test/types_check.mts .
 
 # The tests spawn `deno run ... main.ts serve`: give them the pinned deno binary itself.

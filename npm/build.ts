@@ -2,8 +2,8 @@
  * Builds the npm package of the TypeScript client from the very sources Deno runs (mod.ts and
  * what it imports), with TypeScript's own compiler from npm: ES2022 modules plus `.d.ts`,
  * relative `.ts` imports rewritten to `.js` (`rewriteRelativeImportExtensions`). Then
- * `npm pack` makes the tarball. Name and version come from src/version.ts, the one place
- * they are kept.
+ * `npm pack` makes the tarball. Its package.json is npm/package_json.ts's (name and version
+ * from src/version.ts, the one place they are kept; the license of LICENSE, shipped with it).
  *
  *     deno task npm:pack      # prints the path of dist/npm/<name>-<version>.tgz
  *
@@ -13,7 +13,7 @@
  * @module
  */
 
-import { NPM_PACKAGE_NAME, VERSION } from "../src/version.ts";
+import { npmPackageJson } from "./package_json.ts";
 
 const TYPESCRIPT = "typescript@6.0.3";
 const NODE_TYPES = "@types/node@20.19.43";
@@ -108,25 +108,13 @@ async function main(): Promise<void> {
   await compile();
   const files = await emitted();
   await checkRuntimeNeutral(files);
-  const packageJson = {
-    name: NPM_PACKAGE_NAME,
-    version: VERSION,
-    description:
-      "Client for lockd, a network lock server with FIFO queues, leases and fencing tokens (Node, Bun, Deno)",
-    type: "module",
-    exports: { ".": { types: "./mod.d.ts", default: "./mod.js" } },
-    main: "./mod.js",
-    types: "./mod.d.ts",
-    files: ["mod.js", "mod.d.ts", "src/", "README.md"],
-    engines: { node: ">=20" },
-    sideEffects: false,
-    keywords: ["lock", "distributed-lock", "mutex", "lease", "fencing-token", "lockd"],
-  };
+  const packageJson = npmPackageJson();
   await Deno.writeTextFile(
     `${packageDir}package.json`,
     JSON.stringify(packageJson, null, 2) + "\n",
   );
   await Deno.copyFile(`${root}npm/README.md`, `${packageDir}README.md`);
+  await Deno.copyFile(`${root}LICENSE`, `${packageDir}LICENSE`);
   const tarball =
     (await run("npm", ["pack", "--pack-destination", outDir, "--loglevel=error"], packageDir))
       .trim().split("\n").at(-1)!;

@@ -74,6 +74,17 @@ class InstalledPackage(unittest.TestCase):
         self.assertIn("site-packages", lockd.__file__)
         self.assertNotIn(str(REPO), str(Path(lockd.__file__).resolve()))
 
+    @unittest.skipUnless(os.environ.get("LOCKD_EXPECT_INSTALLED"), "only when CI installed the package")
+    def test_the_installed_distribution_is_apache_2_0_and_ships_the_license(self) -> None:
+        from importlib import metadata
+
+        dist = metadata.distribution("lockd-client")
+        self.assertEqual(dist.metadata["License"], "Apache-2.0")
+        self.assertIn("License :: OSI Approved :: Apache Software License", dist.metadata.get_all("Classifier"))
+        shipped = [f for f in dist.files or [] if f.name == "LICENSE"]
+        self.assertEqual(len(shipped), 1, dist.files)
+        self.assertEqual(shipped[0].read_text(), (REPO / "LICENSE").read_text())
+
 
 if __name__ == "__main__":
     unittest.main()
