@@ -6,14 +6,34 @@ import { loadClientTls } from "../security/tls.ts";
 import { type ProcessGroup, spawnInGroup } from "./process_group.ts";
 import { FlagError, type FlagSpec, formatFlagHelp, parseFlags } from "./flags.ts";
 
+/**
+ * `lockd run`'s own exit statuses, one row each, from sysexits.h where one fits (2 for a usage
+ * error, as every lockd command). Otherwise it exits with the command's status (128 + the signal
+ * number when a signal ended it). The usage lists these rows; README.md and docs/operations.md
+ * list them too (tests/cli/docs_test.ts compares), and tests/cli/exit_codes_test.ts produces each.
+ */
+export const RUN_EXIT = {
+  /** The server cannot be reached, or it refused the request for a reason no other row names. */
+  unreachable: { status: 1, when: "the server cannot be reached (or refused for another reason)" },
+  usage: { status: 2, when: "a usage error (a bad flag or value, -cert without -key)" },
+  /** EX_DATAERR: the lock name is refused (INVALID_ARGUMENT); asking again cannot help. */
+  badName: { status: 65, when: "the server refused the lock name (INVALID_ARGUMENT)" },
+  /** EX_UNAVAILABLE. */
+  lockLost: { status: 69, when: "the lock was lost while the command ran" },
+  /** EX_TEMPFAIL: try again later. */
+  waitTimeout: { status: 75, when: "-wait ran out before the lock was granted" },
+  /** EX_NOPERM: the ACL does not give this client the lock. */
+  denied: { status: 77, when: "the ACL denied the lock (ACL_DENIED)" },
+  /** EX_CONFIG: a -ca, -cert or -key file cannot be read or does not fit. */
+  tlsFiles: { status: 78, when: "a -ca, -cert or -key file cannot be read or used" },
+  /** As a shell says for a command it cannot start. */
+  cannotRun: { status: 127, when: "CMD cannot be started" },
+} as const;
+
 /** Exit status when `-wait` ran out before the lock was granted (EX_TEMPFAIL: try again later). */
-export const EXIT_WAIT_TIMEOUT = 75;
+export const EXIT_WAIT_TIMEOUT = RUN_EXIT.waitTimeout.status;
 /** Exit status when the lock was lost while the command ran (EX_UNAVAILABLE). */
-export const EXIT_LOCK_LOST = 69;
-/** Exit status for usage errors. */
-const EXIT_USAGE = 2;
-/** Exit status when the server cannot be reached or refuses the request. */
-const EXIT_ERROR = 1;
+export const EXIT_LOCK_LOST = RUN_EXIT.lockLost.status;
 
 export const RUN_FLAGS: readonly FlagSpec[] = [
   {
@@ -53,7 +73,13 @@ started in its group have exited, and exits with CMD's status. If the lock is
 lost (expired, force-released, session closed, or the lease could not be
 confirmed in time), the whole group gets SIGTERM, then SIGKILL after
 -kill-grace; once no process of the group is left, lockd run says why and exits
-${EXIT_LOCK_LOST}. If -wait runs out it exits ${EXIT_WAIT_TIMEOUT}; ${EXIT_ERROR} when the server cannot be reached.
+${EXIT_LOCK_LOST}.
+
+Exit statuses: CMD's own (128 + the signal number when a signal ended it), or
+${
+  Object.values(RUN_EXIT).map(({ status, when }) => `  ${String(status).padStart(3)}  ${when}`)
+    .join("\n")
+}
 
 Flags:
 ${formatFlagHelp(RUN_FLAGS)}`;
@@ -88,7 +114,7 @@ export async function runCommand(
     if (error instanceof FlagError) {
       io.stderr(`lockd run: ${error.message}`);
       io.stderr(RUN_USAGE);
-      return EXIT_USAGE;
+      return RUN_EXIT.usage.status;
     }
     throw error;
   }
@@ -97,19 +123,25 @@ export async function runCommand(
   if (addrs.length === 0) {
     io.stderr("lockd run: -addr needs at least one host:port");
     io.stderr(RUN_USAGE);
-    return EXIT_USAGE;
+    return RUN_EXIT.usage.status;
   }
   const leaseMs = (values.get("lease") as number | undefined) ?? 0;
   const waitMs = values.get("wait") as number | undefined;
   const killGraceMs = (values.get("kill-grace") as number | undefined) ?? KILL_GRACE_MS_DEFAULT;
 
-  let client: Client;
+  let tls;
   try {
-    const tls = await loadClientTls({
+    tls = await loadClientTls({
       ca: values.get("ca") as string | undefined,
       cert: values.get("cert") as string | undefined,
       key: values.get("key") as string | undefined,
     });
+  } catch (error) {
+    io.stderr(`lockd run: ${(error as Error).message}`);
+    return RUN_EXIT.tlsFiles.status;
+  }
+  let client: Client;
+  try {
     client = await connect({
       ...(addrs.length === 1 ? { addr: addrs[0] } : { addrs }),
       tls,
@@ -117,7 +149,7 @@ export async function runCommand(
     });
   } catch (error) {
     io.stderr(`lockd run: ${(error as Error).message}`);
-    return EXIT_ERROR;
+    return RUN_EXIT.unreachable.status;
   }
   try {
     let lock: Lock;
@@ -128,8 +160,8 @@ export async function runCommand(
         io.stderr(`lockd run: cannot acquire lock "${name}": wait timed out after ${waitMs} ms`);
         return EXIT_WAIT_TIMEOUT;
       }
-      io.stderr(`lockd run: ${(error as Error).message}`);
-      return EXIT_ERROR;
+      io.stderr(`lockd run: ${acquireFailureText(name, error)}`);
+      return acquireFailureStatus(error);
     }
     return await runHolding(lock, command, killGraceMs, io);
   } finally {
@@ -166,7 +198,7 @@ async function runHolding(
   } catch (error) {
     await lock.release();
     io.stderr(`lockd run: cannot run "${command[0]}": ${(error as Error).message}`);
-    return 127;
+    return RUN_EXIT.cannotRun.status;
   }
   let killTimer: ReturnType<typeof setTimeout> | undefined;
   let killed = false;
@@ -203,6 +235,29 @@ async function runHolding(
     for (const [signal, handler] of forwarded) Deno.removeSignalListener(signal, handler);
     await lock.release().catch(() => {});
   }
+}
+
+/** The exit status of an ACQUIRE the server refused (WAIT_TIMEOUT aside). */
+function acquireFailureStatus(error: unknown): number {
+  if (!(error instanceof LockdError)) return RUN_EXIT.unreachable.status;
+  switch (error.code) {
+    case WIRE_CODES.ACL_DENIED.code:
+      return RUN_EXIT.denied.status;
+    case WIRE_CODES.INVALID_ARGUMENT.code:
+      return RUN_EXIT.badName.status;
+    default:
+      return RUN_EXIT.unreachable.status;
+  }
+}
+
+/** The line for a refused ACQUIRE: the server's message and the wire code's name. */
+function acquireFailureText(name: string, error: unknown): string {
+  if (!(error instanceof LockdError)) return (error as Error).message;
+  const quoted = JSON.stringify(name);
+  const message = error.message.includes(quoted)
+    ? error.message
+    : `Cannot acquire lock ${quoted}: ${error.message}`;
+  return `${message} (${error.codeName})`;
 }
 
 function signalNumber(signal: Deno.Signal): number {

@@ -7,6 +7,8 @@
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { connect } from "../../mod.ts";
+import { RUN_EXIT } from "../../src/cli/run.ts";
+import { writeAcl } from "../helpers/acl_file.ts";
 import { startTestServer } from "../helpers/start_server.ts";
 
 const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
@@ -257,3 +259,86 @@ Deno.test("exit codes: lockd run is the command's status, 1, 2, 69 or 75", async
   assert.equal(release.status, 200);
   assert.equal((await running).code, 69);
 });
+
+Deno.test("exit codes: lockd run is 77 for an ACL denial and 65 for a refused lock name, never 1", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "lockd-run-exit-" });
+  try {
+    // Without a client certificate the identity is "": it may take public/* only.
+    const acl = await writeAcl(dir, 'allow "" public/*\n');
+    await using t = await startTestServer({ aclFile: acl });
+    const allowed = await lockd(["run", "public/x", "-addr", t.addr, "--", "true"]);
+    assert.equal(allowed.code, 0, allowed.stderr);
+
+    const denied = await lockd(["run", "private/x", "-addr", t.addr, "--", "true"]);
+    assert.equal(denied.code, RUN_EXIT.denied.status, denied.stderr);
+    assert.equal(denied.code, 77);
+    assert.match(denied.stderr, /^lockd run: .*"private\/x".* \(ACL_DENIED\)\n$/);
+
+    await using open = await startTestServer();
+    for (const name of ["..", "e\u0301"]) {
+      const refused = await lockd(["run", name, "-addr", open.addr, "--", "true"]);
+      assert.equal(refused.code, RUN_EXIT.badName.status, refused.stderr);
+      assert.equal(refused.code, 65);
+      assert.match(refused.stderr, /^lockd run: .*lock name .* \(INVALID_ARGUMENT\)\n$/);
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("exit codes: lockd run is 78 when a TLS file cannot be used, 127 when the command cannot be started", async () => {
+  await using t = await startTestServer();
+  const dir = await Deno.makeTempDir({ prefix: "lockd-run-exit-" });
+  try {
+    const missing = await lockd([
+      "run",
+      "x",
+      "-addr",
+      t.addr,
+      "-ca",
+      `${dir}/no-ca.pem`,
+      "--",
+      "true",
+    ]);
+    assert.equal(missing.code, RUN_EXIT.tlsFiles.status, missing.stderr);
+    assert.equal(missing.code, 78);
+    assert.match(missing.stderr, /^lockd run: Cannot read -ca file ".*no-ca\.pem"/);
+    await Deno.writeTextFile(`${dir}/junk.pem`, "not a certificate\n");
+    const junk = await lockd(["run", "x", "-addr", t.addr, "-ca", `${dir}/junk.pem`, "--", "true"]);
+    assert.equal(junk.code, 78, junk.stderr);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+  const cannotRun = await lockd(["run", "x", "-addr", t.addr, "--", "/nonexistent/command"]);
+  assert.equal(cannotRun.code, RUN_EXIT.cannotRun.status, cannotRun.stderr);
+  assert.equal(cannotRun.code, 127);
+  assert.match(cannotRun.stderr, /^lockd run: cannot run "\/nonexistent\/command"/);
+});
+
+Deno.test("exit codes: the usage of lockd run, README.md and docs/operations.md list lockd run's statuses, one row each", async () => {
+  const rows = Object.values(RUN_EXIT);
+  assert.equal(new Set(rows.map((r) => r.status)).size, rows.length, "one status per row");
+  const usage = await lockd(["run", "-h"]);
+  for (const { status, when } of rows) {
+    assert.match(usage.stdout, new RegExp(`^ +${status}  ${escape(when)}$`, "m"));
+  }
+  const readme = await Deno.readTextFile(new URL("../../README.md", import.meta.url));
+  const readmeRun = tableRows(readme, 4).filter((cells) => cells[3] !== "").map((c) => c[0]);
+  assert.deepEqual(readmeRun, ["0", ...rows.map((r) => String(r.status))]);
+  const operations = await Deno.readTextFile(
+    new URL("../../docs/operations.md", import.meta.url),
+  );
+  const start = operations.indexOf("## Running a command under a lock");
+  const section = operations.slice(start, operations.indexOf("\n## ", start + 1));
+  assert.deepEqual(tableRows(section, 2).map((c) => c[0]), rows.map((r) => String(r.status)));
+});
+
+/** The rows of the Markdown tables with `columns` columns whose first cell is a number. */
+function tableRows(markdown: string, columns: number): string[][] {
+  return markdown.split("\n").map((line) => line.split("|").slice(1, -1).map((c) => c.trim()))
+    .filter((cells) => cells.length === columns && /^\d+$/.test(cells[0]));
+}
+
+function escape(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+}
