@@ -5,7 +5,7 @@
  * lockd admin [-admin ADDR] [-token-file F] [-json] info
  * lockd admin ... locks [-match GLOB] [-watch [-interval D]]
  * lockd admin ... show NAME [-watch [-interval D]]
- * lockd admin ... release NAME
+ * lockd admin ... release NAME [-token T]
  * lockd admin ... kick NAME REMOTE_ADDR
  * ```
  *
@@ -15,6 +15,10 @@
  * (one request at a time, never two at once) and redraw the screen like
  * `watch` on a terminal, or print the view again each time it changes, like
  * `kubectl get -w`, when the output is a pipe; Ctrl-C ends it (exit 0).
+ *
+ * A cluster standby answers lock views and actions with 307 to the leader's admin API. It is
+ * followed only to an address of the `-admin` list: the bearer token never goes to a host the
+ * operator did not name (a redirect elsewhere is refused, naming its target).
  *
  * @module
  */
@@ -44,6 +48,11 @@ const FLAGS: readonly FlagSpec[] = [
   { name: "json", kind: "bool", help: "print the raw JSON of the admin API" },
   { name: "match", kind: "string", help: "locks: only names matching this glob" },
   {
+    name: "token",
+    kind: "string",
+    help: "release: only while the holder's fencing token is this one (409 if the holder changed)",
+  },
+  {
     name: "watch",
     kind: "bool",
     help: "locks, show: ask again every -interval and redraw (Ctrl-C stops)",
@@ -61,7 +70,8 @@ export const ADMIN_USAGE = `Usage:
   lockd admin [flags] locks [-match GLOB]     locks with an owner or waiters
   lockd admin [flags] show NAME               one lock: holder and waiters (FIFO)
   lockd admin [flags] locks|show ... -watch   the same, redrawn as locks change
-  lockd admin [flags] release NAME            force-release: disconnect the holder
+  lockd admin [flags] release NAME [-token T] force-release: disconnect the holder
+                                              (with -token: only the holder of token T)
   lockd admin [flags] kick NAME REMOTE_ADDR   remove one waiter (REMOTE_ADDR as shown)
 
 Flags (before or after the subcommand):
@@ -153,6 +163,13 @@ export async function adminCommand(
   if (match !== undefined && subcommand !== "locks") {
     return usageError("-match only applies to the locks subcommand");
   }
+  const fencingToken = values.get("token") as string | undefined;
+  if (fencingToken !== undefined && subcommand !== "release") {
+    return usageError("-token only applies to the release subcommand");
+  }
+  if (fencingToken !== undefined && !/^[1-9][0-9]{0,19}$/.test(fencingToken)) {
+    return usageError(`-token must be a fencing token (a positive integer), got "${fencingToken}"`);
+  }
   const json = values.get("json") === true;
   const watch = values.get("watch") === true;
   const intervalMs = (values.get("interval") as number | undefined) ?? WATCH_INTERVAL_MS_DEFAULT;
@@ -211,7 +228,10 @@ export async function adminCommand(
       break;
     case "release":
       method = "POST";
-      path = `${lockPath(operands[0])}/release`;
+      // The precondition: the server answers 409 when the holder is not the one of this token.
+      path = `${lockPath(operands[0])}/release${
+        fencingToken === undefined ? "" : `?token=${fencingToken}`
+      }`;
       break;
     default: // kick
       method = "DELETE";
@@ -222,17 +242,21 @@ export async function adminCommand(
   /**
    * One address after the other (the one that answered last first). A cluster standby answers
    * lock views and actions with 307 to the leader's admin API: followed here, not by fetch, so
-   * the token goes along (fetch drops Authorization on a redirect to another origin). A node
-   * that cannot be reached, or says it is not the leader (503), hands over to the next address.
+   * the token goes along (fetch drops Authorization on a redirect to another origin), but only
+   * to an address of the -admin list (`listed`): a redirect elsewhere is refused, and the token
+   * never leaves the hosts the operator named. A node that cannot be reached, or says it is not
+   * the leader (503), hands over to the next address.
    */
+  const listed = new Set(baseUrls.map((base) => new URL(base).origin));
   let current = 0;
   const request = async (): Promise<Reply> => {
     let reply: Reply | null = null;
     for (let i = 0; i < baseUrls.length; i++) {
       const index = (current + i) % baseUrls.length;
       reply = await requestOne(baseUrls[index] + path, adminAddrs[index]);
-      const tryNext = "failure" in reply ||
-        (reply.status === 503 && /not-leader/.test(reply.body));
+      const tryNext = "failure" in reply
+        ? reply.final !== true
+        : reply.status === 503 && /not-leader/.test(reply.body);
       if (!tryNext) {
         current = index;
         return reply;
@@ -255,11 +279,11 @@ export async function adminCommand(
       if (response.status === 307 && location !== null && redirects < 2) {
         await response.body?.cancel();
         clearTimeout(timer);
-        return await requestOne(
-          new URL(location, url).href,
-          new URL(location, url).host,
-          redirects + 1,
-        );
+        const target = URL.canParse(location, url) ? new URL(location, url) : null;
+        if (target === null || !listed.has(target.origin)) {
+          return { failure: refusedRedirectText(addr, location, target, adminAddrs), final: true };
+        }
+        return await requestOne(target.href, target.host, redirects + 1);
       }
       return {
         status: response.status,
@@ -372,10 +396,30 @@ function problemOf(contentType: string, body: string): unknown {
   }
 }
 
-/** One answer of the admin API, or why there was none. */
+/**
+ * One answer of the admin API, or why there was none; a `final` failure is not handed over to
+ * the next address.
+ */
 type Reply =
   | { status: number; statusText: string; contentType: string; body: string }
-  | { failure: string };
+  | { failure: string; final?: boolean };
+
+/** Why a 307 was not followed: its target is not an address of -admin (or not a URL at all). */
+function refusedRedirectText(
+  from: string,
+  location: string,
+  target: URL | null,
+  adminAddrs: readonly string[],
+): string {
+  const shown = JSON.stringify(location.slice(0, 200));
+  if (target === null) {
+    return `the admin API at ${from} redirected (307) to ${shown}, which is not a URL; not followed`;
+  }
+  const where = target.protocol === "http:" ? target.host : target.origin;
+  return `the admin API at ${from} redirected (307) to ${where} (${shown}), which is not in ` +
+    `-admin: not followed, so the admin token is not sent there. If ${where} is the admin ` +
+    `API of a node of your cluster, add it: -admin ${[...adminAddrs, where].join(",")}`;
+}
 
 /**
  * A watched document without `held_for_ms` and `waiting_for_ms`: they grow with every request,
