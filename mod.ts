@@ -41,5 +41,6 @@ export {
   LockLostError,
   type LostReason,
 } from "./src/client/errors.ts";
+export { type ForeignProtocol, WrongProtocolError } from "./src/client/wrong_protocol.ts";
 export { WIRE_CODES, type WireCodeInfo, type WireCodeName } from "./src/protocol/codes.ts";
 export type { Clock, Scheduler, Timer } from "./src/clock.ts";

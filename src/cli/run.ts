@@ -1,4 +1,5 @@
-import { KILL_GRACE_MS_DEFAULT } from "../limits.ts";
+import { type Scheduler, systemScheduler, type Timer } from "../clock.ts";
+import { KILL_GRACE_MS_DEFAULT, RUN_PROGRESS_INTERVAL_MS } from "../limits.ts";
 import { type Client, connect, type Lock } from "../client/client.ts";
 import { LockdError, LockLostError } from "../client/errors.ts";
 import { WIRE_CODES } from "../protocol/codes.ts";
@@ -86,6 +87,8 @@ ${formatFlagHelp(RUN_FLAGS)}`;
 
 export interface RunIo {
   stderr: (line: string) => void;
+  /** The client's clock and timers, and the progress lines' (tests pass a manual one). */
+  scheduler?: Scheduler;
 }
 
 /** `lockd run`: returns the exit status. */
@@ -140,12 +143,19 @@ export async function runCommand(
     io.stderr(`lockd run: ${(error as Error).message}`);
     return RUN_EXIT.tlsFiles.status;
   }
+  const scheduler = io.scheduler ?? systemScheduler;
+  const reconnects: Reconnects = { attempt: 0, lastError: null };
   let client: Client;
   try {
     client = await connect({
       ...(addrs.length === 1 ? { addr: addrs[0] } : { addrs }),
       tls,
       clientName: `lockd-run/${name}`,
+      scheduler,
+      onReconnectFailed: (attempt, error) => {
+        reconnects.attempt = attempt;
+        reconnects.lastError = error;
+      },
     });
   } catch (error) {
     io.stderr(`lockd run: ${(error as Error).message}`);
@@ -153,6 +163,7 @@ export async function runCommand(
   }
   try {
     let lock: Lock;
+    const progress = reportWhileUnanswered(client, name, addrs, reconnects, scheduler, io);
     try {
       lock = await client.acquire(name, { leaseMs, waitMs });
     } catch (error) {
@@ -162,6 +173,8 @@ export async function runCommand(
       }
       io.stderr(`lockd run: ${acquireFailureText(name, error)}`);
       return acquireFailureStatus(error);
+    } finally {
+      progress.cancel();
     }
     return await runHolding(lock, command, killGraceMs, io);
   } finally {
@@ -235,6 +248,40 @@ async function runHolding(
     for (const [signal, handler] of forwarded) Deno.removeSignalListener(signal, handler);
     await lock.release().catch(() => {});
   }
+}
+
+/** The client's failed reconnect attempts since its last WELCOME. */
+interface Reconnects {
+  attempt: number;
+  lastError: Error | null;
+}
+
+/**
+ * While the lock is waited for: every RUN_PROGRESS_INTERVAL_MS in which the client has no
+ * connection (no node answers: it reconnects with back-off), one line saying what it tries, so
+ * a `lockd run` that waits is never mistaken for a frozen one.
+ */
+function reportWhileUnanswered(
+  client: Client,
+  name: string,
+  addrs: readonly string[],
+  reconnects: Reconnects,
+  scheduler: Scheduler,
+  io: RunIo,
+): Timer {
+  let timer: Timer;
+  const tick = () => {
+    if (client.sessionId === 0 && reconnects.lastError !== null) {
+      io.stderr(
+        `lockd run: still waiting for lock ${JSON.stringify(name)}: no lockd node answers; ` +
+          `trying ${addrs.join(", ")} (attempt ${reconnects.attempt}; last error: ` +
+          `${reconnects.lastError.message})`,
+      );
+    }
+    timer = scheduler.setTimer(tick, RUN_PROGRESS_INTERVAL_MS);
+  };
+  timer = scheduler.setTimer(tick, RUN_PROGRESS_INTERVAL_MS);
+  return { cancel: () => timer.cancel() };
 }
 
 /** The exit status of an ACQUIRE the server refused (WAIT_TIMEOUT aside). */

@@ -53,6 +53,13 @@ export interface ConnectOptions {
    */
   connectTimeoutMs?: number;
   /**
+   * Called after each failed reconnect attempt with its number since the last WELCOME (1, 2, ...)
+   * and its error; not for the first connection (`connect()` rejects with that failure). A
+   * program can say what it is trying while no node answers (`lockd run` does, every 10 s).
+   * An exception it throws is ignored.
+   */
+  onReconnectFailed?: (attempt: number, error: Error) => void;
+  /**
    * Aborting it stops the client: a `connect()` in progress rejects with the signal's reason,
    * a connected client closes as with `close()`, and no reconnect is attempted any more.
    */
@@ -151,6 +158,7 @@ export async function connectWith(
     scheduler,
     dial,
     random: internals.random ?? Math.random,
+    onReconnectFailed: options.onReconnectFailed,
   };
   const { connection, addr } = await openAny(settings, null, options.signal);
   return new LockdClient(settings, connection, addr);
@@ -275,6 +283,7 @@ interface Settings {
   readonly scheduler: Scheduler;
   readonly dial: Dial;
   readonly random: () => number;
+  readonly onReconnectFailed?: (attempt: number, error: Error) => void;
 }
 
 /**
@@ -548,8 +557,14 @@ class LockdClient implements Client {
       connection = opened.connection;
       this.#preferred = opened.addr;
       this.#avoid = null;
-    } catch {
-      if (!this.#closed) this.#scheduleReconnect();
+    } catch (error) {
+      if (this.#closed) return;
+      try {
+        this.#settings.onReconnectFailed?.(this.#reconnectAttempt, error as Error);
+      } catch {
+        // The application's callback: its failure must not stop the reconnects.
+      }
+      this.#scheduleReconnect();
       return;
     }
     if (this.#closed) {

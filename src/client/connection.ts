@@ -20,6 +20,7 @@ import {
 } from "../protocol/messages.ts";
 import { ConnectionError, LockdError } from "./errors.ts";
 import type { ClientSocket, ClientTlsOptions, Dial } from "./transport.ts";
+import { wrongProtocolError } from "./wrong_protocol.ts";
 
 export type { ClientTlsOptions } from "./transport.ts";
 
@@ -59,7 +60,7 @@ export class Connection {
   #closingError: ErrorMessage | null = null;
   #onHandshake: ((error: Error | null) => void) | null = null;
   readonly #socketClosed: Promise<void>;
-  /** Whether this connection speaks TLS, and where it dials: for the wrong-protocol messages. */
+  /** Whether this connection speaks TLS, and where it dials: for wrong_protocol.ts's messages. */
   #tls = false;
   #addr = "";
   #firstBytesSeen = false;
@@ -199,18 +200,13 @@ export class Connection {
 
   #onData(bytes: Uint8Array): void {
     if (this.#state === "closed") return;
-    if (this.#state === "handshaking" && !this.#firstBytesSeen) {
+    if (this.#state === "handshaking" && !this.#firstBytesSeen && bytes.length > 0) {
       this.#firstBytesSeen = true;
-      // A TLS server answers a plaintext HELLO with a TLS alert (0x15 0x03 ...), which would
-      // read as a frame of 352,518,912 bytes. A lockd frame starts with 0x00 (lengths < 16 MiB).
-      if (!this.#tls && (bytes[0] === 0x15 || bytes[0] === 0x16) && bytes[1] === 0x03) {
-        this.#onHandshake?.(
-          new ConnectionError(
-            `Cannot connect to lockd at ${this.#addr}: the server expects TLS (it answered ` +
-              `with a TLS record); connect with TLS: tls: { ca } in connect(), -ca FILE for ` +
-              `lockd run`,
-          ),
-        );
+      // Another protocol on that port (a TLS record, an HTTP answer) is said at once: it would
+      // read as a frame of gigabytes, or leave the handshake waiting for its timeout.
+      const wrong = wrongProtocolError(this.#addr, bytes, this.#tls);
+      if (wrong !== null) {
+        this.#onHandshake?.(wrong);
         return;
       }
     }

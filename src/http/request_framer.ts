@@ -41,6 +41,11 @@ const CR = 0x0d;
 const LF = 0x0a;
 const REQUEST_LINE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ [\x21-\x7e]+ HTTP\/1\.([01])$/;
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+/** The bytes a token (a method, a header name) is made of, by value (RFC 9110 §5.6.2). */
+const TOKEN_BYTE: readonly boolean[] = Array.from(
+  { length: 256 },
+  (_, byte) => byte < 0x80 && /^[!#$%&'*+.^_`|~0-9A-Za-z-]$/.test(String.fromCharCode(byte)),
+);
 const encoder = new TextEncoder();
 
 type State =
@@ -104,6 +109,20 @@ export class RequestFramer {
       if (this.#headLength === 0) {
         while (offset < chunk.length && (chunk[offset] === CR || chunk[offset] === LF)) offset++;
         if (offset === chunk.length) break;
+        // A request line starts with a method token: any other first byte is refused at once,
+        // not after the header timeout. A lockd frame starts with 0x00 (its length prefix): a
+        // lock client given this port instead of -listen is told so in its first round trip.
+        if (!TOKEN_BYTE[chunk[offset]]) {
+          steps.push(this.#fail(
+            "bad-request",
+            chunk[offset] === 0x00
+              ? "This is an HTTP listener of lockd (the admin API or the ops listener), and the " +
+                "bytes sent are a lockd protocol frame: lock clients (lockd run -addr, " +
+                "connect()) take the address of -listen"
+              : "The request line is not METHOD TARGET HTTP/1.x (only HTTP/1.0 and 1.1 are served)",
+          ));
+          break;
+        }
       }
       const room = this.#options.headBytesMax - this.#headLength;
       const take = Math.min(room, chunk.length - offset);

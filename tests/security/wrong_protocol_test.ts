@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import * as tls from "node:tls";
-import { connect, ConnectionError, LockdError } from "../../mod.ts";
+import { connect, ConnectionError, LockdError, WrongProtocolError } from "../../mod.ts";
 import { parseHostPort } from "../../src/host_port.ts";
 import { certPem, clientTls, keyPem, serverTlsConfig } from "../fixtures/tls/certs.ts";
 import { captureDiagnosticLog } from "../log/capture.ts";
@@ -74,4 +74,100 @@ Deno.test("wrong protocol: a TLS client on the plain listener reports that the s
     .then(() => null, (e) => e);
   assert.ok(error instanceof ConnectionError, `got ${error}`);
   assert.match(error.message, /the server does not speak TLS/);
+});
+
+const MAIN = new URL("../../main.ts", import.meta.url).pathname;
+
+/** Connects once and returns the error, and how long it took to come. */
+async function connectError(addr: string): Promise<{ error: unknown; tookMs: number }> {
+  const startedMs = performance.now();
+  const error = await connect({ addr, reconnect: false, connectTimeoutMs: 5_000 })
+    .then(async (client) => {
+      await client.close();
+      return null;
+    }, (e) => e);
+  return { error, tookMs: performance.now() - startedMs };
+}
+
+Deno.test("wrong protocol: a client given lockd's ops or admin port is told at once that it answered HTTP, and which flag it wants", async () => {
+  await using t = await startTestServer({ adminListen: "127.0.0.1:0", opsListen: "127.0.0.1:0" });
+  for (const addr of [t.server.opsAddr!, t.server.adminAddr!]) {
+    const { error, tookMs } = await connectError(addr);
+    assert.ok(error instanceof WrongProtocolError, `${addr}: got ${error}`);
+    assert.ok(error instanceof ConnectionError, "a ConnectionError, as before");
+    assert.equal(error.protocol, "http");
+    assert.equal(error.addr, addr);
+    assert.equal(
+      error.message,
+      `Cannot connect to lockd at ${addr}: it answered with HTTP ("HTTP/1.1 400 Bad request"), ` +
+        `not the lockd protocol: is it lockd's -ops-listen or -admin-listen port? A lock client ` +
+        `(lockd run -addr, connect()) takes the address of lockd serve's -listen (default port ` +
+        `7400)`,
+    );
+    assert.ok(tookMs < 1_000, `${addr}: told after ${tookMs.toFixed(0)} ms (the timeout is 5 s)`);
+  }
+});
+
+Deno.test("wrong protocol: any HTTP server, and a server that answers other bytes, are told apart at once", async () => {
+  const web = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen: () => {} },
+    () => new Response("hello"),
+  );
+  const junk = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const answering = (async () => {
+    for await (const conn of junk) {
+      await conn.write(new Uint8Array([0xff, 0xfe, 0x41, 0x42, 0x43])).catch(() => {});
+      conn.close();
+    }
+  })();
+  try {
+    const http = await connectError(`127.0.0.1:${web.addr.port}`);
+    assert.ok(http.error instanceof WrongProtocolError, `got ${http.error}`);
+    assert.equal(http.error.protocol, "http");
+    assert.match(http.error.message, /it answered with HTTP \("HTTP\/1\.1 400 Bad Request"\)/);
+    assert.ok(http.tookMs < 1_000, `told after ${http.tookMs.toFixed(0)} ms`);
+
+    const other = await connectError(`127.0.0.1:${junk.addr.port}`);
+    assert.ok(other.error instanceof WrongProtocolError, `got ${other.error}`);
+    assert.equal(other.error.protocol, "unknown");
+    assert.match(other.error.message, /not a lockd frame \(first bytes ff fe 41 42\)/);
+  } finally {
+    await web.shutdown();
+    junk.close();
+    await answering.catch(() => {});
+  }
+});
+
+Deno.test("wrong protocol: lockd run -addr at the ops port exits 1 within a second, saying which address it takes", async () => {
+  await using t = await startTestServer({ opsListen: "127.0.0.1:0" });
+  const startedMs = performance.now();
+  const output = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "--allow-net",
+      "--allow-read",
+      "--allow-run",
+      MAIN,
+      "run",
+      "x",
+      "-addr",
+      t.server.opsAddr!,
+      "--",
+      "true",
+    ],
+    env: { NO_COLOR: "1" },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const tookMs = performance.now() - startedMs;
+  const stderr = new TextDecoder().decode(output.stderr);
+  assert.equal(output.code, 1, stderr);
+  assert.match(
+    stderr,
+    /^lockd run: Cannot connect to lockd at .*: it answered with HTTP .* is it lockd's -ops-listen or -admin-listen port\? .*-listen/,
+  );
+  assert.doesNotMatch(stderr, /no WELCOME/);
+  // Deno's start-up included; the old answer came after the 5 s connect timeout.
+  assert.ok(tookMs < 4_000, `exited after ${tookMs.toFixed(0)} ms`);
 });
