@@ -28,11 +28,18 @@ export interface SnapshotJson {
   hold_seconds_count: number;
   locks_held: number;
   waiters: number;
+  /**
+   * How long the longest-waiting current waiter has waited (ms, monotonic), 0 when nobody waits:
+   * the wait averages count finished waits only, so a waiter queued for minutes shows here.
+   */
+  oldest_waiter_ms: number;
   sessions: number;
 }
 
 export interface StatsHistoryOptions {
   readonly stats: Readonly<EngineStats>;
+  /** When the longest-waiting current waiter was queued (monotonic ms), null when none waits. */
+  readonly oldestQueuedAtMs: () => number | null;
   readonly scheduler: Scheduler;
   /** Monotonic reading at the server's start (uptime_ms counts from it). */
   readonly startedAtMs: number;
@@ -77,9 +84,11 @@ export class StatsHistory {
   #take(): void {
     if (this.#stopped) return;
     const { stats, scheduler, startedAtMs, intervalMs, snapshotsMax } = this.#options;
+    const nowMs = scheduler.monotonicMs();
+    const oldestQueuedAtMs = this.#options.oldestQueuedAtMs();
     const snapshot: SnapshotJson = {
       at: rfc3339(scheduler.wallMs()),
-      uptime_ms: Math.round(scheduler.monotonicMs() - startedAtMs),
+      uptime_ms: Math.round(nowMs - startedAtMs),
       acquires_total: stats.acquiresTotal,
       handoffs_total: stats.handoffsTotal,
       wait_seconds_sum: stats.waitSecondsSum,
@@ -88,6 +97,9 @@ export class StatsHistory {
       hold_seconds_count: stats.holdSecondsCount,
       locks_held: stats.locksHeld,
       waiters: stats.waiters,
+      oldest_waiter_ms: oldestQueuedAtMs === null
+        ? 0
+        : Math.max(0, Math.round(nowMs - oldestQueuedAtMs)),
       sessions: stats.sessionsOpen,
     };
     this.#ring[this.#next] = snapshot;

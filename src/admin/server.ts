@@ -71,6 +71,7 @@ export function startAdminServer(options: AdminServerOptions): HttpListener {
   });
   const history = new StatsHistory({
     stats: engine.stats,
+    oldestQueuedAtMs: () => engine.oldestQueuedAtMs(),
     scheduler,
     startedAtMs: server.startedAtMonoMs,
     intervalMs: ADMIN_HISTORY_INTERVAL_MS,

@@ -107,6 +107,7 @@ export type LockEngineView = Pick<
   | "getLock"
   | "holderOf"
   | "queueLengthOf"
+  | "oldestQueuedAtMs"
   | "findWaiter"
   | "lockCount"
   | "pageLocks"
@@ -512,6 +513,21 @@ export class LockEngine {
   /** How many claims wait for a lock (0 when idle or unknown). */
   queueLengthOf(name: string): number {
     return this.#locks.get(name)?.queueLength ?? 0;
+  }
+
+  /**
+   * When the longest-waiting current waiter was queued (monotonic ms), or null when nobody
+   * waits. A queue's head is its oldest claim, so this is one pass over the stored locks, and
+   * none while nobody waits (the console's history asks once a second).
+   */
+  oldestQueuedAtMs(): number | null {
+    if (this.stats.waiters === 0) return null;
+    let oldestMs = Infinity;
+    for (const lock of this.#locks.values()) {
+      const head = lock.head;
+      if (head !== null && head.queuedAtMs < oldestMs) oldestMs = head.queuedAtMs;
+    }
+    return oldestMs === Infinity ? null : oldestMs;
   }
 
   /** The waiter with exactly this remote address in a lock's queue, in O(1). */

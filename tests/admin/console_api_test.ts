@@ -161,6 +161,7 @@ Deno.test("GET /api/history keeps one snapshot of the counters per second for 15
     hold_seconds_count: 0,
     locks_held: 0,
     waiters: 0,
+    oldest_waiter_ms: 0,
     sessions: 0,
   }]);
 
@@ -188,6 +189,37 @@ Deno.test("GET /api/history keeps one snapshot of the counters per second for 15
   assert.equal(full.length, ADMIN_HISTORY_SNAPSHOTS_MAX);
   assert.equal(full[full.length - 1].uptime_ms, (ADMIN_HISTORY_SNAPSHOTS_MAX + 2) * 1_000);
   assert.equal(full[0].uptime_ms, 3_000, "the oldest ones are gone");
+});
+
+Deno.test("GET /api/history: each snapshot says how long the longest current waiter has waited, not only finished waits", async () => {
+  await using t = await start();
+  const latest = async () =>
+    ((await http(t.server.adminAddr!, "GET", "/api/history")).json as {
+      snapshots: SnapshotJson[];
+    }).snapshots.at(-1)!;
+  await using a = await connect({ addr: t.addr });
+  await using b = await connect({ addr: t.addr });
+  await using c = await connect({ addr: t.addr });
+  const lock = await a.acquire("h");
+  const other = await a.acquire("other");
+  t.scheduler.advance(1_000);
+  const first = await queue(t, b, "h"); // queued at 1 s
+  t.scheduler.advance(2_000);
+  const second = await queue(t, c, "other"); // queued at 3 s
+  t.scheduler.advance(ADMIN_HISTORY_INTERVAL_MS); // the snapshot at 4 s
+  const during = await latest();
+  assert.deepEqual([during.uptime_ms, during.waiters, during.wait_seconds_count], [4_000, 2, 2]);
+  assert.equal(during.oldest_waiter_ms, 3_000, "the waiter of h, queued for 3 s, still waiting");
+  // The oldest waiter is granted: the next oldest is now the longest waiting.
+  await lock.release();
+  await first.granted;
+  t.scheduler.advance(ADMIN_HISTORY_INTERVAL_MS);
+  assert.equal((await latest()).oldest_waiter_ms, 2_000);
+  await other.release();
+  await second.granted;
+  t.scheduler.advance(ADMIN_HISTORY_INTERVAL_MS);
+  const after = await latest();
+  assert.deepEqual([after.waiters, after.oldest_waiter_ms], [0, 0]);
 });
 
 // ---- GET /api/events ----------------------------------------------------------------

@@ -108,15 +108,27 @@ Deno.test({
     const page = browser.pages()[0] ?? await browser.newPage();
     page.setDefaultTimeout(10_000);
     page.on("pageerror", (error) => problems.push(`page error: ${error.message}`));
+    // Answers the test provokes, which Chromium reports on the console: the requests without a
+    // token or with the wrong one (401, all along), a refused release (409) and a refused event
+    // stream (503) while those steps run.
+    const expectedStatuses = new Set(["401 (Unauthorized)"]);
     page.on("console", (message) => {
-      // The requests without a token or with the wrong one are 401s: the token test makes them.
-      if (message.type() === "error" && !/status of 401 \(Unauthorized\)/.test(message.text())) {
+      const status = /status of (\d{3} \([^)]*\))/.exec(message.text())?.[1];
+      if (message.type() === "error" && !(status !== undefined && expectedStatuses.has(status))) {
         problems.push(`console error: ${message.text()}`);
       }
     });
     page.on("dialog", (dialog) => {
       problems.push(`a ${dialog.type()} dialog opened: ${dialog.message()}`);
       void dialog.dismiss();
+    });
+    // The force-releases the page sends (path and query): each must carry its precondition.
+    const releases: string[] = [];
+    page.on("request", (request) => {
+      const url = new URL(request.url());
+      if (request.method() === "POST" && url.pathname.endsWith("/release")) {
+        releases.push(url.pathname + url.search);
+      }
     });
 
     // Some traffic for the charts: two clients take turns on one lock (hand-offs).
@@ -148,6 +160,17 @@ Deno.test({
     await tokenDialog.waitFor({ state: "hidden" });
     await page.locator('#connection[data-state="live"]').waitFor();
     assert.equal(await page.evaluate(() => sessionStorage.getItem("lockd-admin-token")), TOKEN);
+
+    // The configuration block reads as labels with the flags, and values people read.
+    const info = page.locator("#info");
+    await info.getByText("Lock listener (-listen)").waitFor();
+    const infoText = await info.innerText();
+    assert.match(infoText, new RegExp(`Lock listener \\(-listen\\)\\s+${server.addr}`));
+    assert.match(infoText, /Audit log \(-audit-log\)\s+\S*audit\.log/);
+    assert.match(infoText, /ACL file \(-acl-file\)\s+none: every client may take every lock/);
+    assert.match(infoText, /I\/O timeout \(-io-timeout\)\s+30\.0s/);
+    assert.match(infoText, /Client certificates \(mutual TLS\)\s+not required/);
+    assert.doesNotMatch(infoText, /io_timeout_ms|ops_listen|acl_file|audit_log|\bmtls\b/);
 
     // 2. A lock appears without reloading, within a second.
     const holderClient = await client("billing-worker/1");
@@ -217,6 +240,8 @@ Deno.test({
     assert.ok(next.token > held.token);
     await holder.getByText("billing-worker/2").waitFor();
     await holder.getByText(String(next.token)).waitFor();
+    // The release carried the holder's token the dialog was opened on: the precondition.
+    assert.deepEqual(releases, [`/api/locks/jobs%2Fnightly/release?token=${held.token}`]);
 
     // 5. Kick a waiter: it is removed, and the standard client rejoins the tail from a new address.
     const row = page.locator('#queue-body tr:has-text("report-runner")');
@@ -234,6 +259,47 @@ Deno.test({
     const rejoined = page.locator('#queue-body tr:has-text("report-runner")');
     await rejoined.waitFor();
     assert.notEqual(await rejoined.getAttribute("data-remote-addr"), kickedAddr);
+
+    // 5b. A dialog opened on one holder never releases the next one: the server answers 409 when
+    //     the holder changed (simulated here: the answer the server gives then), and the page
+    //     says so in a dialog; nothing is released.
+    expectedStatuses.add("409 (Conflict)");
+    await page.route("**/api/locks/*/release*", (route) =>
+      route.fulfill({
+        status: 409,
+        contentType: "application/problem+json",
+        body: JSON.stringify({
+          type: "https://lockd.dev/problems/holder-changed",
+          title: "Holder changed",
+          status: 409,
+          detail: `Lock "jobs/nightly" is held with token ${next.token + 1} now, not ${next.token}`,
+        }),
+      }));
+    await page.getByRole("button", { name: "Force-release…" }).click();
+    await confirm.waitFor();
+    await confirm.getByRole("button", { name: "Force-release" }).click();
+    const notice = page.getByRole("dialog", { name: 'Not released: "jobs/nightly"' });
+    await notice.waitFor();
+    const noticeText = await notice.innerText();
+    assert.match(noticeText, /409 Holder changed/);
+    assert.match(noticeText, new RegExp(`held with token ${next.token + 1} now`));
+    assert.match(
+      noticeText,
+      new RegExp(`opened on the holder .* with fencing token ${next.token}, and the lock is no`),
+    );
+    await page.screenshot({ path: `${shots}/04-release-409.png` });
+    await notice.getByRole("button", { name: "Close" }).click();
+    await notice.waitFor({ state: "hidden" });
+    await page.unroute("**/api/locks/*/release*");
+    expectedStatuses.delete("409 (Conflict)");
+    assert.equal(releases.at(-1), `/api/locks/jobs%2Fnightly/release?token=${next.token}`);
+    assert.equal(next.lost.aborted, false, "nothing was released");
+
+    // 5c. While a waiter waits, the wait chart's headline is the longest current wait, not the
+    //     last finished one.
+    const waitChart = page.locator('[data-chart="wait"]');
+    await waitChart.locator(".note", { hasText: "longest waiting now" }).waitFor();
+    assert.notEqual(await waitChart.locator(".value").textContent(), "–");
 
     // 6. A hostile lock name is text, never markup.
     const hostile = await otherClient.acquire(HOSTILE, { leaseMs: 60_000 });
@@ -266,6 +332,26 @@ Deno.test({
       })(),
     );
     problems.splice(blocked(), 1);
+
+    // 6b. Each lock has a URL: opening it shows that lock (the hostile name round-trips), the
+    //     table's selection moves the URL along, and Back returns to the lock before.
+    const hostileUrl = `http://${server.adminAddr}/#/locks/${encodeURIComponent(HOSTILE)}`;
+    assert.equal(page.url(), hostileUrl, "selecting a lock puts its URL in the address bar");
+    assert.equal(
+      await page.locator("#detail-link").getAttribute("href"),
+      `#/locks/${encodeURIComponent(HOSTILE)}`,
+    );
+    await page.goto("about:blank");
+    await page.goto(hostileUrl); // a fresh load, as from a pasted link (the tab keeps its token)
+    await page.locator("#detail-name", { hasText: HOSTILE }).waitFor();
+    assert.equal(await page.locator("#detail").isVisible(), true);
+    assert.equal(await page.locator("img").count(), 0);
+    await page.getByRole("button", { name: "Show lock jobs/nightly" }).click();
+    await holder.getByText("billing-worker/2").waitFor();
+    assert.equal(page.url(), `http://${server.adminAddr}/#/locks/jobs%2Fnightly`);
+    await page.goBack();
+    await page.locator("#detail-name", { hasText: HOSTILE }).waitFor();
+    await page.screenshot({ path: `${shots}/05-lock-url.png`, fullPage: true });
 
     // 7. Sorting and filtering go to the server (jobs/nightly has the longest queue: 2).
     await page.getByRole("button", { name: "Waiters" }).click();
@@ -326,10 +412,101 @@ Deno.test({
       "http://10.0.0.1:7401/",
     );
     await page.locator("#cluster-info").getByText("standby").waitFor();
+    // Its own figures say they are this node's, not the cluster's.
+    await page.locator("#overview-title", { hasText: "Overview of this node (b)" }).waitFor();
+    assert.match(await page.locator("#node-note").innerText(), /this node's own \(b, standby\)/);
+    assert.equal(
+      await page.locator('[data-count="sessions"] dt').textContent(),
+      "Sessions (this node)",
+    );
+    assert.equal(await page.locator("#charts").isVisible(), false);
+    assert.match(await page.locator("#charts-note").innerText(), /leader's console has the charts/);
+    assert.match(await page.locator("#cluster-info").innerText(), /Leader\s+a at 10\.0\.0\.1:7400/);
+    await page.screenshot({ path: `${shots}/06-standby.png`, fullPage: true });
     await page.unroute("**/api/info");
     await flip.release();
     await banner.waitFor({ state: "hidden" });
+    await page.locator("#overview-title", { hasText: /^Overview$/ }).waitFor();
+    assert.equal(await page.locator('[data-count="sessions"] dt').textContent(), "Sessions");
+    assert.equal(await page.locator("#node-note").isVisible(), false);
     await page.getByRole("button", { name: "Show lock jobs/nightly" }).waitFor();
+
+    // No event stream to be had (the server's stream cap: 503 too-many-streams, as it answers
+    // then): the page says why and polls; a new lock still shows. The history here has one wait
+    // and one hold in a quiet minute: each chart draws it as a dot (no line has two points).
+    expectedStatuses.add("503 (Service Unavailable)");
+    await page.route("**/api/events", (route) =>
+      route.fulfill({
+        status: 503,
+        contentType: "application/problem+json",
+        body: JSON.stringify({
+          type: "https://lockd.dev/problems/too-many-streams",
+          title: "Too many event streams",
+          status: 503,
+          detail: "The admin API has 16 event streams open; close one or poll",
+        }),
+      }));
+    const quiet = (at: number, ended: number) => ({
+      at: new Date(Date.UTC(2026, 0, 1, 10, 0, at)).toISOString(),
+      uptime_ms: at * 1_000,
+      acquires_total: ended,
+      handoffs_total: 0,
+      wait_seconds_sum: ended * 2.5,
+      wait_seconds_count: ended,
+      hold_seconds_sum: ended * 40,
+      hold_seconds_count: ended,
+      locks_held: 0,
+      waiters: 0,
+      oldest_waiter_ms: 0,
+      sessions: 0,
+    });
+    await page.route("**/api/history", (route) =>
+      route.fulfill({
+        json: {
+          interval_ms: 1000,
+          snapshots: [quiet(0, 0), quiet(1, 0), quiet(2, 1), quiet(3, 1), quiet(4, 1), quiet(5, 1)],
+        },
+      }));
+    await page.reload();
+    const connection = page.locator('#connection[data-state="polling"]');
+    await connection.waitFor();
+    assert.match(
+      await connection.innerText(),
+      /^No live updates: the server gives no event stream \(503 Too many event streams: The admin API has 16 event streams open; close one or poll\)\. Polling every 2 s instead\.$/,
+    );
+    const polled = await otherClient.acquire("polled/new-lock");
+    const polledMs = await timeUntilVisible(
+      page,
+      'button[aria-label="Show lock polled/new-lock"]',
+      4_000,
+    );
+    console.log(`without a stream, a new lock showed after ${polledMs.toFixed(0)} ms`);
+    // Held and waiting, which the stream would carry, come from the newest snapshot.
+    assert.equal(await page.locator('[data-count="held"] dd').textContent(), "0");
+    await polled.release();
+    for (const id of ["wait", "hold"]) {
+      const chart = page.locator(`[data-chart="${id}"]`);
+      await chart.locator(".value", { hasText: id === "wait" ? "2.50s" : "40.0s" }).waitFor();
+      const line = await chart.locator("path.line").getAttribute("d");
+      assert.match(line ?? "", /^M[\d.]+,[\d.]+$/, `${id}: one point, no line`);
+      const dots = chart.locator("path.dots");
+      assert.match((await dots.getAttribute("d")) ?? "", /^M[\d.]+,[\d.]+ h1$/, id);
+      // Painted: the point under the dot's centre is the dots path itself (its round-capped
+      // stroke), not the empty chart behind it.
+      const hit = await page.evaluate(`(() => {
+        const dots = document.querySelector('[data-chart="${id}"] path.dots');
+        const box = dots.getBoundingClientRect();
+        const under = document.elementFromPoint(box.x + box.width / 2, box.y + box.height / 2);
+        return under === dots ? "dots" : String(under && under.outerHTML.slice(0, 60));
+      })()`);
+      assert.equal(hit, "dots", `${id}: the isolated sample is drawn`);
+    }
+    await page.screenshot({ path: `${shots}/07-polling-and-dots.png`, fullPage: true });
+    await page.unroute("**/api/events");
+    await page.unroute("**/api/history");
+    await page.reload();
+    await page.locator('#connection[data-state="live"]').waitFor();
+    expectedStatuses.delete("503 (Service Unavailable)");
 
     // Every control has a name a screen reader can say, every field a label.
     // (A string: the test is type-checked without the DOM's types.)

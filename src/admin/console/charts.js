@@ -4,7 +4,8 @@
  * Small line charts in plain SVG (no library) of the last 15 minutes of
  * `GET /api/history`. Rates are taken between consecutive snapshots over
  * their monotonic `uptime_ms`; averages the spec's way, Δsum / Δcount (no
- * point where nothing ended in that second).
+ * point where nothing ended in that second). A point with no neighbour (one
+ * wait that ended in a quiet minute) has no line to draw: it is drawn as a dot.
  */
 
 import { el, formatDuration, formatNumber } from "./dom.js";
@@ -19,9 +20,11 @@ const WINDOW_MS_MIN = 60_000;
 /**
  * @typedef {{ uptime_ms: number, acquires_total: number, handoffs_total: number,
  *   wait_seconds_sum: number, wait_seconds_count: number, hold_seconds_sum: number,
- *   hold_seconds_count: number, waiters: number }} Snapshot
+ *   hold_seconds_count: number, waiters: number, oldest_waiter_ms?: number }} Snapshot
+ * @typedef {{ value: number, note: string }} Headline
  * @typedef {{ id: string, title: string, format: (value: number) => string,
- *   value: (before: Snapshot, after: Snapshot, seconds: number) => number | null }} ChartSpec
+ *   value: (before: Snapshot, after: Snapshot, seconds: number) => number | null,
+ *   headline?: (latest: Snapshot) => Headline | null }} ChartSpec
  */
 
 /** @param {number} seconds */
@@ -49,6 +52,12 @@ export const CHARTS = [
     format: seconds,
     value: (a, b) =>
       average(b.wait_seconds_sum - a.wait_seconds_sum, b.wait_seconds_count - a.wait_seconds_count),
+    // The averages count finished waits only: while someone waits, the longest current wait is
+    // the figure that matters (a waiter queued for minutes must not read as "1.2s").
+    headline: (latest) =>
+      latest.waiters > 0 && latest.oldest_waiter_ms !== undefined
+        ? { value: latest.oldest_waiter_ms / 1_000, note: "longest waiting now" }
+        : null,
   },
   {
     id: "hold",
@@ -93,14 +102,20 @@ export class Chart {
     axis.setAttribute("y1", String(HEIGHT - 1));
     axis.setAttribute("y2", String(HEIGHT - 1));
     axis.setAttribute("vector-effect", "non-scaling-stroke");
-    this.svg.append(axis, this.path);
+    // Points without a neighbour: a short stroke with round caps each (a dot, whatever the
+    // SVG's stretch: the stroke does not scale).
+    this.dots = document.createElementNS(SVG, "path");
+    this.dots.setAttribute("class", "dots");
+    this.dots.setAttribute("vector-effect", "non-scaling-stroke");
+    this.svg.append(axis, this.path, this.dots);
+    this.noteText = el("span", { class: "note" }, "");
     this.peakText = el("span", { class: "muted" }, "");
     this.element = el(
       "figure",
       { class: "chart", "data-chart": spec.id },
       el("figcaption", {}, el("span", {}, spec.title), this.valueText),
       this.svg,
-      el("div", { class: "muted" }, this.peakText),
+      el("div", { class: "muted" }, this.noteText, this.peakText),
     );
   }
 
@@ -127,27 +142,36 @@ export class Chart {
     const peak = values.length > 0 ? Math.max(...values) : 0;
     const top = peak > 0 ? peak : 1;
     let d = "";
-    let pen = "M";
-    for (const [ms, value] of points) {
-      if (value === null) {
-        pen = "M";
-        continue;
-      }
+    let dots = "";
+    points.forEach(([ms, value], i) => {
+      if (value === null) return;
       const x = WIDTH - ((latestMs - ms) / windowMs) * WIDTH;
       const y = HEIGHT - 2 - (value / top) * (HEIGHT - 6);
-      d += `${pen}${x.toFixed(1)},${y.toFixed(1)} `;
-      pen = "L";
-    }
+      const joined = i > 0 && points[i - 1][1] !== null;
+      d += `${joined ? "L" : "M"}${x.toFixed(1)},${y.toFixed(1)} `;
+      const alone = !joined && (i === points.length - 1 || points[i + 1][1] === null);
+      if (alone) dots += `M${(x - 0.5).toFixed(1)},${y.toFixed(1)} h1 `;
+    });
     this.path.setAttribute("d", d.trim());
+    this.dots.setAttribute("d", dots.trim());
     const latest = [...points].reverse().find(([, v]) => v !== null)?.[1];
-    const now = latest === undefined || latest === null ? "–" : this.spec.format(latest);
+    const newest = snapshots[snapshots.length - 1];
+    const headline = newest === undefined ? null : this.spec.headline?.(newest) ?? null;
+    const now = headline !== null
+      ? this.spec.format(headline.value)
+      : latest === undefined || latest === null
+      ? "–"
+      : this.spec.format(latest);
     this.valueText.textContent = now;
+    this.noteText.textContent = headline === null ? "" : `${headline.note} · `;
     this.peakText.textContent = values.length > 0
       ? `peak ${this.spec.format(peak)}`
       : "no data yet";
     this.svg.setAttribute(
       "aria-label",
-      `${this.spec.title} over the last 15 minutes: now ${now}, peak ${this.spec.format(peak)}`,
+      `${this.spec.title} over the last 15 minutes: now ${now}${
+        headline === null ? "" : ` (${headline.note})`
+      }, peak ${this.spec.format(peak)}`,
     );
   }
 }

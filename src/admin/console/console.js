@@ -5,7 +5,9 @@
  * table, one lock's holder and queue, and the two operator actions. It reads
  * the admin API with the tab's token and looks again whenever the event
  * stream (`GET /api/events`) says the locks changed, so a change shows within
- * a second; durations tick in the page between answers.
+ * a second; durations tick in the page between answers. When no stream can be
+ * had (the server answers 503: too many streams), the page says why and polls.
+ * Each lock has a URL (`#/locks/<name, percent-encoded>`) that opens its view.
  */
 
 import { api, forgetToken, HttpError, lockPath, readEvents, savedToken, saveToken } from "./api.js";
@@ -16,6 +18,11 @@ const PAGE_SIZE = 50;
 /** Waiters shown in the detail: a queue of 20,000 would cost the server and the page too much. */
 const QUEUE_SHOWN_MAX = 200;
 const RECONNECT_MS = 2_000;
+/** Without an event stream: how often the page looks again, and tries the stream again. */
+const POLL_MS = 2_000;
+const STREAM_RETRY_MS = 30_000;
+/** The fragment of a lock's URL: `#/locks/` and the name as one percent-encoded segment. */
+const LOCK_HASH_PREFIX = "#/locks/";
 const HISTORY_MAX = 900;
 /** Fields of GET /api/info that the spec defines; any other field is shown under "Cluster". */
 const SPEC_INFO_FIELDS = new Set(["version", "uptime_ms", "config", "locks", "sessions"]);
@@ -135,6 +142,9 @@ async function loadDetail() {
 async function loadHistory() {
   const answer = await api("/api/history");
   state.history = answer.snapshots;
+  // Held and waiting come with the event stream; without one (polling), the newest snapshot.
+  const newest = state.history[state.history.length - 1];
+  if (newest !== undefined) renderCounts({ held: newest.locks_held, waiters: newest.waiters });
   renderCharts();
 }
 
@@ -149,13 +159,111 @@ function renderInfo() {
   fillPairs(byId("info"), [
     ["Version", info.version],
     ["Uptime", uptime],
-    ...Object.entries(info.config).map(
-      ([key, value]) => /** @type {[string, string]} */ ([key, String(value)]),
-    ),
+    ...Object.entries(info.config).map(([key, value]) => configPair(key, value)),
   ]);
   const extra = Object.entries(info).filter(([key]) => !SPEC_INFO_FIELDS.has(key));
   byId("cluster").hidden = extra.length === 0;
-  fillPairs(byId("cluster-info"), extra.flatMap(([key, value]) => flatten(key, value)));
+  fillPairs(
+    byId("cluster-info"),
+    extra.flatMap(([key, value]) =>
+      key === "cluster" && value !== null && typeof value === "object"
+        ? clusterPairs(value)
+        : flatten(humanize(key), value)
+    ),
+  );
+}
+
+/**
+ * The configuration block in words: a label (with the flag) and a value people read, per key
+ * of `config` in GET /api/info. A key not listed here (a newer server) shows humanized.
+ * @type {Record<string, [string, (value: any) => string]>}
+ */
+const CONFIG_LABELS = {
+  listen: ["Lock listener (-listen)", (v) => String(v)],
+  ops_listen: ["Metrics and health listener (-ops-listen)", (v) => v === "" ? "off" : String(v)],
+  tls: ["TLS on the lock listener", (v) => v ? "on" : "off"],
+  mtls: ["Client certificates (mutual TLS)", (v) => v ? "required" : "not required"],
+  acl_file: [
+    "ACL file (-acl-file)",
+    (v) => v === "" ? "none: every client may take every lock" : String(v),
+  ],
+  audit_log: ["Audit log (-audit-log)", (v) => v === "-" ? "standard output" : String(v)],
+  io_timeout_ms: ["I/O timeout (-io-timeout)", (v) => formatDuration(Number(v))],
+};
+
+/**
+ * @param {string} key
+ * @param {unknown} value
+ * @returns {[string, string]}
+ */
+function configPair(key, value) {
+  const known = CONFIG_LABELS[key];
+  return known === undefined ? [humanize(key), String(value)] : [known[0], known[1](value)];
+}
+
+/**
+ * `safe_until_ms` → `Safe until (ms)`: a field name for people when no label is known.
+ * @param {string} key
+ */
+function humanize(key) {
+  const words = key.split(/[_.]/).filter((w) => w !== "");
+  const unit = words.length > 1 && words[words.length - 1] === "ms" ? words.pop() : null;
+  const text = words.join(" ");
+  return `${text.charAt(0).toUpperCase()}${text.slice(1)}${unit === null ? "" : ` (${unit})`}`;
+}
+
+/** @param {number | null | undefined} ms */
+function durationOrNone(ms) {
+  return typeof ms === "number" ? formatDuration(ms) : "none";
+}
+
+/**
+ * Cluster mode's block of GET /api/info (`cluster`) in words; fields not known here are shown
+ * humanized after the known ones.
+ * @param {any} cluster
+ * @returns {[string, string][]}
+ */
+function clusterPairs(cluster) {
+  /** @type {Record<string, [string, (value: any) => string]>} */
+  const labels = {
+    name: ["Cluster", String],
+    node: ["This node", String],
+    advertise: ["This node's lock address", String],
+    role: ["Role of this node", String],
+    serving: ["Serves locks", (v) => v ? "yes" : "no"],
+    term: ["Term this node leads", (v) => v === 0 ? "none" : String(v)],
+    leader: [
+      "Leader",
+      (v) =>
+        v === null
+          ? "none known"
+          : `${v.node} at ${v.advertise} (term ${v.term}; admin ${v.admin ?? "not advertised"})`,
+    ],
+    safe_until_ms: ["etcd lease left", (v) => v === null ? "no lease" : durationOrNone(v)],
+    ttl_ms: ["etcd lease TTL", durationOrNone],
+    token_high_water: ["Fencing tokens reserved up to", String],
+    lease_horizon_ms: ["Longest lease promised past the etcd lease", durationOrNone],
+    etcd: [
+      "etcd",
+      (v) =>
+        Array.isArray(v)
+          ? v.map((e) =>
+            `${e.endpoint}: ${e.healthy ? "healthy" : `unhealthy (${e.error ?? "no answer"})`}, ${
+              formatDuration(e.took_ms)
+            }`
+          ).join("; ")
+          : String(v),
+    ],
+  };
+  /** @type {[string, string][]} */
+  const pairs = [];
+  for (const [key, [label, show]] of Object.entries(labels)) {
+    if (key in cluster) pairs.push([label, show(cluster[key])]);
+  }
+  for (const [key, value] of Object.entries(cluster)) {
+    if (!(key in labels)) pairs.push(...flatten(humanize(key), value));
+  }
+  return pairs;
 }
 
 /**
@@ -199,6 +307,12 @@ function renderCounts(counts) {
   for (const [id, value] of Object.entries(counts)) {
     const dd = list.querySelector(`[data-count="${id}"] dd`);
     if (dd !== null) dd.textContent = formatNumber(value);
+  }
+  // A standby's figures are its own (it serves nothing): labelled so, never read as the cluster's.
+  const own = state.standby === null ? "" : " (this node)";
+  for (const [id, label] of COUNTS) {
+    const dt = list.querySelector(`[data-count="${id}"] dt`);
+    if (dt !== null) dt.textContent = `${label}${own}`;
   }
 }
 
@@ -252,6 +366,8 @@ function renderDetail(name, lock) {
   const detail = byId("detail");
   detail.hidden = false;
   byId("detail-name").textContent = name;
+  byId("detail-link").setAttribute("href", lockHash(name));
+  byId("copy-link").onclick = () => copyLink(name);
   byId("detail-idle").hidden = lock !== null;
   ticking = ticking.filter(([node]) => !detail.contains(node));
   const holder = lock?.holder ?? null;
@@ -314,6 +430,7 @@ function renderStandby() {
   const banner = byId("cluster-banner");
   const standby = state.standby;
   banner.hidden = standby === null;
+  labelOwnFigures(standby);
   if (standby === null) return;
   const leader = standby.leader;
   const self = leader !== null && leader.node === standby.node;
@@ -345,6 +462,27 @@ function renderStandby() {
   byId("detail").hidden = true;
 }
 
+/**
+ * On a standby the overview's figures are this node's own, and it has no lock history: say so
+ * next to them (and hide charts drawn while it led), so nobody reads them as the cluster's.
+ * @param {any} standby `info.cluster` of a node that does not serve, or null
+ */
+function labelOwnFigures(standby) {
+  const nodeNote = byId("node-note");
+  const chartsNote = byId("charts-note");
+  nodeNote.hidden = standby === null;
+  chartsNote.hidden = standby === null;
+  byId("charts").hidden = standby !== null;
+  byId("overview-title").textContent = standby === null
+    ? "Overview"
+    : `Overview of this node (${standby.node})`;
+  if (standby === null) return;
+  nodeNote.textContent =
+    `These figures are this node's own (${standby.node}, ${standby.role}): it serves no locks, so its counts say nothing about the cluster's locks. The leader's console shows those.`;
+  chartsNote.textContent =
+    `This node (${standby.node}) serves no locks and keeps no lock history: the leader's console has the charts.`;
+}
+
 function renderCharts() {
   if (byId("charts").childElementCount === 0) {
     append(byId("charts"), charts.map((chart) => chart.element));
@@ -362,9 +500,14 @@ function tick() {
 
 // ---- actions ----------------------------------------------------------------------------
 
-/** @param {string} name */
-function select(name) {
+/**
+ * Shows one lock's detail; its URL (`#/locks/...`) goes into the address bar and the history.
+ * @param {string} name
+ * @param {boolean} [fromUrl] the address bar named it already (a pasted link, Back)
+ */
+function select(name, fromUrl = false) {
   state.selected = name;
+  if (!fromUrl && location.hash !== lockHash(name)) history.pushState(null, "", lockHash(name));
   for (const row of byId("locks-body").querySelectorAll("tr")) {
     row.classList.toggle("selected", row.querySelector("button")?.textContent === name);
   }
@@ -391,14 +534,26 @@ async function forceRelease(name, lock) {
   ], "Force-release");
   if (!confirmed) return;
   try {
-    const after = await api(`${lockPath(name)}/release`, { method: "POST" });
+    // The precondition: only the holder this dialog was opened on (its fencing token) is
+    // released; if the lock changed hands meanwhile, the server answers 409 and nothing happens.
+    const after = await api(
+      `${lockPath(name)}/release?token=${encodeURIComponent(String(holder.token))}`,
+      { method: "POST" },
+    );
     announce(
       after.holder === null
         ? `Released "${name}"; nobody was waiting.`
         : `Released "${name}"; ${after.holder.remote_addr} holds it now (token ${after.holder.token}).`,
     );
   } catch (error) {
-    handleError(error);
+    if (error instanceof HttpError && error.status === 409) {
+      await showNotice(`Not released: "${name}"`, [
+        `The server refused (409 ${error.problem?.title ?? "Conflict"}): ${error.message}`,
+        error.slug === "lock-has-no-owner"
+          ? "Nothing was released."
+          : `Nothing was released: this dialog was opened on the holder ${holder.remote_addr} with fencing token ${holder.token}, and the lock is no longer theirs. Look at the lock again before you decide.`,
+      ]);
+    } else handleError(error);
   }
   await refresh();
 }
@@ -426,6 +581,54 @@ async function kickWaiter(name, waiter, lock) {
     handleError(error);
   }
   await refresh();
+}
+
+/**
+ * Tells the operator something that needs reading (an action the server refused) in a modal
+ * dialog; resolves when it is closed.
+ * @param {string} title
+ * @param {string[]} paragraphs
+ * @returns {Promise<void>}
+ */
+function showNotice(title, paragraphs) {
+  const dialog = /** @type {HTMLDialogElement} */ (byId("notice-dialog"));
+  byId("notice-title").textContent = title;
+  byId("notice-text").replaceChildren(...paragraphs.map((text) => el("p", {}, text)));
+  dialog.showModal();
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(), { once: true });
+  });
+}
+
+/**
+ * `#/locks/<name>`: the fragment of a lock's URL (never sent to the server).
+ * @param {string} name
+ */
+function lockHash(name) {
+  return `${LOCK_HASH_PREFIX}${encodeURIComponent(name)}`;
+}
+
+/**
+ * The lock the address bar names, or null (another fragment, or a malformed escape).
+ * @returns {string | null}
+ */
+function lockFromUrl() {
+  if (!location.hash.startsWith(LOCK_HASH_PREFIX)) return null;
+  try {
+    const name = decodeURIComponent(location.hash.slice(LOCK_HASH_PREFIX.length));
+    return name === "" ? null : name;
+  } catch {
+    return null;
+  }
+}
+
+/** @param {string} name */
+function copyLink(name) {
+  const url = new URL(lockHash(name), location.href).href;
+  navigator.clipboard.writeText(url).then(
+    () => announce(`Copied the link to "${name}": ${url}`),
+    () => announce(`Cannot copy here; the link to "${name}" is ${url}`),
+  );
 }
 
 /** @param {string} clientName */
@@ -532,6 +735,10 @@ async function start() {
   state.version = -1;
   try {
     await refresh();
+    // Opened from a lock's URL: its view is what the reader came for.
+    if (state.selected !== null && !byId("detail").hidden) {
+      byId("detail").scrollIntoView({ block: "start" });
+    }
     if (state.standby === null) await loadHistory();
   } catch (error) {
     handleError(error);
@@ -555,6 +762,11 @@ async function start() {
         handleError(error);
         return; // start() runs again once a token is entered.
       }
+      if (error instanceof HttpError) {
+        // The admin API answers, but gives no stream (503 too-many-streams): poll instead.
+        await poll(error, signal);
+        continue;
+      }
       setConnection("down", "Disconnected; reconnecting…");
     }
     await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS));
@@ -564,6 +776,28 @@ async function start() {
     } catch {
       // The stream's own error says what is wrong.
     }
+  }
+}
+
+/**
+ * No event stream: says why, then looks again every POLL_MS for STREAM_RETRY_MS (the locks,
+ * the detail, the charts), after which the caller tries the stream again.
+ * @param {HttpError} why the stream's refusal
+ * @param {AbortSignal} signal
+ */
+async function poll(why, signal) {
+  setConnection(
+    "polling",
+    `No live updates: the server gives no event stream (${why.status} ${
+      why.problem?.title ?? ""
+    }: ${why.message}). Polling every ${POLL_MS / 1_000} s instead.`,
+  );
+  const untilMs = performance.now() + STREAM_RETRY_MS;
+  while (!signal.aborted && performance.now() < untilMs) {
+    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    if (signal.aborted) return;
+    await refresh();
+    if (state.standby === null) await loadHistory().catch(() => {});
   }
 }
 
@@ -592,7 +826,7 @@ function onEvent(name, data) {
 }
 
 /**
- * @param {"live" | "down"} kind
+ * @param {"live" | "down" | "polling"} kind
  * @param {string} text
  */
 function setConnection(kind, text) {
@@ -632,6 +866,14 @@ function wire() {
     state.offset += PAGE_SIZE;
     void refresh();
   });
+  // A lock's URL opens its view; Back and Forward move between the locks looked at.
+  state.selected = lockFromUrl();
+  const followUrl = () => {
+    const name = lockFromUrl();
+    if (name !== null && name !== state.selected) select(name, true);
+  };
+  addEventListener("hashchange", followUrl);
+  addEventListener("popstate", followUrl);
   byId("forget-token").hidden = savedToken() === null;
   byId("forget-token").addEventListener("click", () => {
     streamAbort.abort();
