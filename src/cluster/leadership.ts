@@ -690,6 +690,9 @@ export class Leadership {
   }
 
   #becomeLeader(term: number): void {
+    // One win can be reported twice: by the campaign's answer and by the watch (or a read) that
+    // sees the key with this node's lease first; they travel on different connections. Once.
+    if ((this.#role === "leader" || this.#role === "paused") && this.#term === term) return;
     this.#role = "leader";
     this.#term = term;
     this.#electedAtMs = this.#scheduler.monotonicMs();
