@@ -158,6 +158,13 @@ export const WIRE_CODES = {
   },
 } as const satisfies Record<string, WireCodeInfo>;
 
+/**
+ * Codes only a cluster node sends. A single node never does, and its
+ * `lockd_protocol_errors_total{code}` has no sample for them (the operator spec's label values
+ * are a single node's; cluster mode adds these).
+ */
+export const CLUSTER_ONLY_WIRE_CODES: ReadonlySet<number> = new Set([WIRE_CODES.NOT_LEADER.code]);
+
 /** The name of a wire ERROR code, e.g. "WAIT_TIMEOUT". */
 export type WireCodeName = keyof typeof WIRE_CODES;
 
