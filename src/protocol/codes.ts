@@ -109,7 +109,7 @@ export const WIRE_CODES = {
     retryable: false,
     closes: false,
     meaning:
-      "A field is out of range: an empty, oversized or reserved lock name, control characters, request id 0.",
+      "A field is out of range: an empty, oversized or reserved lock name, control or invisible format characters (bidirectional controls, zero-width characters), a name not in NFC, request id 0.",
   },
   AUDIT_UNAVAILABLE: {
     code: 0x0c,
