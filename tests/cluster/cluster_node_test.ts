@@ -38,7 +38,7 @@ function clusterNode(etcd: FakeEtcd, scheduler: ManualScheduler, name: string) {
 
 Deno.test("one election writes one leader_elected record and one elected and one serving line, even when the watch reports the win first", async () => {
   using captured = captureDiagnosticLog("info", "json");
-  const scheduler = new ManualScheduler(0, 1_700_000_000_000);
+  const scheduler = new ManualScheduler(1_700_000_000_000, 0);
   const etcd = new FakeEtcd(scheduler);
   // Answers arrive 5 ms after etcd processed a request, watch events at once: the standby sees
   // its own key on its watch before it reads that its campaign won (a real etcd does either).

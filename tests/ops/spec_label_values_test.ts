@@ -42,7 +42,7 @@ Deno.test("a single node exposes exactly the spec's four release reasons and no 
 });
 
 Deno.test("a cluster node adds failover and 0x11 NOT_LEADER", async () => {
-  const scheduler = new ManualScheduler(0, 1_700_000_000_000);
+  const scheduler = new ManualScheduler(1_700_000_000_000, 0);
   const etcd = new FakeEtcd(scheduler);
   await using t = await startFakeClusterServer(etcd, scheduler, "n1", {
     opsListen: "127.0.0.1:0",
