@@ -606,6 +606,14 @@ interface AuditLine {
   token: number | null;
   term?: number;
   reason?: string;
+  node?: string;
+}
+
+/** An audit record with where it was written and its wall time in ms. */
+interface Written {
+  readonly record: AuditLine;
+  readonly node: string;
+  readonly wallMs: number;
 }
 
 async function finalChecks(): Promise<void> {
@@ -613,6 +621,7 @@ async function finalChecks(): Promise<void> {
   // every earlier one (globally, so per lock too).
   const byTerm = new Map<number, number[]>();
   const seen = new Set<number>();
+  const written: Written[] = [];
   for (const node of nodes) {
     for (const path of node.audits) {
       const text = await Deno.readTextFile(path).catch(() => "");
@@ -624,6 +633,7 @@ async function finalChecks(): Promise<void> {
         } catch {
           continue; // a line torn by SIGKILL
         }
+        written.push({ record, node: node.name, wallMs: Date.parse(record.ts) });
         if (record.term === undefined) breach(`audit record without a term in ${path}: ${line}`);
         if (record.event === "leader_elected") {
           const wallMs = Date.parse(record.ts);
@@ -671,6 +681,7 @@ async function finalChecks(): Promise<void> {
     highest = Math.max(highest, ...tokens);
   }
   counts.terms = byTerm.size;
+  checkOwnersByTime(written);
   // The nodes agree on the leader, and every gauge is back to 0 with all clients gone.
   await sleep(500);
   const infos = await Promise.all(nodes.map(infoOf));
@@ -689,6 +700,86 @@ async function finalChecks(): Promise<void> {
       }
     }
   }
+}
+
+/**
+ * Owners by wall time, across every node's audit log (issue 19.3). A term ends for certain when
+ * the next one is elected (the old leader stopped deciding before its lease could run out, and
+ * etcd elects a new leader only after that): its ownerships end no later than that moment, even
+ * when the old node writes their `failover` release later (a frozen leader writes it when it
+ * wakes and steps down) or never (SIGKILL). Breaches:
+ * - a term with more than one `leader_elected` record;
+ * - a decision of a term (an `acquire`, a `release` other than `failover`, `force_release`,
+ *   `kick_waiter`) written after the next term was elected: a node that could not prove its
+ *   leadership decided something;
+ * - two ownerships of one lock whose times overlap: [acquire, release] (cut at the next
+ *   election for an ownership granted within its term) of one token and another token's.
+ */
+function checkOwnersByTime(written: Written[]): void {
+  const elected = new Map<number, number>();
+  for (const { record, wallMs } of written) {
+    if (record.event !== "leader_elected" || record.term === undefined) continue;
+    if (elected.has(record.term)) breach(`term ${record.term}: leader_elected written twice`);
+    elected.set(record.term, Math.min(wallMs, elected.get(record.term) ?? Infinity));
+  }
+  const terms = [...elected.keys()].sort((a, b) => a - b);
+  /** When a term certainly ended: the earliest election of a later term (Infinity: none). */
+  const endOf = (term: number): number => {
+    let end = Infinity;
+    for (const later of terms) if (later > term) end = Math.min(end, elected.get(later)!);
+    return end;
+  };
+  const ownerships = new Map<
+    number,
+    { lock: string; node: string; term: number; from: number; to: number }
+  >();
+  for (const { record, node, wallMs } of written) {
+    const term = record.term ?? 0;
+    const decision = record.event === "acquire" || record.event === "force_release" ||
+      record.event === "kick_waiter" || record.event === "release" && record.reason !== "failover";
+    if (decision && wallMs > endOf(term)) {
+      breach(
+        `${node} wrote ${record.event} of ${record.lock} (token ${record.token}, term ${term}) ` +
+          `${wallMs - endOf(term)} ms after a later term was elected`,
+      );
+      count("decided_after_term");
+    }
+    if (record.token === null) continue;
+    if (record.event === "acquire") {
+      ownerships.set(record.token, { lock: record.lock, node, term, from: wallMs, to: Infinity });
+    } else if (record.event === "release") {
+      const owned = ownerships.get(record.token);
+      if (owned !== undefined) owned.to = Math.min(owned.to, wallMs);
+    }
+  }
+  const byLock = new Map<
+    string,
+    { token: number; node: string; term: number; from: number; to: number }[]
+  >();
+  for (const [token, owned] of ownerships) {
+    const end = endOf(owned.term);
+    const to = owned.from <= end ? Math.min(owned.to, end) : owned.to;
+    const list = byLock.get(owned.lock) ?? [];
+    list.push({ token, node: owned.node, term: owned.term, from: owned.from, to });
+    byLock.set(owned.lock, list);
+  }
+  let checked = 0;
+  for (const [lock, list] of byLock) {
+    list.sort((a, b) => a.from - b.from || a.token - b.token);
+    let latest: (typeof list)[number] | null = null;
+    for (const owned of list) {
+      checked++;
+      if (latest !== null && owned.from < latest.to) {
+        breach(
+          `${lock}: token ${owned.token} (${owned.node}, term ${owned.term}) granted ` +
+            `${latest.to === Infinity ? "while" : `${latest.to - owned.from} ms before`} token ` +
+            `${latest.token} (${latest.node}, term ${latest.term}) ended`,
+        );
+      }
+      if (latest === null || owned.to > latest.to) latest = owned;
+    }
+  }
+  counts.ownerships_checked_by_time = checked;
 }
 
 function percentile(values: number[], p: number): number {

@@ -50,6 +50,13 @@ export const GLOB_BYTES_MAX = 1024;
 
 /** Open sessions at once; connections beyond are refused with LIMIT_EXCEEDED. Flag `-max-sessions`. */
 export const SESSIONS_MAX_DEFAULT = 16_384;
+/**
+ * Cluster mode: requests one session may have waiting in its reader while the leader cannot prove
+ * its leadership (a pause lasts at most TTL + margin): beyond it the session reads no more until
+ * they are handled. A client that heartbeats every 100 ms sends 600 in a minute; reads still
+ * decode up to READ_BUFFER_BYTES_MAX at a time, so at most this plus one read's worth is held.
+ */
+export const HELD_REQUESTS_PER_SESSION_MAX = 4_096;
 /** Claims (owned or queued) one session may hold. Flag `-max-claims-per-session`. */
 export const CLAIMS_PER_SESSION_MAX_DEFAULT = 1_024;
 /** Waiters one lock may queue. Flag `-max-waiters-per-lock`. */

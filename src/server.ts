@@ -5,6 +5,7 @@ import { isWildcard, type ServerConfig, validateConfig, withDefaults } from "./c
 import { LockEngine, type LockEngineView } from "./core/engine.ts";
 import type { TokenSource } from "./core/tokens.ts";
 import { ClusterNode } from "./cluster/cluster_node.ts";
+import type { Etcd } from "./cluster/etcd.ts";
 import { EtcdHttpClient } from "./cluster/etcd_http.ts";
 import { leaderProbe } from "./cluster/leader_probe.ts";
 import { parseHostPort } from "./host_port.ts";
@@ -56,6 +57,8 @@ export interface ServerDeps {
   readFile?: (path: string) => Promise<Uint8Array>;
   /** The ration of bytes for frames larger than any valid request (tests use a small one). */
   partialFrameBytesMax?: number;
+  /** Cluster mode: etcd instead of the JSON gateway client of `-cluster-etcd` (an in-memory one). */
+  etcd?: Etcd;
 }
 
 /** What the HTTP servers and the CLI see of a running server. */
@@ -167,7 +170,7 @@ export async function startServer(
   });
   const cluster = config.clusterEtcd.length === 0
     ? null
-    : await startClusterNode(config, scheduler, audit, tlsMaterial !== null);
+    : await startClusterNode(config, scheduler, audit, tlsMaterial !== null, deps.etcd);
   let tokens: TokenSource;
   try {
     tokens = deps.tokens ?? cluster?.tokens ??
@@ -514,6 +517,7 @@ async function startClusterNode(
   scheduler: Scheduler,
   audit: AuditLog,
   protocolTls: boolean,
+  givenEtcd: Etcd | undefined,
 ): Promise<ClusterNode> {
   const read = (path: string | null) => path === null ? undefined : Deno.readTextFile(path);
   const [caCert, cert, key] = await Promise.all([
@@ -522,7 +526,7 @@ async function startClusterNode(
     read(config.clusterEtcdKey),
   ]);
   let node: ClusterNode | null = null;
-  const etcd = new EtcdHttpClient({
+  const etcd = givenEtcd ?? new EtcdHttpClient({
     endpoints: config.clusterEtcd,
     tls: { caCert, cert, key },
     requestTimeoutMs: config.clusterTtlMs / 2,

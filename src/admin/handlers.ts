@@ -7,7 +7,7 @@
  */
 
 import type { LockPageQuery, LockSort } from "../core/engine.ts";
-import { lockNameProblem } from "../core/lock_name.ts";
+import { escapeInvisible, lockNameProblem } from "../core/lock_name.ts";
 import { ADMIN_HISTORY_INTERVAL_MS, ADMIN_LOCKS_LIMIT_MAX } from "../limits.ts";
 import type { Actor } from "../log/audit.ts";
 import type { GrantBlock, LockView } from "../core/types.ts";
@@ -315,7 +315,10 @@ function decodeLockName(raw: string | undefined): string | Response {
   if (name instanceof Response) return name;
   const problem = lockNameProblem(name);
   if (problem === null) return name;
-  return fail("bad_lock_name", `Lock name "${name}" in the path is refused: ${problem}`);
+  return fail(
+    "bad_lock_name",
+    `Lock name "${escapeInvisible(name)}" in the path is refused: ${problem}`,
+  );
 }
 
 /** Why a queue has no owner, for the 409 of a force-release: the true cause. */

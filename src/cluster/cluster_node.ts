@@ -7,6 +7,10 @@
  *   (NOT_LEADER with the leader's address) when that leader answers a probe; otherwise, and on
  *   a leader that is not serving yet or paused, the HELLO is held until a leader serves (then
  *   WELCOME or NOT_LEADER naming it), at most 1.5 × TTL (`CLUSTER_HELLO_HOLD_MS_MAX`).
+ * - **Decisions**: the service grants, hands off, expires and ends ownerships only while the node
+ *   serves and its arithmetic proves it leads at that instant (`mayDecide`); otherwise (paused,
+ *   frozen past its lease) the work waits until the leader resumes, or is dropped at the
+ *   step-down, which ends every ownership as `failover`.
  * - **Promises**: ACQUIRED and HEARTBEAT_ACK leave only while the node serves, and only when
  *   the promise ends within the node's own `safeUntil` (the lease length counted from now) or
  *   within the *horizon* published in etcd for this term (`<cluster>/horizon`). A new leader
@@ -240,6 +244,10 @@ export class ClusterNode implements LeadershipGate {
     return this.serving;
   }
 
+  mayDecide(): boolean {
+    return this.serving;
+  }
+
   // ---- hand-over and stop --------------------------------------------------------
 
   /**
@@ -292,6 +300,7 @@ export class ClusterNode implements LeadershipGate {
             paused_ms: Math.round(event.pausedMs),
           });
           this.#flushPromises();
+          this.#service?.decisionsResumed();
           this.#admitHeld();
           return;
         case "stepped_down":

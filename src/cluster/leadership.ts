@@ -17,9 +17,10 @@
  * the pause outlasts `safeUntil + TTL` (etcd unreachable: a new leader may exist by then). A
  * leader that steps down revokes its old lease (when it can) and starts over as a new candidate.
  *
- * `serving()` is the check the server makes right before every frame that promises ownership,
- * so a leader frozen by the OS (SIGSTOP, a VM pause) sees on waking that its time ran out,
- * pauses, and re-verifies before it says anything, even if no timer has fired yet.
+ * `serving()` is the check the server makes right before every decision (grant, hand-off,
+ * expiry) and every frame that promises ownership, so a leader frozen by the OS (SIGSTOP, a VM
+ * pause) sees on waking that its time ran out, pauses, and re-verifies before it decides or says
+ * anything, even if no timer has fired yet (or its deadline timer fires first).
  *
  * Roles and their legal moves:
  * - `starting`: no lease yet (at start, and after a step-down) → `standby` | `leader` | `stopped`
@@ -690,6 +691,9 @@ export class Leadership {
   }
 
   #becomeLeader(term: number): void {
+    // One win can be reported twice: by the campaign's answer and by the watch (or a read) that
+    // sees the key with this node's lease first; they travel on different connections. Once.
+    if ((this.#role === "leader" || this.#role === "paused") && this.#term === term) return;
     this.#role = "leader";
     this.#term = term;
     this.#electedAtMs = this.#scheduler.monotonicMs();

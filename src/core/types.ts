@@ -8,13 +8,18 @@
  * happens only in cluster mode: the leader stepped down and closed every session.
  */
 export type EndReason = "graceful" | "expired" | "io_timeout" | "force" | "failover";
-export const END_REASONS: readonly EndReason[] = [
+/**
+ * The end reasons of a single node: exactly the four the operator spec names (and the only
+ * label values of `lockd_releases_total{reason}` a single node exposes).
+ */
+export const SINGLE_NODE_END_REASONS: readonly EndReason[] = [
   "graceful",
   "expired",
   "io_timeout",
   "force",
-  "failover",
 ];
+/** Every end reason: a single node's and cluster mode's addition, `failover`. */
+export const END_REASONS: readonly EndReason[] = [...SINGLE_NODE_END_REASONS, "failover"];
 
 /**
  * Why a session is closed, and which end reason its ownerships get:

@@ -10,10 +10,10 @@
  * @module
  */
 
-import { END_REASONS } from "../core/types.ts";
+import { END_REASONS, SINGLE_NODE_END_REASONS } from "../core/types.ts";
 import { AUDIT_LOSS_CAUSES } from "../log/audit.ts";
 import { diagnosticLinesDropped } from "../log/diagnostic.ts";
-import { formatWireCode, WIRE_CODES } from "../protocol/codes.ts";
+import { CLUSTER_ONLY_WIRE_CODES, formatWireCode, WIRE_CODES } from "../protocol/codes.ts";
 import type { ServerContext } from "../server.ts";
 import { clusterFamilies } from "./cluster_metrics.ts";
 import { LIMIT_NAMES } from "./counters.ts";
@@ -48,8 +48,14 @@ function summary(name: string, help: string, sum: number, count: number): Metric
 export function collectMetrics({ server, runtime }: MetricsSource): MetricFamily[] {
   const stats = server.engine.stats;
   const counters = server.counters;
+  // Label values: a single node exposes exactly those of the operator spec; cluster mode adds
+  // its own (reason `failover`, code 0x11 NOT_LEADER), documented as its additions.
+  const clusterMode = server.cluster !== null;
+  const endReasons = clusterMode ? END_REASONS : SINGLE_NODE_END_REASONS;
   const errorCounts = new Map<number, number>();
-  for (const info of Object.values(WIRE_CODES)) errorCounts.set(info.code, 0);
+  for (const info of Object.values(WIRE_CODES)) {
+    if (clusterMode || !CLUSTER_ONLY_WIRE_CODES.has(info.code)) errorCounts.set(info.code, 0);
+  }
   for (const [code, count] of counters.protocolErrors) errorCounts.set(code, count);
   const families: MetricFamily[] = [
     gauge("lockd_connections_active", "Open sessions.", stats.sessionsOpen),
@@ -92,9 +98,9 @@ export function collectMetrics({ server, runtime }: MetricsSource): MetricFamily
     ),
     {
       name: "lockd_releases_total",
-      help: "Ended ownerships by reason (graceful, expired, io_timeout, force).",
+      help: `Ended ownerships by reason (${endReasons.join(", ")}).`,
       type: "counter",
-      samples: END_REASONS.map((reason) => ({
+      samples: endReasons.map((reason) => ({
         labels: { reason },
         value: stats.releasesTotal[reason],
       })),

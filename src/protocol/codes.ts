@@ -109,7 +109,7 @@ export const WIRE_CODES = {
     retryable: false,
     closes: false,
     meaning:
-      "A field is out of range: an empty, oversized or reserved lock name, control characters, request id 0.",
+      "A field is out of range: an empty, oversized or reserved lock name, control or invisible format characters (bidirectional controls, zero-width characters), a name not in NFC, request id 0.",
   },
   AUDIT_UNAVAILABLE: {
     code: 0x0c,
@@ -157,6 +157,13 @@ export const WIRE_CODES = {
       "Cluster mode: this node does not serve (a standby, or a leader that stepped down or is handing over). The ERROR's name field carries the leader's advertised host:port, or is empty while no leader is known: connect there at once, or go through the address list again.",
   },
 } as const satisfies Record<string, WireCodeInfo>;
+
+/**
+ * Codes only a cluster node sends. A single node never does, and its
+ * `lockd_protocol_errors_total{code}` has no sample for them (the operator spec's label values
+ * are a single node's; cluster mode adds these).
+ */
+export const CLUSTER_ONLY_WIRE_CODES: ReadonlySet<number> = new Set([WIRE_CODES.NOT_LEADER.code]);
 
 /** The name of a wire ERROR code, e.g. "WAIT_TIMEOUT". */
 export type WireCodeName = keyof typeof WIRE_CODES;

@@ -282,6 +282,11 @@ export class FrameReader {
     this.#budget = budget ?? null;
   }
 
+  /** Messages decoded and not yet taken by `next()`. */
+  get readyCount(): number {
+    return this.#ready.length - this.#readyHead;
+  }
+
   /** Bytes of a partial frame held between pushes (for tests and metrics). */
   get bufferedBytes(): number {
     return this.#partialLen;

@@ -2,6 +2,7 @@ import type { Scheduler, Timer } from "../clock.ts";
 import type { CloseCause, Peer } from "../core/types.ts";
 import {
   CLIENT_NAME_BYTES_MAX,
+  HELD_REQUESTS_PER_SESSION_MAX,
   LOCK_NAME_BYTES_MAX,
   PARTIAL_FRAME_STALL_MS,
   READ_BUFFER_BYTES_MAX,
@@ -108,6 +109,11 @@ export class Session implements SessionPort, StallWatched {
   #closeReason = "";
   /** A HELLO waits for its answer (cluster mode): later frames wait in the reader. */
   #admitting = false;
+  /**
+   * Cluster mode: the node cannot prove its leadership now, so requests wait in the reader until
+   * this settles (the leader resumed, or stepped down and closed the session).
+   */
+  #decisionsHeld: Promise<void> | null = null;
   /** The buffer of the next read: the small one, or a larger one while reads fill theirs. */
   #readBuffer: Uint8Array = new Uint8Array(READ_BUFFER_BYTES_MIN);
   readonly #smallReadBuffer = this.#readBuffer;
@@ -140,6 +146,11 @@ export class Session implements SessionPort, StallWatched {
 
   get sessionId(): number {
     return this.#peer?.sessionId ?? 0;
+  }
+
+  /** Requests read and not yet handed to the service (held while the leader cannot decide). */
+  get heldRequests(): number {
+    return this.#reader.readyCount;
   }
 
   /** Bytes this connection's read side holds: its read buffer and its partial frame's buffer. */
@@ -177,6 +188,15 @@ export class Session implements SessionPort, StallWatched {
         if (this.#state !== "handshake" && this.#state !== "open") return;
         this.#lastReadMs = this.#host.scheduler.monotonicMs();
         this.#receive(buffer.subarray(0, n));
+        if (
+          this.#decisionsHeld !== null &&
+          this.#reader.readyCount > HELD_REQUESTS_PER_SESSION_MAX
+        ) {
+          // Requests held while the leader cannot decide: read no more until they are handed
+          // over (the peer's bytes wait in the kernel), so memory stays bounded. Below this a
+          // held session keeps reading, so its I/O deadline keeps moving.
+          await this.#decisionsHeld;
+        }
         // A read that filled its buffer says more bytes wait: the next one gets a buffer four
         // times larger (up to READ_BUFFER_BYTES_MAX). Any other read means the peer's burst is
         // over, and the next read waits with the small buffer: a connection that goes quiet
@@ -371,6 +391,7 @@ export class Session implements SessionPort, StallWatched {
       for (;;) {
         if (this.#state !== "handshake" && this.#state !== "open") return;
         if (this.#admitting) return;
+        if (this.#state === "open" && this.#holdForLeadership()) return;
         const message = this.#reader.next();
         if (message === null) return;
         this.#handle(message);
@@ -384,6 +405,22 @@ export class Session implements SessionPort, StallWatched {
           : SESSION_ERRORS.malformed(error.message),
       );
     }
+  }
+
+  /**
+   * Cluster mode: whether requests must wait because the node cannot prove its leadership now
+   * (LockService.decisionsHeld); if so, they are handled once the wait is over.
+   */
+  #holdForLeadership(): boolean {
+    if (this.#decisionsHeld !== null) return true;
+    const held = this.#host.service.decisionsHeld();
+    if (held === null) return false;
+    this.#decisionsHeld = held;
+    held.then(() => {
+      this.#decisionsHeld = null;
+      this.#handleBuffered();
+    });
+    return true;
   }
 
   #handle(message: Message): void {

@@ -25,7 +25,7 @@
  * @module
  */
 
-import { isNfc, NOT_NFC_REASON } from "../core/lock_name.ts";
+import { escapeInvisible, invisibleCharacter, isNfc, NOT_NFC_REASON } from "../core/lock_name.ts";
 import { GLOB_BYTES_MAX } from "../limits.ts";
 
 /** A pattern that is not valid glob syntax. */
@@ -84,9 +84,11 @@ type Token =
 /**
  * Compiles `pattern`; throws {@link GlobError} for an unterminated or empty
  * class, a reversed range, a trailing lone `\`, a pattern longer than
- * {@link GLOB_BYTES_MAX} bytes, or one that is not in Unicode
+ * {@link GLOB_BYTES_MAX} bytes, one that is not in Unicode
  * Normalization Form C (lock names must be NFC, and identities are made
  * canonical, so a glob in another form would silently match less than it
+ * says), or one with an invisible format character (a bidirectional control,
+ * a zero-width character: no lock name has one, and it hides what the pattern
  * says).
  */
 export function compileGlob(pattern: string): Glob {
@@ -99,6 +101,15 @@ export function compileGlob(pattern: string): Glob {
     );
   }
   if (!isNfc(pattern)) throw new GlobError(pattern, `pattern is ${NOT_NFC_REASON}`, 0);
+  const invisible = invisibleCharacter(pattern);
+  if (invisible !== null) {
+    // No lock name can contain one, and it would hide what the pattern says.
+    throw new GlobError(
+      pattern,
+      `pattern contains ${invisible.what}`,
+      [...pattern.slice(0, invisible.index)].length + 1,
+    );
+  }
   const tokens = parse(pattern);
   let prefixLength = 0;
   while (prefixLength < tokens.length && tokens[prefixLength].kind === "literal") prefixLength++;
@@ -486,5 +497,5 @@ function patternBytes(text: string): number {
 
 /** Shortens an oversized pattern so the error message stays readable. */
 function quotable(pattern: string): string {
-  return pattern.length > 80 ? `${pattern.slice(0, 77)}...` : pattern;
+  return escapeInvisible(pattern.length > 80 ? `${pattern.slice(0, 77)}...` : pattern);
 }

@@ -19,4 +19,13 @@ export interface LeadershipGate {
   promise(leaseMs: number, deliver: () => void, drop: () => void): void;
   /** Whether an operator action (force-release, waiter removal) may run now. */
   mayAct(): boolean;
+  /**
+   * Whether the node may decide a change of ownership right now (grant, hand-off, expiry, the
+   * end of a session's ownerships): only while it serves and can prove its leadership at this
+   * instant. It does the arithmetic itself, so a node that slept through its timers (SIGSTOP, a
+   * VM pause) finds out here, before its first decision. When it may not, the service decides
+   * and audits nothing: the work waits for `LockService.decisionsResumed()` (the leader
+   * re-proved its lease), or is dropped at the step-down (`closeAllForFailover`).
+   */
+  mayDecide(): boolean;
 }

@@ -10,6 +10,15 @@
  * change must be committed before anyone is told about it, and where a frame
  * promises ownership (a leadership check belongs right before it).
  *
+ * Cluster mode also checks leadership before every decision (`#mayDecide`): a
+ * node that cannot prove it leads right now (paused, or frozen past its lease
+ * and just woken) grants, hands off, expires and ends nothing, and audits
+ * nothing. Its deadline timer, the requests of its sessions (held in their
+ * readers, `decisionsHeld`), connections that ended and lifted grant blocks
+ * wait until the leader re-proves its lease (`decisionsResumed`), or are
+ * dropped when it steps down (`closeAllForFailover` ends every ownership as
+ * `failover`).
+ *
  * @module
  */
 
@@ -100,6 +109,16 @@ export class LockService {
   #tokenRetryDelayMs = TOKEN_RETRY_MS_MIN;
   #inTokenRetry = false;
   #stopped = false;
+  /**
+   * Cluster mode: work that waits until this node may decide again, in arrival order, by key:
+   * `close:<session>` (a connection that ended), `request:<n>` (a request that reached the
+   * service while it could not decide), `audit` and `tokens` (a lifted grant block), `leading`.
+   * Bounded: one close per session, one request per session (`#deferRequest`), three more.
+   */
+  readonly #deferred = new Map<string, () => void>();
+  #deferredRequests = 0;
+  /** Settles when sessions may hand their held requests to the service again. */
+  #held: PromiseWithResolvers<void> | null = null;
 
   constructor(options: LockServiceOptions) {
     this.#engine = options.engine;
@@ -168,6 +187,9 @@ export class LockService {
       this.closeSession(peer.sessionId, "failover", notLeaderError("", "this node does not lead"));
       return;
     }
+    if (this.#deferRequest(peer, () => this.acquire(peer, requestId, name, leaseMs, waitMs))) {
+      return;
+    }
     const decision = this.#acl.decide(peer.identity, name);
     if (!decision.allowed) {
       this.#counters.aclDenials++;
@@ -198,11 +220,14 @@ export class LockService {
 
   /** RELEASE: ends an ownership (its token) or cancels a queued claim (token 0). */
   release(peer: Peer, requestId: number, name: string, token: number): void {
+    if (this.#deferRequest(peer, () => this.release(peer, requestId, name, token))) return;
     this.#apply(this.#engine.release(this.now(), peer.sessionId, requestId, name, token));
   }
 
   /** HEARTBEAT: renews every ownership of the session; the ACK says how many. */
   heartbeat(peer: Peer, requestId: number): void {
+    // Renews nothing the node cannot stand behind, and keeps the ACK behind earlier requests.
+    if (this.#deferRequest(peer, () => this.heartbeat(peer, requestId))) return;
     const renewed = this.#engine.heartbeat(this.#scheduler.monotonicMs(), peer.sessionId);
     const port = this.#sessions.get(peer.sessionId);
     if (port === undefined) return;
@@ -220,6 +245,15 @@ export class LockService {
    * write): its ownerships end and its waits leave. `finalError` is sent after the records.
    */
   closeSession(sessionId: number, cause: CloseCause, finalError: WireError | null = null): void {
+    if (!this.#mayDecide()) {
+      // The connection ends now; its ownerships end (and their waiters get the lock) once the
+      // node proves it leads, or as `failover` at the step-down.
+      this.#sessions.remove(sessionId)?.terminate(
+        finalError === null ? null : errorFrame(0, "", finalError),
+      );
+      this.#deferred.set(`close:${sessionId}`, () => this.closeSession(sessionId, cause));
+      return;
+    }
     this.#apply(this.#engine.closeSession(this.now(), sessionId, cause), {
       sessionId,
       finalError,
@@ -297,8 +331,12 @@ export class LockService {
 
   // ---- time, health and shutdown ---------------------------------------------
 
-  /** Handles every deadline due now (the deadline timer calls it). */
+  /**
+   * Handles every deadline due now (the deadline timer calls it). A node that cannot decide
+   * now expires nothing: `decisionsResumed` ticks again.
+   */
   tick(): void {
+    if (!this.#mayDecide()) return;
     this.#apply(this.#engine.tick(this.now()));
   }
 
@@ -309,13 +347,17 @@ export class LockService {
   auditHealthChanged(failure: string | null): void {
     if (failure !== null) {
       serverLogger.error("audit log cannot be written; grants paused", { error: failure });
+      this.#deferred.delete("audit");
       this.#engine.blockGrants("audit_unavailable");
       return;
     }
     serverLogger.info("audit log writable again; grants resumed", {
       dropped_records: this.#audit.droppedRecords,
     });
-    this.#apply(this.#engine.unblockGrants(this.now(), "audit_unavailable"));
+    this.#decide(
+      "audit",
+      () => this.#apply(this.#engine.unblockGrants(this.now(), "audit_unavailable")),
+    );
   }
 
   /**
@@ -329,6 +371,7 @@ export class LockService {
     for (const sessionId of this.#engine.sessionIds()) {
       this.#apply(this.#engine.closeSession(now, sessionId, "shutdown"));
     }
+    this.#releaseHeldSessions();
   }
 
   /**
@@ -339,11 +382,18 @@ export class LockService {
   closeAllForFailover(leaderAddr: string, why: string): void {
     // Hand-offs among the sessions closed below must not try to grant.
     this.#engine.blockGrants("not_leader");
+    // What waited for this node to prove its leadership concerned these sessions: they end
+    // here (a lifted grant block still counts when the node next serves).
+    for (const key of [...this.#deferred.keys()]) {
+      if (key !== "audit" && key !== "tokens") this.#deferred.delete(key);
+    }
+    this.#deferredRequests = 0;
     const now = this.now();
     const finalError = notLeaderError(leaderAddr, why);
     for (const sessionId of this.#engine.sessionIds()) {
       this.#apply(this.#engine.closeSession(now, sessionId, "failover"), { sessionId, finalError });
     }
+    this.#releaseHeldSessions();
   }
 
   /** Cluster mode: the node does not serve (at start, before its first election). */
@@ -353,12 +403,47 @@ export class LockService {
 
   /** Cluster mode: the node serves a new term: grants go ahead. */
   leading(): void {
-    this.#apply(this.#engine.unblockGrants(this.now(), "not_leader"));
+    this.#deferred.set(
+      "leading",
+      () => this.#apply(this.#engine.unblockGrants(this.now(), "not_leader")),
+    );
+    this.decisionsResumed();
+  }
+
+  /**
+   * Cluster mode: whether a session must hold its requests (null: hand them over now). While
+   * the node cannot prove its leadership, a session keeps what it reads in its reader until the
+   * promise settles: the leader resumed, or stepped down (the session is closed then).
+   */
+  decisionsHeld(): Promise<void> | null {
+    if (this.#mayDecide()) return null;
+    this.#held ??= Promise.withResolvers<void>();
+    return this.#held.promise;
+  }
+
+  /**
+   * Cluster mode: the node may decide again (its leadership re-proved, or a term begins): the
+   * work that waited is done now, in order, then every deadline due, then the sessions hand
+   * over the requests they held.
+   */
+  decisionsResumed(): void {
+    if (!this.#mayDecide()) return;
+    const work = [...this.#deferred.values()];
+    this.#deferred.clear();
+    this.#deferredRequests = 0;
+    // Each piece checks again: a real clock may pass the leader's limit meanwhile.
+    for (const piece of work) piece();
+    this.tick();
+    if (this.#mayDecide()) this.#releaseHeldSessions();
   }
 
   /** Cluster mode: fencing tokens were reserved: grants that waited for them go ahead now. */
   tokensReserved(): void {
     if (!this.#engine.isBlocked("token_store_unavailable")) return;
+    if (!this.#mayDecide()) {
+      this.#deferred.set("tokens", () => this.tokensReserved());
+      return;
+    }
     this.#apply(this.#engine.retryTokenStore(this.now()));
     if (!this.#engine.isBlocked("token_store_unavailable")) {
       this.#tokenRetry?.cancel();
@@ -373,6 +458,45 @@ export class LockService {
     this.#deadlines.stop();
     this.#tokenRetry?.cancel();
     this.#tokenRetry = undefined;
+  }
+
+  // ---- leadership (cluster mode) ---------------------------------------------
+
+  /** Whether this node may decide a change of ownership now (always, on a single node). */
+  #mayDecide(): boolean {
+    return this.#gate === undefined || this.#gate.mayDecide();
+  }
+
+  /** Runs `work` now when the node may decide, else once it may again (one per `key`). */
+  #decide(key: string, work: () => void): void {
+    if (this.#mayDecide()) {
+      this.#deferred.delete(key);
+      work();
+      return;
+    }
+    this.#deferred.set(key, work);
+  }
+
+  /**
+   * A request reached the service while the node cannot decide: it waits, in order. Sessions
+   * ask `decisionsHeld` before each request and hold the rest in their readers, so this is only
+   * a request whose check passed a moment before the node's limit: at most one per session.
+   * Returns whether it was deferred.
+   */
+  #deferRequest(peer: Peer, retry: () => void): boolean {
+    if (this.#mayDecide()) return false;
+    const sessionId = peer.sessionId;
+    this.#deferred.set(`request:${++this.#deferredRequests}`, () => {
+      if (this.#sessions.get(sessionId) !== undefined) retry();
+    });
+    return true;
+  }
+
+  /** Sessions hand over the requests they held (the node decides again, or stepped down). */
+  #releaseHeldSessions(): void {
+    const held = this.#held;
+    this.#held = null;
+    held?.resolve();
   }
 
   // ---- carrying out engine events ---------------------------------------------
@@ -545,6 +669,11 @@ export class LockService {
     }
     this.#tokenRetry = this.#scheduler.setTimer(() => {
       this.#tokenRetry = undefined;
+      if (!this.#mayDecide()) {
+        // A grant now would be a decision: retry once the node may decide (tokensReserved).
+        this.#deferred.set("tokens", () => this.tokensReserved());
+        return;
+      }
       this.#inTokenRetry = true;
       try {
         this.#apply(this.#engine.retryTokenStore(this.now()));

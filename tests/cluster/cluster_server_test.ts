@@ -9,7 +9,7 @@ import { EtcdCluster } from "../../bench/etcd_proc.ts";
 import { WIRE_CODES } from "../../src/protocol/codes.ts";
 import { PROTOCOL_VERSION } from "../../src/protocol/messages.ts";
 import { http } from "../admin/admin_helpers.ts";
-import { startClusterServers } from "../helpers/cluster.ts";
+import { assertOneElectionRecordPerTerm, startClusterServers } from "../helpers/cluster.ts";
 import { etcdClient, skipWithoutEtcd, waitFor } from "../helpers/etcd.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 
@@ -118,6 +118,7 @@ Deno.test({
       records.some((r) => r.event === "stepped_down" && r.term === term && r.reason === "key_lost"),
     );
     await servers.waitServing();
+    assertOneElectionRecordPerTerm(servers);
   },
 });
 
@@ -143,6 +144,7 @@ Deno.test({
     );
     assert.ok(performance.now() - startMs < 1_000, `hand-over took ${next.toFixed(0)} ms`);
     await stopping;
+    assertOneElectionRecordPerTerm(servers);
   },
 });
 
@@ -177,6 +179,7 @@ Deno.test({
       }
     }
     assert.ok(tookMs < 3_500, `held ${tookMs.toFixed(0)} ms`);
+    assertOneElectionRecordPerTerm(servers);
   },
 });
 

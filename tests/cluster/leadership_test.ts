@@ -348,3 +348,25 @@ Deno.test("a standby whose lease expired while etcd was unreachable gets a new o
   a.leadership.close();
   b.leadership.close();
 });
+
+Deno.test("a win reported by the watch before the campaign's answer elects the node once", async () => {
+  const scheduler = new ManualScheduler(0, 0);
+  const etcd = new FakeEtcd(scheduler);
+  // Answers come 5 ms after etcd processed the request; the watch stream carries the change
+  // at once: the standby sees its own key before it reads that its campaign won.
+  etcd.answerDelayMs = 5;
+  const a = node(etcd, scheduler, "a");
+  const b = node(etcd, scheduler, "b");
+  a.leadership.start();
+  await run(scheduler, 100);
+  b.leadership.start();
+  await run(scheduler, 100);
+  assert.equal(b.leadership.role, "standby");
+  const resigned = a.leadership.resign();
+  await run(scheduler, 100);
+  await resigned;
+  assert.equal(b.leadership.role, "leader");
+  const elected = b.events.filter((e) => e.type === "elected");
+  assert.deepEqual(elected, [{ type: "elected", term: b.leadership.term }]);
+  b.leadership.close();
+});

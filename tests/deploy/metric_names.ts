@@ -76,11 +76,15 @@ export const CLUSTER_LABEL_VALUES: Readonly<Record<string, Readonly<Record<strin
     reason: ["lease_expired", "key_lost", "deposed", "etcd_unreachable", "shutdown"],
   },
   lockd_etcd_request_failures_total: { op: ["grant", "keepalive", "revoke", "get", "txn"] },
+  // A single node exposes exactly the operator spec's label values; cluster mode adds
+  // `failover` and 0x11 (NOT_LEADER).
+  lockd_releases_total: { reason: ["graceful", "expired", "io_timeout", "force", "failover"] },
+  lockd_protocol_errors_total: { code: ["0x02", "0x11"] },
 };
 
 /** Label values that the kit relies on, by family and label name. */
 export const EXPECTED_LABEL_VALUES: Readonly<Record<string, Readonly<Record<string, string[]>>>> = {
-  lockd_releases_total: { reason: ["graceful", "expired", "io_timeout", "force", "failover"] },
+  lockd_releases_total: { reason: ["graceful", "expired", "io_timeout", "force"] },
   lockd_audit_records_lost_total: { cause: ["backlog_full", "exit"] },
 };
 

@@ -3,6 +3,7 @@
  * own in-memory audit sink, and helpers to find the one that serves.
  */
 
+import assert from "node:assert/strict";
 import type { ServerConfig } from "../../src/config.ts";
 import { startServer } from "../../src/server.ts";
 import { MemorySink } from "./memory_sink.ts";
@@ -60,4 +61,19 @@ export async function startClusterServers(
       await Promise.all(nodes.map((n) => n.server.shutdown()));
     },
   };
+}
+
+/**
+ * Every term has exactly one `leader_elected` record across all nodes' audit logs (issue 19.7:
+ * the campaign's answer and the watch could both report one win).
+ */
+export function assertOneElectionRecordPerTerm(servers: ClusterServers): void {
+  const terms: number[] = [];
+  for (const node of servers.nodes) {
+    for (const record of node.audit.records()) {
+      if (record.event === "leader_elected") terms.push(record.term as number);
+    }
+  }
+  assert.ok(terms.length > 0, "no leader_elected record");
+  assert.deepEqual([...terms].sort((a, b) => a - b), [...new Set(terms)].sort((a, b) => a - b));
 }

@@ -6,7 +6,10 @@
  * - `mode = "stall"`: requests get no answer until the mode is "up" again (then etcd processes
  *   them at that moment, like a request that sat in a buffer) or until their timeout, and watch
  *   streams go silent for good (a black-holed connection);
- * - `latencyMs`: every request is processed that long after it was sent.
+ * - `latencyMs`: every request is processed that long after it was sent;
+ * - `answerDelayMs`: every answer arrives that long after etcd processed its request, while watch
+ *   streams already carry the change (a real etcd's watch stream and the answer of a request
+ *   travel on different connections, and either may come first).
  */
 
 import type { ManualScheduler } from "../../src/clock.ts";
@@ -47,6 +50,7 @@ export class FakeEtcd implements Etcd {
   readonly endpoints = ["http://fake-etcd:2379"];
   mode: "up" | "down" | "stall" = "up";
   latencyMs = 0;
+  answerDelayMs = 0;
   /** Minimum TTL etcd grants (like etcd's minimum lease TTL). */
   minTtlS = 1;
   readonly requests: LoggedRequest[] = [];
@@ -107,6 +111,33 @@ export class FakeEtcd implements Etcd {
 
   count(op: string): number {
     return this.requests.filter((r) => r.op === op).length;
+  }
+
+  /**
+   * One node's connection to this etcd: the same store, but its `close()` ends only the watch
+   * streams it opened (several nodes share one fake etcd).
+   */
+  client(): Etcd {
+    const controllers = new Set<AbortController>();
+    return {
+      endpoints: this.endpoints,
+      grantLease: (ttlS, options) => this.grantLease(ttlS, options),
+      keepAliveOnce: (id, options) => this.keepAliveOnce(id, options),
+      revokeLease: (id, options) => this.revokeLease(id, options),
+      get: (key, options) => this.get(key, options),
+      txn: (compare, success, failure, options) => this.txn(compare, success, failure, options),
+      watch: (key, fromRevision, signal) => {
+        const controller = new AbortController();
+        controllers.add(controller);
+        signal.addEventListener("abort", () => controller.abort());
+        return this.watch(key, fromRevision, controller.signal);
+      },
+      health: () => this.health(),
+      close: () => {
+        for (const controller of controllers) controller.abort();
+        controllers.clear();
+      },
+    };
   }
 
   // ---- the Etcd interface ------------------------------------------------------
@@ -260,13 +291,16 @@ export class FakeEtcd implements Etcd {
         this.#stalled.push(run);
         return;
       }
+      let answer: () => void;
       try {
         this.#expireDue();
         const result = process();
-        settle(() => resolve(result));
+        answer = () => settle(() => resolve(result));
       } catch (error) {
-        settle(() => reject(error));
+        answer = () => settle(() => reject(error));
       }
+      if (this.answerDelayMs > 0) this.#scheduler.setTimer(answer, this.answerDelayMs);
+      else answer();
     };
     if (this.latencyMs > 0) this.#scheduler.setTimer(run, this.latencyMs);
     else run();
