@@ -1,6 +1,11 @@
 import { type HostPort, parseHostPort } from "../host_port.ts";
 import { HostPolicy } from "../http/host_policy.ts";
-import { type HttpLimits, type HttpListener, listenHttp } from "../http/listen.ts";
+import {
+  type HttpLimits,
+  type HttpListener,
+  listenHttp,
+  type RequestHead,
+} from "../http/listen.ts";
 import { problemResponse } from "../http/problem.ts";
 import { createRouter } from "../http/router.ts";
 import type { ServerContext } from "../server.ts";
@@ -12,7 +17,7 @@ import {
   ADMIN_HISTORY_INTERVAL_MS,
   ADMIN_HISTORY_SNAPSHOTS_MAX,
 } from "../limits.ts";
-import { type AdminToken, hasValidToken } from "./auth.ts";
+import { type AdminToken, hasValidAuthorization, hasValidToken } from "./auth.ts";
 import { browserVerdict } from "./browser_policy.ts";
 import { CONSOLE_ASSETS, consoleResponse } from "./console_assets.ts";
 import { EventHub } from "./events.ts";
@@ -83,6 +88,9 @@ export function startAdminServer(options: AdminServerOptions): HttpListener {
     name: "admin",
     limits: options.limits,
     counters: server.counters,
+    // An operator with the token always finds a connection, even when every other one is busy.
+    priority: (head: RequestHead) =>
+      token !== null && hasValidAuthorization(head.fields.get("authorization") ?? null, token),
   } as const;
   const listener = listenHttp(options.at, listenOptions, async (request, remoteAddr) => {
     const refusedHost = refusedHostOf(request, bound.hosts!);
