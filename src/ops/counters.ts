@@ -83,11 +83,12 @@ export type HttpListenerName = "admin" | "ops";
 /**
  * Why the connection guard closed an HTTP connection itself (the `reason` label of
  * `lockd_http_connections_dropped_total`): `header_timeout` (a request head, or its body,
- * not complete in time), `idle_timeout` (no byte either way), `evicted` (the oldest
- * connection that never completed a request, closed for a new one at the cap), `limit` (a
- * new connection at the cap with none to evict), `invalid_request` (a head the guard
- * refuses: too large, malformed, a body too large or chunked), `unavailable` (the internal
- * server could not be reached: descriptors exhausted, or restarting).
+ * not complete in time), `idle_timeout` (no byte either way), `evicted` (the least recently
+ * active connection not serving a request, closed for a new one at the cap), `limit` (a new
+ * connection at the cap with none to evict that is no probe, in a reserved slot or not),
+ * `invalid_request` (a head the guard refuses: too large, malformed, a body too large or
+ * chunked), `unavailable` (the internal server could not be reached: descriptors exhausted,
+ * or restarting).
  */
 export const HTTP_DROP_REASONS = [
   "header_timeout",
