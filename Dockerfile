@@ -45,6 +45,10 @@ VOLUME ["/var/lib/lockd"]
 # -shutdown-grace below that, or raise it with `docker stop -t` / `--stop-timeout`.
 STOPSIGNAL SIGTERM
 # The image has no shell or curl: `lockd health` GETs http://ADDR/healthz and exits 0 on 200.
+# It goes over the container's loopback on purpose: the ops listener (on all interfaces, for
+# Prometheus) keeps room for loopback connections that no remote client can take or close, so a
+# flood of connections to 7402 from outside cannot fail the check and get a healthy container
+# restarted (docs/operations.md, "HTTP limits").
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
   CMD ["/usr/local/bin/lockd", "health", "-ops", "127.0.0.1:7402"]
 ENTRYPOINT ["/usr/local/bin/lockd"]

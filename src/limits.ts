@@ -275,6 +275,26 @@ export const HTTP_CLOSE_DRAIN_MS = 1_000;
  * `{}`) is tolerated, a larger one gets 413 and chunked bodies get 411.
  */
 export const HTTP_BODY_BYTES_MAX = 1024;
+/**
+ * Connections an HTTP listener takes above `-max-http-connections` when every connection is
+ * serving a request, for probes only: a connection from a loopback address (a container's
+ * health check) or one whose first request is a probe (`/healthz`, `/readyz`, an admin
+ * request with the token); any other gets 503. A few are enough: probes are answered at once.
+ */
+export const HTTP_PROBE_CONNECTIONS_RESERVED = 8;
+/**
+ * After the guard answers a connection itself (503 at the cap, 4xx for a refused head), it
+ * shuts its side and reads what the client still sends for at most this long before closing:
+ * a socket closed with unread bytes resets the connection, and the client's kernel then drops
+ * the answer it had received. A client reads the answer and closes in a round trip.
+ */
+export const HTTP_REFUSAL_LINGER_MS = 2_000;
+/**
+ * Lingering closes in progress per listener at most (a descriptor each, for at most
+ * HTTP_REFUSAL_LINGER_MS); past it, a refused connection is closed right after its answer.
+ * Covers a burst of several hundred connections at the default cap (400 concurrent scrapes).
+ */
+export const HTTP_LINGERING_CONNECTIONS_MAX = 1_024;
 
 // ---- admin API additions for the console: src/admin/ ---------------------------------------
 

@@ -37,8 +37,16 @@ export async function readAdminToken(path: string): Promise<AdminToken> {
  * Whether the request carries the token. The scheme is matched
  * case-insensitively (RFC 9110); the token itself exactly.
  */
-export async function hasValidToken(request: Request, expected: AdminToken): Promise<boolean> {
-  const header = request.headers.get("authorization") ?? "";
+export function hasValidToken(request: Request, expected: AdminToken): Promise<boolean> {
+  return hasValidAuthorization(request.headers.get("authorization"), expected);
+}
+
+/** The same check on the value of an `Authorization` header (null: none was sent). */
+export async function hasValidAuthorization(
+  authorization: string | null,
+  expected: AdminToken,
+): Promise<boolean> {
+  const header = authorization ?? "";
   const match = /^Bearer[ ]+(\S+)\s*$/i.exec(header);
   // A missing or malformed header is still hashed, so it takes as long as a wrong token.
   const presented = await sha256(match?.[1] ?? "");

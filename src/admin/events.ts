@@ -14,7 +14,8 @@
  *   silence, or a third of the idle timeout when that is shorter.
  *
  * Bounds: at most `streamsMax` streams at once (503 `too-many-streams`
- * beyond), each one of the listener's connections; at most
+ * beyond), each one of the listener's connections: half of them at most, so
+ * none with `-max-http-connections 1`; at most
  * `bufferBytesMax` bytes waiting for a reader that does not read, past which
  * the stream is ended. `close()` ends every stream, so the HTTP server's
  * shutdown is not kept waiting by answers that never end.
@@ -42,7 +43,10 @@ export interface EventHubOptions {
   readonly scheduler: Scheduler;
   readonly checkMs: number;
   readonly keepAliveMs: number;
+  /** At most half of `connectionsMax` (0 with a cap of 1: no streams at all). */
   readonly streamsMax: number;
+  /** The listener's `-max-http-connections`, for the answer when no stream is allowed. */
+  readonly connectionsMax: number;
   readonly bufferBytesMax: number;
 }
 
@@ -75,6 +79,13 @@ export class EventHub {
   open(): Response {
     if (this.#closed) {
       return problemResponse("unavailable", "The admin API is shutting down");
+    }
+    if (this.#options.streamsMax === 0) {
+      return problemResponse(
+        "too-many-streams",
+        `Event streams are off: they take at most half of the admin listener's connections, ` +
+          `and -max-http-connections ${this.#options.connectionsMax} leaves none; poll instead`,
+      );
     }
     if (this.#streams.size >= this.#options.streamsMax) {
       return problemResponse(

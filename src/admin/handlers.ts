@@ -50,6 +50,8 @@ const OUTCOME_PROBLEMS = {
   waiter_not_found: "waiter-not-found",
   /** Force-release of a lock that has waiters but no owner (grants are blocked; the detail says why). */
   no_owner: "lock-has-no-owner",
+  /** Force-release with `?token=T` of a lock whose owner holds another token (the holder changed). */
+  holder_changed: "holder-changed",
   /** Cluster mode: this node does not lead right now (a paused leader, or leadership moving). */
   not_leader: "not-leader",
 } as const satisfies Record<string, ProblemSlug>;
@@ -242,15 +244,19 @@ export function getLock(_request: Request, { context, params, url }: AdminMatch)
 }
 
 /**
- * POST /api/locks/{name}/release: the service writes the audit record first, then the owner
- * gets ERROR 0x02 and is disconnected, and the head waiter is granted at once. Answers with
- * the lock's state afterwards.
+ * POST /api/locks/{name}/release[?token=T]: the service writes the audit record first, then the
+ * owner gets ERROR 0x02 and is disconnected, and the head waiter is granted at once. Answers with
+ * the lock's state afterwards. With `?token=T` only the ownership with fencing token T is
+ * released (409 `holder-changed` when the lock is held with another token), so an operator who
+ * looked at one holder never releases the next one.
  */
-export function forceRelease(_request: Request, { context, params }: AdminMatch): Response {
+export function forceRelease(_request: Request, { context, params, url }: AdminMatch): Response {
   const name = decodeLockName(params.name);
   if (name instanceof Response) return name;
+  const expectedToken = tokenPrecondition(url.searchParams);
+  if (expectedToken instanceof Response) return expectedToken;
   const { engine, service } = context.server;
-  const result = service.forceRelease(name, context.actor);
+  const result = service.forceRelease(name, context.actor, expectedToken);
   switch (result.status) {
     case "not_leader":
       return fail("not_leader", notLeaderDetail(context.server));
@@ -263,6 +269,12 @@ export function forceRelease(_request: Request, { context, params }: AdminMatch)
           result.block === null ? "no grant yet" : ownerlessBecause(result.block, result.detail)
         })`,
       );
+    case "holder_changed":
+      return fail(
+        "holder_changed",
+        `Lock "${name}" is held with token ${result.holder.token}, not ${expectedToken}: its ` +
+          "holder changed; nothing was released",
+      );
     case "released": {
       const after = engine.getLock(name);
       return jsonResponse(
@@ -272,6 +284,24 @@ export function forceRelease(_request: Request, { context, params }: AdminMatch)
       );
     }
   }
+}
+
+/**
+ * `?token=T` of a force-release: undefined when absent, the token when it is one (a whole number
+ * from 1 to 2^53 - 1, as tokens are), else a 400 (also for the parameter given twice).
+ */
+function tokenPrecondition(params: URLSearchParams): number | undefined | Response {
+  const values = params.getAll("token");
+  if (values.length === 0) return undefined;
+  const text = values[0];
+  const token = values.length === 1 ? wholeNumber(text, 1, Number.MAX_SAFE_INTEGER) : null;
+  if (token !== null) return token;
+  return fail(
+    "bad_query",
+    values.length > 1
+      ? "token is given more than once"
+      : `token="${text}" is not a fencing token (a whole number from 1 to ${Number.MAX_SAFE_INTEGER})`,
+  );
 }
 
 /** DELETE /api/locks/{name}/waiters/{remote_addr}: the service audits, then removes. 204. */

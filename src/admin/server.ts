@@ -1,6 +1,11 @@
 import { type HostPort, parseHostPort } from "../host_port.ts";
 import { HostPolicy } from "../http/host_policy.ts";
-import { type HttpLimits, type HttpListener, listenHttp } from "../http/listen.ts";
+import {
+  type HttpLimits,
+  type HttpListener,
+  listenHttp,
+  type RequestHead,
+} from "../http/listen.ts";
 import { problemResponse } from "../http/problem.ts";
 import { createRouter } from "../http/router.ts";
 import type { ServerContext } from "../server.ts";
@@ -12,7 +17,7 @@ import {
   ADMIN_HISTORY_INTERVAL_MS,
   ADMIN_HISTORY_SNAPSHOTS_MAX,
 } from "../limits.ts";
-import { type AdminToken, hasValidToken } from "./auth.ts";
+import { type AdminToken, hasValidAuthorization, hasValidToken } from "./auth.ts";
 import { browserVerdict } from "./browser_policy.ts";
 import { CONSOLE_ASSETS, consoleResponse } from "./console_assets.ts";
 import { EventHub } from "./events.ts";
@@ -63,10 +68,10 @@ export function startAdminServer(options: AdminServerOptions): HttpListener {
     scheduler,
     checkMs: ADMIN_EVENTS_CHECK_MS,
     keepAliveMs: Math.min(ADMIN_EVENTS_KEEPALIVE_MS_MAX, Math.floor(limits.idleTimeoutMs / 3)),
-    streamsMax: Math.min(
-      ADMIN_EVENT_STREAMS_MAX,
-      Math.max(1, Math.floor(limits.connectionsMax / 2)),
-    ),
+    // Streams never end by themselves: they may take at most half of the connections, so with
+    // -max-http-connections 1 there is none (requests would find no connection otherwise).
+    streamsMax: Math.min(ADMIN_EVENT_STREAMS_MAX, Math.floor(limits.connectionsMax / 2)),
+    connectionsMax: limits.connectionsMax,
     bufferBytesMax: ADMIN_EVENT_BUFFER_BYTES_MAX,
   });
   const history = new StatsHistory({
@@ -84,14 +89,17 @@ export function startAdminServer(options: AdminServerOptions): HttpListener {
     name: "admin",
     limits: options.limits,
     counters: server.counters,
+    // An operator with the token always finds a connection, even when every other one is busy.
+    priority: (head: RequestHead) =>
+      token !== null && hasValidAuthorization(head.fields.get("authorization") ?? null, token),
   } as const;
-  const listener = listenHttp(options.at, listenOptions, async (request, remoteAddr) => {
-    const refusedHost = refusedHostOf(request, bound.hosts!);
-    if (refusedHost !== null) {
+  const handle = async (request: Request, remoteAddr: string): Promise<Response> => {
+    if (!hostAllowed(request, bound.hosts!)) {
+      // The Host is not echoed: a page must not get text of its choosing into an answer.
       return problemResponse(
         "host-not-allowed",
-        `Host "${refusedHost}" is not an address of this listener, localhost, or a name in ` +
-          "-admin-allowed-hosts",
+        "The request's Host (or target authority) is not an address of this listener, " +
+          "localhost, or a name in -admin-allowed-hosts",
       );
     }
     const verdict = browserVerdict(request);
@@ -117,18 +125,19 @@ export function startAdminServer(options: AdminServerOptions): HttpListener {
     }
     const elsewhere = notHere(request, server);
     if (elsewhere !== null) return elsewhere;
-    const response = await router(request, {
+    return await router(request, {
       server,
       opsAddr,
       actor: { remote_addr: remoteAddr, auth: token === null ? "none" : "token" },
       history,
       events,
     });
-    // Lock data is not for caches (a browser's disk cache, a proxy), whoever asked.
-    response.headers.set("cache-control", "no-store");
-    response.headers.set("x-content-type-options", "nosniff");
-    return response;
-  });
+  };
+  const listener = listenHttp(
+    options.at,
+    listenOptions,
+    async (request, remoteAddr) => withAnswerHeaders(await handle(request, remoteAddr)),
+  );
   // Only now: a listener that could not start leaves no timer behind.
   history.start();
   bound.hosts = new HostPolicy({
@@ -190,16 +199,34 @@ function notHere(request: Request, server: ServerContext): Response | null {
 }
 
 /**
- * The Host value a request is refused for, or null. A request without a Host
+ * Whether the request's Host names this listener. A request without a Host
  * header is answered: browsers always send one, so it cannot be a rebinding
  * page (HTTP/1.0 clients may omit it; the guard refuses HTTP/1.1 without
  * one). The URL's authority is checked too: it is the target of an
  * absolute-form request (`GET http://name/ HTTP/1.1`).
  */
-function refusedHostOf(request: Request, hosts: HostPolicy): string | null {
+function hostAllowed(request: Request, hosts: HostPolicy): boolean {
   const header = request.headers.get("host");
-  if (header === null) return null;
-  if (!hosts.allows(header)) return header;
-  const authority = new URL(request.url).host;
-  return hosts.allows(authority) ? null : authority;
+  if (header === null) return true;
+  return hosts.allows(header) && hosts.allows(new URL(request.url).host);
+}
+
+/**
+ * Every answer of the admin listener, whatever its status (401, 403, 421, 404, a redirect, an
+ * event stream...): lock data is not for caches (a browser's disk cache, a proxy), whoever
+ * asked, and no browser may guess another type than the one given. The console's files keep
+ * their own `cache-control: no-cache` (they hold no data; always revalidated).
+ */
+function withAnswerHeaders(response: Response): Response {
+  let headers = response.headers;
+  try {
+    headers.set("x-content-type-options", "nosniff");
+  } catch {
+    // Immutable headers (a Response.redirect): copy them into a new answer.
+    headers = new Headers(response.headers);
+    headers.set("x-content-type-options", "nosniff");
+    response = new Response(response.body, { status: response.status, headers });
+  }
+  if (!headers.has("cache-control")) headers.set("cache-control", "no-store");
+  return response;
 }

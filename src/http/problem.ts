@@ -32,6 +32,7 @@ export const PROBLEMS = {
   "method-not-allowed": { status: 405, title: "Method not allowed" },
   "host-not-allowed": { status: 421, title: "Host not allowed" },
   "lock-has-no-owner": { status: 409, title: "Lock has no owner" },
+  "holder-changed": { status: 409, title: "Lock holder changed" },
   "length-required": { status: 411, title: "Length required" },
   "body-too-large": { status: 413, title: "Content too large" },
   "headers-too-large": { status: 431, title: "Request header fields too large" },
@@ -88,8 +89,10 @@ export function problemResponseBytes(slug: ProblemSlug, detail: string): Uint8Ar
   const body = JSON.stringify(problemBody(slug, detail));
   const { status, title } = PROBLEMS[slug];
   const bodyBytes = new TextEncoder().encode(body);
+  // The same two headers as every admin answer (they cost nothing on the ops listener).
   return new TextEncoder().encode(
     `HTTP/1.1 ${status} ${title}\r\ncontent-type: ${PROBLEM_CONTENT_TYPE}\r\n` +
+      `cache-control: no-store\r\nx-content-type-options: nosniff\r\n` +
       `content-length: ${bodyBytes.length}\r\nconnection: close\r\n\r\n${body}`,
   );
 }

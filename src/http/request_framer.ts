@@ -19,10 +19,19 @@ import type { ProblemSlug } from "./problem.ts";
 
 /** What to do with bytes pushed into the framer, in order. */
 export type FramerStep =
-  /** Pass these bytes on: a complete (rewritten) request head, or body bytes. */
-  | { readonly kind: "forward"; readonly bytes: Uint8Array }
+  /** Pass these bytes on: a complete (rewritten) request head (with `head`), or body bytes. */
+  | { readonly kind: "forward"; readonly bytes: Uint8Array; readonly head?: RequestHead }
   /** Answer with this problem and close; nothing after it is read. */
   | { readonly kind: "refuse"; readonly slug: ProblemSlug; readonly detail: string };
+
+/** What the guard may look at in a request head before passing it on. */
+export interface RequestHead {
+  readonly method: string;
+  /** The request target as sent (origin form: path and query). */
+  readonly target: string;
+  /** Header fields by lower-case name (the first of each name), the injected one excluded. */
+  readonly fields: ReadonlyMap<string, string>;
+}
 
 export interface RequestFramerOptions {
   /** Longest request head (request line and headers, final CRLF included). */
@@ -213,6 +222,7 @@ export class RequestFramer {
     let hosts = 0;
     let contentLength: number | null = null;
     const kept: Uint8Array[] = [];
+    const fields = new Map<string, string>();
     for (let n = 1; n < lines.length; n++) {
       const line = lines[n];
       if (line[0] === 0x20 || line[0] === 0x09) {
@@ -231,6 +241,7 @@ export class RequestFramer {
       }
       const value = () => ascii(line.subarray(colon + 1)).trim();
       if (name === this.#injectedName) continue;
+      if (!fields.has(name)) fields.set(name, value());
       if (name === "host") hosts++;
       if (name === "content-length") {
         if (contentLength !== null) {
@@ -286,7 +297,8 @@ export class RequestFramer {
     this.#headsForwarded++;
     if (bodyBytes === 0) this.#endRequest();
     else this.#state = { kind: "body", remaining: bodyBytes };
-    return { kind: "forward", bytes: out };
+    const [method, target] = requestLine.split(" ");
+    return { kind: "forward", bytes: out, head: { method, target, fields } };
   }
 }
 

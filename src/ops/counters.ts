@@ -14,7 +14,12 @@ export class ServerCounters {
   acceptErrors = 0;
   /** The same failed accepts by listener. */
   readonly acceptErrorsByListener: Record<ListenerName, number> = { protocol: 0, admin: 0, ops: 0 };
+  /** Failed TLS handshakes (the spec's unlabelled `lockd_tls_handshake_errors_total`). */
   tlsHandshakeErrors = 0;
+  /** The same failures by reason (`lockd_tls_handshake_failures_total`); they sum to the above. */
+  readonly tlsHandshakeFailures: Record<TlsHandshakeFailureReason, number> = Object.fromEntries(
+    TLS_HANDSHAKE_FAILURE_REASONS.map((reason) => [reason, 0]),
+  ) as Record<TlsHandshakeFailureReason, number>;
   /** TLS handshakes started (admitted by the handshake rate limit). */
   tlsHandshakesStarted = 0;
   /** Accepted TLS connections waiting for their handshake to start. */
@@ -43,6 +48,12 @@ export class ServerCounters {
 
   countError(code: number): void {
     this.protocolErrors.set(code, (this.protocolErrors.get(code) ?? 0) + 1);
+  }
+
+  /** One failed TLS handshake, in the total and under its reason. */
+  countTlsHandshakeFailure(reason: TlsHandshakeFailureReason): void {
+    this.tlsHandshakeErrors++;
+    this.tlsHandshakeFailures[reason]++;
   }
 
   countAcceptError(listener: ListenerName): void {
@@ -76,6 +87,34 @@ export type LimitName = typeof LIMIT_NAMES[number];
 export const TLS_SHED_REASONS = ["pending_full", "queue_timeout"] as const;
 export type TlsShedReason = typeof TLS_SHED_REASONS[number];
 
+/**
+ * Why a TLS handshake failed (the `reason` label of `lockd_tls_handshake_failures_total`; a
+ * closed set, every value exposed from the start):
+ * - `no_client_certificate`: mutual TLS, and the client sent no certificate;
+ * - `client_certificate_rejected`: the client's certificate did not verify against
+ *   `-tls-client-ca`: signed by another CA, expired or not yet valid, or otherwise invalid
+ *   (Deno's TLS stack reports all of these with one code; the log line carries its verdict);
+ * - `client_certificate_unusable`: verified, but its names cannot be read safely (no identity);
+ * - `server_certificate_rejected`: the client refused the server's certificate (an alert such as
+ *   unknown CA or bad certificate: the client trusts another CA, or the name does not match);
+ * - `not_tls`: the first bytes do not start a TLS handshake (a plaintext lockd client, HTTP);
+ * - `timeout`: no ClientHello, or no finished handshake, within `-handshake-timeout`;
+ * - `closed`: the client closed or reset the connection during the handshake;
+ * - `protocol`: any other TLS error (no common version or cipher, a malformed record, another
+ *   alert).
+ */
+export const TLS_HANDSHAKE_FAILURE_REASONS = [
+  "no_client_certificate",
+  "client_certificate_rejected",
+  "client_certificate_unusable",
+  "server_certificate_rejected",
+  "not_tls",
+  "timeout",
+  "closed",
+  "protocol",
+] as const;
+export type TlsHandshakeFailureReason = typeof TLS_HANDSHAKE_FAILURE_REASONS[number];
+
 /** lockd's listeners, as the `listener` label of the per-listener metrics names them. */
 export type ListenerName = "protocol" | "admin" | "ops";
 export type HttpListenerName = "admin" | "ops";
@@ -83,11 +122,12 @@ export type HttpListenerName = "admin" | "ops";
 /**
  * Why the connection guard closed an HTTP connection itself (the `reason` label of
  * `lockd_http_connections_dropped_total`): `header_timeout` (a request head, or its body,
- * not complete in time), `idle_timeout` (no byte either way), `evicted` (the oldest
- * connection that never completed a request, closed for a new one at the cap), `limit` (a
- * new connection at the cap with none to evict), `invalid_request` (a head the guard
- * refuses: too large, malformed, a body too large or chunked), `unavailable` (the internal
- * server could not be reached: descriptors exhausted, or restarting).
+ * not complete in time), `idle_timeout` (no byte either way), `evicted` (the least recently
+ * active connection not serving a request, closed for a new one at the cap), `limit` (a new
+ * connection at the cap with none to evict that is no probe, in a reserved slot or not),
+ * `invalid_request` (a head the guard refuses: too large, malformed, a body too large or
+ * chunked), `unavailable` (the internal server could not be reached: descriptors exhausted,
+ * or restarting).
  */
 export const HTTP_DROP_REASONS = [
   "header_timeout",

@@ -6,7 +6,12 @@
  * @module
  */
 
-import { HTTP_DROP_REASONS, type ServerCounters, TLS_SHED_REASONS } from "./counters.ts";
+import {
+  HTTP_DROP_REASONS,
+  type ServerCounters,
+  TLS_HANDSHAKE_FAILURE_REASONS,
+  TLS_SHED_REASONS,
+} from "./counters.ts";
 import type { MetricFamily } from "./prometheus.ts";
 
 const HTTP_LISTENERS = ["admin", "ops"] as const;
@@ -35,6 +40,18 @@ export function listenerFamilies(counters: ServerCounters): MetricFamily[] {
       help: "Accepted TLS connections waiting for their handshake to start.",
       type: "gauge",
       samples: [{ value: counters.tlsHandshakesQueued }],
+    },
+    {
+      // Beside the spec's unlabelled lockd_tls_handshake_errors_total (kept exactly as the spec
+      // lists it), the same failures by reason; every reason is present from the start.
+      name: "lockd_tls_handshake_failures_total",
+      help:
+        "Failed TLS handshakes by reason; they sum to lockd_tls_handshake_errors_total (see docs/operations.md).",
+      type: "counter",
+      samples: TLS_HANDSHAKE_FAILURE_REASONS.map((reason) => ({
+        labels: { reason },
+        value: counters.tlsHandshakeFailures[reason],
+      })),
     },
     {
       name: "lockd_tls_connections_shed_total",

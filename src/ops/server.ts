@@ -1,5 +1,10 @@
 import type { HostPort } from "../host_port.ts";
-import { type HttpLimits, type HttpListener, listenHttp } from "../http/listen.ts";
+import {
+  type HttpLimits,
+  type HttpListener,
+  listenHttp,
+  type RequestHead,
+} from "../http/listen.ts";
 import { createRouter, route } from "../http/router.ts";
 import type { ServerContext } from "../server.ts";
 import { healthz, readyz } from "./health.ts";
@@ -25,6 +30,12 @@ const OPS_ROUTES = [
   route<OpsContext>("GET", "/readyz", (_request, { context }) => readyz(context.server)),
 ];
 
+/** A health probe: it must find a connection even when every other one is busy. */
+function isProbe(head: RequestHead): boolean {
+  return (head.method === "GET" || head.method === "HEAD") &&
+    /^\/(?:healthz|readyz)(?:\?|$)/.test(head.target);
+}
+
 /** Starts the ops server (`-ops-listen`) and its runtime probe; `close()` stops both. */
 export function startOpsServer(
   at: HostPort,
@@ -36,7 +47,7 @@ export function startOpsServer(
   const context: OpsContext = { server, probe };
   const listener = listenHttp(
     at,
-    { name: "ops", limits, counters: server.counters },
+    { name: "ops", limits, counters: server.counters, priority: isProbe },
     (request) => router(request, context),
   );
   probe.start();

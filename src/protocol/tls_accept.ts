@@ -5,12 +5,10 @@
  * 1. **Its accept loop stops for good after a failed accept.** In Deno 2.9
  *    a node `net.Server` whose accept fails (EMFILE) emits nothing and never
  *    accepts again (measured: after the descriptors are free, connections sit
- *    in the backlog forever). So a watchdog checks, once a second when no
- *    connection came in, that the listener still accepts: it connects to it
- *    and waits for that connection to arrive. A probe that cannot connect
- *    (the process is out of descriptors) or that is not accepted counts as a
- *    failed accept; a listener that does not accept its probe is closed and
- *    listens again on the same address.
+ *    in the backlog forever). So a watchdog (src/net/accept_watchdog.ts)
+ *    checks, once a second when no connection came in, that the listener
+ *    still accepts its own probe connection, and makes a listener that does
+ *    not listen again on the same address. The probe is never a client.
  * 2. **Handshakes are not bounded.** Each costs the one JavaScript thread
  *    about half a millisecond (ECDSA P-256) to several milliseconds (RSA
  *    4096) of key exchange and signing, and a client can ask for that with a
@@ -29,17 +27,14 @@
  * @module
  */
 
-import { ACCEPT_PROBE_INTERVAL_MS, ACCEPT_PROBE_TIMEOUT_MS } from "../limits.ts";
 import * as net from "node:net";
 import { type Scheduler, systemScheduler, type Timer } from "../clock.ts";
 import { formatHostPort, type HostPort } from "../host_port.ts";
 import { log } from "../log/diagnostic.ts";
+import { AcceptWatchdog } from "../net/accept_watchdog.ts";
 import type { ServerCounters } from "../ops/counters.ts";
 
 const logger = log("tls");
-
-/** EMFILE (process) and ENFILE (system) as Deno reports them. */
-const DESCRIPTORS_EXHAUSTED = /os error 2[34]\b|Too many open files/i;
 
 export interface TlsAcceptOptions {
   /** Handshakes started per second; 0 means no limit. */
@@ -78,11 +73,7 @@ export class TlsAcceptor {
   #tokens: number;
   #tokensAtMs: number;
   #drainTimer: Timer | null = null;
-  #watchdog: Timer | null = null;
-  #acceptedSinceCheck = false;
-  /** Local ports of the watchdog's own probe connections, so they are recognised and dropped. */
-  readonly #probePorts = new Set<number>();
-  #probeArrived: (() => void) | null = null;
+  #watchdog: AcceptWatchdog | null = null;
 
   private constructor(
     at: HostPort,
@@ -105,7 +96,27 @@ export class TlsAcceptor {
   ): Promise<TlsAcceptor> {
     const acceptor = new TlsAcceptor(at, options, onConnection);
     await acceptor.#bind(at.port);
-    acceptor.#armWatchdog();
+    acceptor.#watchdog = new AcceptWatchdog(
+      {
+        bound: () => {
+          const bound = acceptor.#server?.address();
+          return typeof bound === "object" && bound !== null ? bound : null;
+        },
+        relisten: () => {
+          // Not waiting for close()'s callback: node calls it only once every connection the
+          // server ever accepted has ended, sessions included.
+          acceptor.#server?.close();
+          acceptor.#server = null;
+          return acceptor.#bind(acceptor.#port);
+        },
+        countAcceptError: () => options.counters.countAcceptError("protocol"),
+        get addr() {
+          return acceptor.addr;
+        },
+      },
+      acceptor.#scheduler,
+      (socket) => acceptor.#client(socket),
+    );
     return acceptor;
   }
 
@@ -123,6 +134,7 @@ export class TlsAcceptor {
 
   #bind(port: number): Promise<void> {
     const server = net.createServer((socket) => this.#accepted(socket));
+    if (this.#closed) return Promise.reject(new Error("TLS listener closed"));
     return new Promise<void>((resolve, reject) => {
       const onError = (error: Error) => reject(error);
       server.once("error", onError);
@@ -142,14 +154,21 @@ export class TlsAcceptor {
   }
 
   #accepted(socket: net.Socket): void {
-    this.#acceptedSinceCheck = true;
     // Errors of a socket nobody reads yet (a reset) must not become uncaught.
     socket.on("error", () => {});
+    if (this.#closed || this.#watchdog === null) {
+      socket.destroy();
+      return;
+    }
+    this.#watchdog.accepted(socket);
+  }
+
+  /** An accepted connection that is not the watchdog's probe. */
+  #client(socket: net.Socket): void {
     if (this.#closed) {
       socket.destroy();
       return;
     }
-    if (this.#isProbe(socket)) return;
     const counters = this.#options.counters;
     counters.connectionsAccepted++;
     if (this.#pending.size >= this.#options.pendingMax) {
@@ -220,103 +239,12 @@ export class TlsAcceptor {
     }
   }
 
-  #isProbe(socket: net.Socket): boolean {
-    const port = socket.remotePort;
-    if (port === undefined || !this.#probePorts.has(port)) return false;
-    this.#probePorts.delete(port);
-    socket.destroy();
-    this.#probeArrived?.();
-    return true;
-  }
-
-  #armWatchdog(): void {
-    if (this.#closed) return;
-    this.#watchdog = this.#scheduler.setTimer(() => {
-      this.#watchdog = null;
-      void this.#check().finally(() => this.#armWatchdog());
-    }, ACCEPT_PROBE_INTERVAL_MS);
-  }
-
-  /** One watchdog round: nothing to do if connections came in; else probe, and re-listen if stuck. */
-  async #check(): Promise<void> {
-    if (this.#server === null && !this.#closed) {
-      // A re-listen failed before (e.g. still out of descriptors): try again.
-      try {
-        await this.#bind(this.#port);
-        logger.info("TLS listener listening again", { listen: this.addr });
-      } catch (error) {
-        this.#options.counters.countAcceptError("protocol");
-        logger.warn("TLS listener cannot listen again yet", {
-          error: error instanceof Error ? error.message : String(error),
-        });
-      }
-      return;
-    }
-    if (this.#acceptedSinceCheck || this.#closed) {
-      this.#acceptedSinceCheck = false;
-      return;
-    }
-    const wildcard = this.#at.hostname === "0.0.0.0"
-      ? "127.0.0.1"
-      : this.#at.hostname === "::"
-      ? "::1"
-      : this.#at.hostname;
-    let probe: Deno.TcpConn;
-    try {
-      probe = await Deno.connect({ hostname: wildcard, port: this.#port });
-    } catch (error) {
-      // Out of descriptors: accepts fail as well, count it. Anything else (a firewall that
-      // refuses the server's own address) says nothing about the listener: log only.
-      const message = error instanceof Error ? error.message : String(error);
-      if (DESCRIPTORS_EXHAUSTED.test(message)) {
-        this.#options.counters.countAcceptError("protocol");
-        logger.warn("accept check failed: out of file descriptors", { error: message });
-      } else {
-        logger.debug("accept check could not connect", { error: message });
-      }
-      return;
-    }
-    const localPort = (probe.localAddr as Deno.NetAddr).port;
-    this.#probePorts.add(localPort);
-    let timer: Timer | undefined;
-    const arrived = await new Promise<boolean>((resolve) => {
-      this.#probeArrived = () => resolve(true);
-      timer = this.#scheduler.setTimer(() => resolve(false), ACCEPT_PROBE_TIMEOUT_MS);
-    });
-    timer?.cancel();
-    this.#probeArrived = null;
-    this.#probePorts.delete(localPort);
-    try {
-      probe.close();
-    } catch {
-      // Closed by the listener.
-    }
-    if (arrived || this.#closed) return;
-    this.#options.counters.countAcceptError("protocol");
-    logger.warn("TLS listener stopped accepting (descriptor exhaustion?); listening again", {
-      listen: this.addr,
-    });
-    // Not waiting for close()'s callback: node calls it only once every connection the server
-    // ever accepted has ended, sessions included.
-    this.#server?.close();
-    this.#server = null;
-    try {
-      await this.#bind(this.#port);
-    } catch (error) {
-      // Tried again at the next round; meanwhile the port refuses connections.
-      logger.error("TLS listener cannot listen again yet", {
-        error: error instanceof Error ? error.message : String(error),
-      });
-    }
-  }
-
   /** Stops accepting and drops every connection whose handshake has not started. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
-    this.#watchdog?.cancel();
+    this.#watchdog?.close();
     this.#drainTimer?.cancel();
-    this.#probeArrived?.();
     this.#server?.close();
     for (const entry of [...this.#pending.values()]) entry.socket.destroy();
     this.#pending.clear();

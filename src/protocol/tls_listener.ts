@@ -22,7 +22,7 @@ import { TLS_FAILURE_LOG_LINES_PER_S, TLS_READ_QUEUE_BYTES_MAX } from "../limits
 import { WIRE_CODES } from "./codes.ts";
 import { encodeFrame } from "./frame.ts";
 import { log } from "../log/diagnostic.ts";
-import type { ServerCounters } from "../ops/counters.ts";
+import type { ServerCounters, TlsHandshakeFailureReason } from "../ops/counters.ts";
 import { CertificateIdentityError, identityFromCertificate } from "../security/identity.ts";
 import { loadServerTlsFromConfig, type ServerTlsMaterial } from "../security/tls.ts";
 import type { ProtocolListener } from "./listener.ts";
@@ -75,6 +75,23 @@ export async function listenTls(
   });
   let closed = false;
   const failureLog = new HandshakeFailureLog();
+  /**
+   * Counts and logs one failed handshake, once per connection however many reports it gets
+   * (node's handshake timeout was seen to fire `tlsClientError` twice for one connection in
+   * Deno 2.9): `lockd_tls_handshake_errors_total` counts failed handshakes, not reports.
+   */
+  const failed = new WeakSet<Socket>();
+  const handshakeFailed = (
+    socket: Socket,
+    remoteAddr: string,
+    failure: TlsHandshakeFailureReason,
+    reason: string,
+  ) => {
+    if (failed.has(socket)) return;
+    failed.add(socket);
+    counters.countTlsHandshakeFailure(failure);
+    failureLog.warn({ remote_addr: remoteAddr, failure, reason });
+  };
   /** Connections still in their TLS handshake (or before it), by remote address, so close() can end them. */
   const handshaking = new Map<string, Socket>();
 
@@ -100,11 +117,12 @@ export async function listenTls(
     });
     raw.on("error", () => {}); // a reset before the first byte: 'close' follows
     const timer = scheduler.setTimer(() => {
-      counters.tlsHandshakeErrors++;
-      failureLog.warn({
-        remote_addr: key,
-        reason: `no TLS ClientHello within ${options.handshakeTimeoutMs} ms`,
-      });
+      handshakeFailed(
+        raw,
+        key,
+        "timeout",
+        `no TLS ClientHello within ${options.handshakeTimeoutMs} ms`,
+      );
       raw.destroy();
     }, options.handshakeTimeoutMs);
     raw.once("close", () => timer.cancel());
@@ -116,16 +134,13 @@ export async function listenTls(
         acceptor.admit(raw, () => server.emit("connection", raw));
         return;
       }
-      refuseNotTls(raw, key, first, counters, failureLog);
+      refuseNotTls(raw, key, first, counters, handshakeFailed);
     });
   };
 
   server.on("tlsClientError", (error: Error & { code?: string }, socket: tls.TLSSocket) => {
-    counters.tlsHandshakeErrors++;
-    failureLog.warn({
-      remote_addr: remoteAddrOf(socket),
-      reason: handshakeFailureReason(error, socket),
-    });
+    const { failure, reason } = classifyHandshakeFailure(error, socket, mtls);
+    handshakeFailed(socket, remoteAddrOf(socket), failure, reason);
     // Deno's node:tls leaves the socket open after a handshake timeout: end it here.
     socket.destroy();
   });
@@ -139,11 +154,12 @@ export async function listenTls(
     }
     if (mtls && !socket.authorized) {
       // rejectUnauthorized already refuses these; never serve one unverified.
-      counters.tlsHandshakeErrors++;
-      failureLog.warn({
-        remote_addr: remoteAddr,
-        reason: String(socket.authorizationError ?? "client certificate not verified"),
-      });
+      handshakeFailed(
+        socket,
+        remoteAddr,
+        "client_certificate_rejected",
+        String(socket.authorizationError ?? "client certificate not verified"),
+      );
       socket.destroy();
       return;
     }
@@ -153,8 +169,7 @@ export async function listenTls(
     } catch (error) {
       if (!(error instanceof CertificateIdentityError)) throw error;
       // A verified certificate whose names cannot be read safely: refused, never guessed.
-      counters.tlsHandshakeErrors++;
-      failureLog.warn({ remote_addr: remoteAddr, reason: error.message });
+      handshakeFailed(socket, remoteAddr, "client_certificate_unusable", error.message);
       socket.destroy();
       return;
     }
@@ -442,17 +457,23 @@ function refuseNotTls(
   remoteAddr: string,
   first: Uint8Array,
   counters: ServerCounters,
-  failureLog: HandshakeFailureLog,
+  handshakeFailed: (
+    socket: Socket,
+    remoteAddr: string,
+    failure: TlsHandshakeFailureReason,
+    reason: string,
+  ) => void,
 ) {
-  counters.tlsHandshakeErrors++;
   const lockdFrame = first[0] === 0x00;
   const shown = [...first.subarray(0, 4)].map((b) => b.toString(16).padStart(2, "0")).join(" ");
-  failureLog.warn({
-    remote_addr: remoteAddr,
-    reason: lockdFrame
+  handshakeFailed(
+    raw,
+    remoteAddr,
+    "not_tls",
+    lockdFrame
       ? "plaintext lockd frame on the TLS listener (the client does not use TLS)"
       : `not TLS (first bytes ${shown})`,
-  });
+  );
   if (!lockdFrame) {
     raw.destroy();
     return;
@@ -480,9 +501,44 @@ function remoteAddrOf(socket: tls.TLSSocket): string {
   return host === undefined ? "unknown" : formatHostPort(host, port ?? 0);
 }
 
-/** The most telling reason for a failed handshake: the certificate verdict when there is one. */
-function handshakeFailureReason(error: Error & { code?: string }, socket: tls.TLSSocket): string {
+/** Alerts a client sends when it refuses the server's certificate (rustls and OpenSSL names). */
+const SERVER_CERTIFICATE_ALERT =
+  /fatal alert: (?:UnknownCA|BadCertificate|UnsupportedCertificate|CertificateRevoked|CertificateExpired|CertificateUnknown)\b|ALERT_(?:UNKNOWN_CA|BAD_CERTIFICATE|UNSUPPORTED_CERTIFICATE|CERTIFICATE_REVOKED|CERTIFICATE_EXPIRED|CERTIFICATE_UNKNOWN)$/;
+
+/**
+ * Why a handshake failed, as a `lockd_tls_handshake_failures_total` reason and the most telling
+ * text for the log: the certificate verdict when there is one. Deno 2.9's node:tls reports a
+ * client certificate that does not verify (another CA, expired) as a reset with
+ * `authorizationError` set, and a missing one with ERR_SSL_PEER_DID_NOT_RETURN_A_CERTIFICATE.
+ */
+function classifyHandshakeFailure(
+  error: Error & { code?: string },
+  socket: tls.TLSSocket,
+  mtls: boolean,
+): { failure: TlsHandshakeFailureReason; reason: string } {
   const verdict = socket.authorizationError;
-  if (verdict) return `client certificate rejected: ${verdict}`;
-  return error.code ? `${error.message} (${error.code})` : error.message;
+  if (verdict) {
+    return {
+      failure: "client_certificate_rejected",
+      reason: `client certificate rejected: ${verdict}`,
+    };
+  }
+  const code = error.code ?? "";
+  const text = code === "" ? error.message : `${error.message} (${code})`;
+  if (mtls && code === "ERR_SSL_PEER_DID_NOT_RETURN_A_CERTIFICATE") {
+    return { failure: "no_client_certificate", reason: `no client certificate: ${text}` };
+  }
+  if (SERVER_CERTIFICATE_ALERT.test(error.message) || SERVER_CERTIFICATE_ALERT.test(code)) {
+    return {
+      failure: "server_certificate_rejected",
+      reason: `the client refused the server certificate: ${text}`,
+    };
+  }
+  if (code === "ERR_TLS_HANDSHAKE_TIMEOUT" || /handshake timeout/i.test(error.message)) {
+    return { failure: "timeout", reason: text };
+  }
+  if (code === "ECONNRESET" || code === "EPIPE" || /socket hang up/i.test(error.message)) {
+    return { failure: "closed", reason: `the client closed the connection: ${text}` };
+  }
+  return { failure: "protocol", reason: text };
 }

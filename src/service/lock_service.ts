@@ -73,6 +73,8 @@ export interface LockServiceOptions {
 /** Outcome of a force-release (admin API). */
 export type ForceReleaseResult =
   | { readonly status: "released"; readonly holder: HolderView }
+  /** The precondition failed: the lock is held, but not with the expected token. */
+  | { readonly status: "holder_changed"; readonly holder: HolderView }
   | { readonly status: "not_leader" }
   | { readonly status: "lock_not_found" }
   | {
@@ -265,8 +267,11 @@ export class LockService {
   /**
    * Force-release: the audit record of the operator's action first, then the owner's session
    * is closed (ERROR 0x02 after its release records) and the head waiter is granted at once.
+   * With `expectedToken`, only the ownership with that fencing token is released: the check
+   * and the release happen in this one call, so an operator's dialog opened on one holder never
+   * releases the next one (nothing is audited or changed when it fails).
    */
-  forceRelease(name: string, actor: Actor): ForceReleaseResult {
+  forceRelease(name: string, actor: Actor, expectedToken?: number): ForceReleaseResult {
     if (this.#gate !== undefined && !this.#gate.mayAct()) return { status: "not_leader" };
     const holder = this.#engine.holderOf(name);
     if (holder === undefined) return { status: "lock_not_found" };
@@ -278,6 +283,9 @@ export class LockService {
         block,
         detail: block === null ? "" : this.#engine.blockDetail(block),
       };
+    }
+    if (expectedToken !== undefined && holder.token !== expectedToken) {
+      return { status: "holder_changed", holder };
     }
     this.#audit.append({
       event: "force_release",

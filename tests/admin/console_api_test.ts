@@ -380,6 +380,7 @@ Deno.test("an event stream whose reader does not read is ended once its buffer i
     checkMs: ADMIN_EVENTS_CHECK_MS,
     keepAliveMs: ADMIN_EVENTS_KEEPALIVE_MS_MAX,
     streamsMax: 4,
+    connectionsMax: 8,
     bufferBytesMax: 1_024,
   });
   const response = hub.open();

@@ -377,3 +377,22 @@ Deno.test("familiesInExposition reads # TYPE lines", () => {
   assert.equal(new Set(EXPECTED_FAMILIES).size, EXPECTED_FAMILIES.length);
   for (const family of EXPECTED_FAMILIES) assert.equal(familyOf(family), family);
 });
+
+// ---------------------------------------------------------------------------------------
+// Container image
+
+Deno.test("the image's health check reaches the ops listener over loopback, which remote clients cannot crowd out", () => {
+  const dockerfile = read("Dockerfile");
+  const check = /^HEALTHCHECK .*\\\n\s*CMD (\[.*\])$/m.exec(dockerfile);
+  assert.ok(check !== null, "a HEALTHCHECK with an exec-form CMD");
+  const checkArgs: string[] = JSON.parse(check[1]);
+  assert.deepEqual(checkArgs.slice(1, 2), ["health"]);
+  const ops = checkArgs[checkArgs.indexOf("-ops") + 1];
+  assert.match(ops, /^127\.0\.0\.1:\d+$/, "over the container's loopback");
+  const cmd = /^CMD (\[.*\])$/m.exec(dockerfile);
+  const serveArgs: string[] = JSON.parse(cmd![1]);
+  const opsListen = serveArgs[serveArgs.indexOf("-ops-listen") + 1];
+  // The same listener Prometheus scrapes from outside: its loopback connections are kept room
+  // for (src/http/listen.ts, tests/http/listen_test.ts "local connection").
+  assert.equal(opsListen.split(":").pop(), ops.split(":").pop());
+});

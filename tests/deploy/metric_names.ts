@@ -38,6 +38,8 @@ export const EXPECTED_FAMILIES: readonly string[] = [
   "lockd_tls_handshakes_started_total",
   "lockd_tls_handshakes_queued",
   "lockd_tls_connections_shed_total",
+  // why handshakes fail, by reason (issue 19 item 11)
+  "lockd_tls_handshake_failures_total",
   // memory and limits (issue 9 item 13)
   "lockd_limit_refusals_total",
   "lockd_partial_frame_bytes",
@@ -86,6 +88,18 @@ export const CLUSTER_LABEL_VALUES: Readonly<Record<string, Readonly<Record<strin
 export const EXPECTED_LABEL_VALUES: Readonly<Record<string, Readonly<Record<string, string[]>>>> = {
   lockd_releases_total: { reason: ["graceful", "expired", "io_timeout", "force"] },
   lockd_audit_records_lost_total: { cause: ["backlog_full", "exit"] },
+  lockd_tls_handshake_failures_total: {
+    reason: [
+      "no_client_certificate",
+      "client_certificate_rejected",
+      "client_certificate_unusable",
+      "server_certificate_rejected",
+      "not_tls",
+      "timeout",
+      "closed",
+      "protocol",
+    ],
+  },
 };
 
 /** Suffixes of the samples of a summary (and a histogram) that belong to the base family. */

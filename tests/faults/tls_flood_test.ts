@@ -180,4 +180,10 @@ Deno.test("after descriptor exhaustion the TLS listener accepts again, and the f
   const text = await scrape(proc.opsAddr!);
   assert.ok(sample(text, "lockd_listener_accept_errors_total", 'listener="protocol"') > 0);
   assert.ok(sample(text, "lockd_accept_errors_total") > 0);
+  // It was the watchdog that got the listener back (an idle listener's watchdog never acts: see
+  // tests/protocol/tls_idle_watchdog_test.ts, so these lines are the exhaustion's).
+  assert.ok(
+    proc.logLines.some((line) => line.includes("TLS listener listening again")),
+    proc.logLines.join("\n"),
+  );
 });

@@ -172,7 +172,9 @@ Deno.test("the admin API refuses a rebound Host with 421 and answers its own add
       "host-not-allowed",
       "Host not allowed",
       421,
-      `Host "evil.example:${port}" is not an address of this listener, localhost, or a name in -admin-allowed-hosts`,
+      // Issue 19 item 5: the refused Host is not echoed.
+      "The request's Host (or target authority) is not an address of this listener, localhost, " +
+        "or a name in -admin-allowed-hosts",
     ),
   );
   // Refused before anything else: an unknown path and a force-release alike.

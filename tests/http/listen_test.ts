@@ -8,7 +8,13 @@
 import assert from "node:assert/strict";
 import { ManualScheduler } from "../../src/clock.ts";
 import { parseHostPort } from "../../src/host_port.ts";
-import { type HttpLimits, type HttpListener, listenHttp } from "../../src/http/listen.ts";
+import {
+  type HttpLimits,
+  type HttpListener,
+  type HttpListenOptions,
+  listenHttp,
+} from "../../src/http/listen.ts";
+import { HTTP_PROBE_CONNECTIONS_RESERVED } from "../../src/limits.ts";
 import { ServerCounters } from "../../src/ops/counters.ts";
 import { eventually } from "../helpers/start_server.ts";
 import { RawHttp } from "../helpers/raw_http.ts";
@@ -32,13 +38,24 @@ interface Harness extends AsyncDisposable {
   stream: ReadableStreamDefaultController<Uint8Array> | null;
 }
 
-function harness(limits: Partial<HttpLimits> = {}): Harness {
+function harness(
+  limits: Partial<HttpLimits> = {},
+  extra: Pick<HttpListenOptions, "priority" | "localPeer"> = {},
+): Harness {
   const clock = new ManualScheduler();
   const counters = new ServerCounters();
   const h = { clock, counters, peers: [] as string[], stream: null } as unknown as Harness;
   h.listener = listenHttp(
     parseHostPort("127.0.0.1:0"),
-    { name: "admin", limits: { ...LIMITS, ...limits }, counters, scheduler: clock },
+    {
+      name: "admin",
+      limits: { ...LIMITS, ...limits },
+      counters,
+      scheduler: clock,
+      // Every test client is on loopback: unless a test says otherwise, none counts as local.
+      localPeer: () => false,
+      ...extra,
+    },
     (request, remoteAddr) => {
       h.peers.push(remoteAddr);
       const url = new URL(request.url);
@@ -138,42 +155,165 @@ Deno.test("a streaming response that sends a comment every 15 s outlives the idl
   assert.equal(h.counters.http.admin.dropped.idle_timeout, 1);
 });
 
-Deno.test("at the cap, the oldest connection without a complete request is closed for a new one", async () => {
+Deno.test("at the cap, the least recently active connection not serving a request is closed for a new one", async () => {
   await using h = harness({ connectionsMax: 3 });
-  using busy = await RawHttp.connect(h.addr);
-  await busy.send(get("/a"));
-  await busy.response();
+  // Issue 19 item 2: a keep-alive connection idle between requests is evictable; its last
+  // activity is the end of its last response. A connection that never completed a request
+  // counts from its accept (the bytes of a slowloris head do not make it younger).
+  using served = await RawHttp.connect(h.addr);
+  await served.send(get("/a"));
+  await served.response();
   using idle1 = await RawHttp.connect(h.addr);
   await eventually(() => h.counters.http.admin.open === 2, "two open");
-  using idle2 = await RawHttp.connect(h.addr);
-  await idle2.send("GET /half");
+  using half = await RawHttp.connect(h.addr);
+  await half.send("GET /half");
   await eventually(() => h.counters.http.admin.open === 3, "three open");
-  using fresh = await RawHttp.connect(h.addr);
-  assert.equal(await idle1.closedWithin(2_000), true, "the oldest idle connection went");
-  await fresh.send(get("/fresh"));
-  assert.equal((await fresh.response()).body, "GET /fresh ");
-  assert.equal(await busy.closedWithin(50), false, "a connection that passed a request stays");
+  await half.send(" HTTP/1.1\r\n"); // more bytes of the head: no younger for that
+
+  using fresh1 = await RawHttp.connect(h.addr);
+  assert.equal(await served.closedWithin(2_000), true, "the idle keep-alive connection went first");
   assert.equal(h.counters.http.admin.dropped.evicted, 1);
-  assert.equal(await idle2.closedWithin(50), false, "only one was needed");
+  // (No closedWithin on idle1 here: its read would still be pending when the answer comes.)
+  using fresh2 = await RawHttp.connect(h.addr);
+  // One that never sent a request is told why.
+  const told = await idle1.response();
+  assert.equal(told.status, 503);
+  assert.match(
+    JSON.parse(told.body).detail,
+    /closed for a newer one before it completed a request/,
+  );
+  assert.equal(await idle1.closedWithin(2_000), true);
+  using fresh3 = await RawHttp.connect(h.addr);
+  assert.equal((await half.response()).status, 503, "the slowloris head came next");
+  for (const c of [fresh1, fresh2, fresh3]) {
+    await c.send(get("/fresh"));
+    assert.equal((await c.response()).body, "GET /fresh ");
+  }
+  assert.equal(h.counters.http.admin.dropped.evicted, 3);
+  assert.equal(h.counters.http.admin.open, 3);
 });
 
-Deno.test("at the cap with every connection past its first request, a new one gets 503 and is closed", async () => {
-  await using h = harness({ connectionsMax: 2 });
-  const clients = [await RawHttp.connect(h.addr), await RawHttp.connect(h.addr)];
+Deno.test("at the cap, a connection serving a request is not closed, an idle one is, least recently active first", async () => {
+  await using h = harness({ connectionsMax: 3 });
+  using streaming = await RawHttp.connect(h.addr);
+  await streaming.send(get("/stream"));
+  await eventually(() => h.stream !== null, "stream started");
+  using older = await RawHttp.connect(h.addr);
+  using newer = await RawHttp.connect(h.addr);
+  await older.send(get("/1"));
+  await older.response();
+  await newer.send(get("/2"));
+  await newer.response();
+  // `older` was active again last: `newer` is now the least recently active.
+  await older.send(get("/3"));
+  await older.response();
+  using incoming = await RawHttp.connect(h.addr);
+  assert.equal(await newer.closedWithin(2_000), true);
+  assert.equal(await older.closedWithin(50), false);
+  assert.equal(await streaming.closedWithin(50), false, "the stream is serving a request");
+  await incoming.send(get("/4"));
+  assert.equal((await incoming.response()).body, "GET /4 ");
+});
+
+Deno.test("at the cap with every connection serving a request, a new one gets 503 unless its request is a probe", async () => {
+  let streams = 0;
+  await using h = harness({ connectionsMax: 2 }, {
+    priority: (head) => head.method === "GET" && head.target === "/healthz",
+  });
+  const busy = [await RawHttp.connect(h.addr), await RawHttp.connect(h.addr)];
   try {
-    for (const c of clients) {
-      await c.send(get("/x"));
-      await c.response();
+    for (const c of busy) {
+      h.stream = null;
+      await c.send(get("/stream"));
+      await eventually(() => h.stream !== null, "stream started");
+      streams++;
     }
-    using extra = await RawHttp.connect(h.addr);
-    const answer = await extra.response();
+    {
+      using probe = await RawHttp.connect(h.addr);
+      await probe.send(get("/healthz"));
+      assert.equal((await probe.response()).body, "GET /healthz ", "a probe finds room");
+    }
+    // (An idle probe connection would be closed for the next newcomer: it has gone.)
+    await eventually(() => h.counters.http.admin.open === 2, "the probe's connection closed");
+    using other = await RawHttp.connect(h.addr);
+    await other.send(get("/api/locks"));
+    const answer = await other.response();
     assert.equal(answer.status, 503);
     assert.equal(answer.headers.get("content-type"), "application/problem+json");
     assert.match(answer.body, /too-many-connections/);
+    assert.equal(await other.closedWithin(2_000), true);
     assert.equal(h.counters.http.admin.dropped.limit, 1);
+    assert.equal(streams, 2);
   } finally {
-    for (const c of clients) c.close();
+    for (const c of busy) c.close();
   }
+});
+
+Deno.test("with the reserved slots full of silent newcomers as well, one more gets 503 at once", async () => {
+  await using h = harness({ connectionsMax: 1 }, { priority: () => true });
+  using busy = await RawHttp.connect(h.addr);
+  await busy.send(get("/stream"));
+  await eventually(() => h.stream !== null, "stream started");
+  const silent: RawHttp[] = [];
+  try {
+    for (let i = 0; i < HTTP_PROBE_CONNECTIONS_RESERVED; i++) {
+      silent.push(await RawHttp.connect(h.addr));
+      await eventually(() => h.counters.http.admin.open === 2 + i, `${2 + i} open`);
+    }
+    // A newcomer from elsewhere closes the oldest silent one (told with a 503) and takes its place.
+    using next = await RawHttp.connect(h.addr);
+    assert.equal((await silent[0].response()).status, 503);
+    await next.send(get("/healthz"));
+    assert.equal((await next.response()).body, "GET /healthz ");
+    assert.equal(h.counters.http.admin.dropped.evicted, 1);
+  } finally {
+    for (const c of silent) c.close();
+  }
+});
+
+Deno.test("a local connection is never closed for a remote newcomer before its first request, and finds a reserved slot", async () => {
+  const localPorts = new Set<number>();
+  await using h = harness({ connectionsMax: 2 }, {
+    localPeer: (peer) => localPorts.has(peer.port),
+  });
+  const connectLocal = async () => {
+    const c = await RawHttp.connect(h.addr);
+    localPorts.add((c.conn.localAddr as Deno.NetAddr).port);
+    return c;
+  };
+  using local = await connectLocal();
+  await eventually(() => h.counters.http.admin.open === 1, "one open");
+  using remote1 = await RawHttp.connect(h.addr);
+  await eventually(() => h.counters.http.admin.open === 2, "two open");
+  using remote2 = await RawHttp.connect(h.addr);
+  // remote1 (fresh, remote) went; the older local connection stayed.
+  assert.equal((await remote1.response()).status, 503);
+  await local.send(get("/healthz"));
+  assert.equal((await local.response()).body, "GET /healthz ");
+  await remote2.send(get("/stream"));
+  await eventually(() => h.stream !== null, "stream started");
+  // Both slots serve requests now (the local one idle again: make it busy too).
+  h.stream = null;
+  await local.send(get("/stream"));
+  await eventually(() => h.stream !== null, "second stream started");
+  // No priority function: a remote request in a reserved slot gets 503; a local one is served.
+  using remote3 = await RawHttp.connect(h.addr);
+  await remote3.send(get("/x"));
+  assert.equal((await remote3.response()).status, 503);
+  using local2 = await connectLocal();
+  await local2.send(get("/y"));
+  assert.equal((await local2.response()).body, "GET /y ");
+});
+
+Deno.test("by default a loopback peer is local: it is served in a reserved slot whatever its request", async () => {
+  await using h = harness({ connectionsMax: 1 }, { localPeer: undefined });
+  using busy = await RawHttp.connect(h.addr);
+  await busy.send(get("/stream"));
+  await eventually(() => h.stream !== null, "stream started");
+  using local = await RawHttp.connect(h.addr);
+  await local.send(get("/not-a-probe"));
+  assert.equal((await local.response()).body, "GET /not-a-probe ");
+  assert.equal(h.counters.http.admin.dropped.limit, 0);
 });
 
 const REFUSED: [string, string, number, RegExp][] = [

@@ -2,7 +2,12 @@ import assert from "node:assert/strict";
 import { connect, LockdError, type LockLostError } from "../../mod.ts";
 import { ManualScheduler } from "../../src/clock.ts";
 import { AUDIT_RETRY_MS } from "../../src/limits.ts";
-import { HTTP_DROP_REASONS, LIMIT_NAMES, TLS_SHED_REASONS } from "../../src/ops/counters.ts";
+import {
+  HTTP_DROP_REASONS,
+  LIMIT_NAMES,
+  TLS_HANDSHAKE_FAILURE_REASONS,
+  TLS_SHED_REASONS,
+} from "../../src/ops/counters.ts";
 import { PROMETHEUS_CONTENT_TYPE } from "../../src/ops/prometheus.ts";
 import { CLUSTER_ONLY_WIRE_CODES, WIRE_CODES } from "../../src/protocol/codes.ts";
 import { http, problemText, queue } from "../admin/admin_helpers.ts";
@@ -65,6 +70,9 @@ function expected(changes: Record<string, number>, version: string): Record<stri
   base["lockd_tls_handshakes_queued"] = 0;
   for (const reason of TLS_SHED_REASONS) {
     base[`lockd_tls_connections_shed_total{reason="${reason}"}`] = 0;
+  }
+  for (const reason of TLS_HANDSHAKE_FAILURE_REASONS) {
+    base[`lockd_tls_handshake_failures_total{reason="${reason}"}`] = 0;
   }
   for (const listener of ["admin", "ops"]) {
     base[`lockd_http_server_restarts_total{listener="${listener}"}`] = 0;
