@@ -454,6 +454,7 @@ class Transition {
     const s = this.state;
     switch (input.type) {
       case "start":
+        if (s.tag === "stopped") return; // closed before it started: final all the same
         if (s.tag !== "starting" || s.epoch !== 0) throw new Error("Leadership already started");
         this.#set({ ...s, epoch: 1 });
         this.#grantLease();

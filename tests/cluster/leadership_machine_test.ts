@@ -275,6 +275,10 @@ Deno.test("machine: programmer errors throw: a second start, a timer that is not
   const m = leader();
   assert.throws(() => m.feed({ type: "start" }, 20), /already started/);
   assert.throws(() => m.feed({ type: "timer_fired", timer: "pause_limit" }, 20), /not armed/);
+  // (Closed before it started is not an error: stopped is final, the start does nothing.)
+  const closed = new Machine().feed({ type: "close" }, 0).feed({ type: "start" }, 1);
+  assert.equal(closed.tag, "stopped");
+  assert.deepEqual(closed.effects, []);
   const starting = new Machine().feed({ type: "start" }, 0);
   starting.feed({ type: "lease_granted", epoch: 1, sendMs: 0, leaseId: LEASE, ttlS: 2 }, 5);
   assert.throws(
