@@ -24,30 +24,27 @@ import {
   CLUSTER_TTL_MS_MIN,
 } from "../limits.ts";
 import { type Etcd, EtcdError, type KeyValue, type TxnOp } from "./etcd.ts";
+import type { ClusterRole, LeaderInfo, LeadershipEvent, NodeInfo } from "./leadership_events.ts";
 import {
-  type ClusterRole,
   initialLeadershipState,
-  type LeaderInfo,
   type LeadershipConfig,
   type LeadershipEffect,
-  type LeadershipEvent,
   type LeadershipInput,
   type LeadershipState,
   type LeadershipTimer,
   leadingTerm,
-  type NodeInfo,
   servesAt,
   step,
 } from "./leadership_machine.ts";
 
-export { CLUSTER_ROLES, STEP_DOWN_REASONS } from "./leadership_machine.ts";
+export { CLUSTER_ROLES, STEP_DOWN_REASONS } from "./leadership_events.ts";
 export type {
   ClusterRole,
   LeaderInfo,
   LeadershipEvent,
   NodeInfo,
   StepDownReason,
-} from "./leadership_machine.ts";
+} from "./leadership_events.ts";
 
 export interface LeadershipOptions {
   readonly etcd: Etcd;

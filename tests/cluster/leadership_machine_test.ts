@@ -6,9 +6,9 @@
 
 import assert from "node:assert/strict";
 import type { KeyValue } from "../../src/cluster/etcd.ts";
+import { CLUSTER_ROLES } from "../../src/cluster/leadership_events.ts";
 import {
   assertLeadershipInvariants,
-  CLUSTER_ROLES,
   initialLeadershipState,
   LEADERSHIP_TRANSITIONS,
   type LeadershipConfig,
