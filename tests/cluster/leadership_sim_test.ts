@@ -29,7 +29,7 @@ import { ManualScheduler, type Scheduler } from "../../src/clock.ts";
 import { Leadership, type LeadershipEvent } from "../../src/cluster/leadership.ts";
 import { type FakeClient, FakeEtcd, type FakeLink } from "../helpers/fake_etcd.ts";
 
-const SCHEDULES = Number(Deno.env.get("LOCKD_SIM_SCHEDULES") ?? 1_000);
+const SCHEDULES = Number(Deno.env.get("LOCKD_SIM_SCHEDULES") ?? 2_000);
 const FIRST_SEED = Number(Deno.env.get("LOCKD_SIM_FIRST_SEED") ?? 1);
 const ONE_SEED = Deno.env.get("LOCKD_SIM_SEED");
 const TRACE = Deno.env.get("LOCKD_SIM_TRACE") === "1";
