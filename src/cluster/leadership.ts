@@ -1,38 +1,15 @@
 /**
- * Leader election through etcd, with a self-fencing leader.
+ * Leader election through etcd, with a self-fencing leader: the driver of the pure state machine
+ * in leadership_machine.ts (which holds the protocol, the states and their legal moves).
  *
- * Every node holds an etcd lease (TTL from `-cluster-ttl`) and renews it every TTL/3 with one
- * keep-alive request at a time. A node campaigns with a transaction that creates
- * `<cluster>/leader` (attached to its lease) only if the key is absent; the key's create
- * revision is the node's **term**. Standbys watch the key and campaign when it is deleted.
- *
- * The leader fences itself by arithmetic on its own clock: `safeUntil` is the SEND time of the
- * newest keep-alive etcd confirmed plus the TTL it confirmed. etcd renewed the lease when it
- * processed that request, after the send, so the lease (and the key) cannot expire before
- * `safeUntil` (clock rates equal within the margin; an etcd leader change only extends leases).
- * Before `safeUntil − margin` passes without a newer confirmation, the leader PAUSES: it must not
- * grant, acknowledge or act, and it re-checks. It RESUMES when a keep-alive newer than the last
- * one before the pause is confirmed and a linearizable read then shows its key with its term. It
- * STEPS DOWN when the key is gone or has another create revision, when the lease is gone, or when
- * the pause outlasts `safeUntil + TTL` (etcd unreachable: a new leader may exist by then). A
- * leader that steps down revokes its old lease (when it can) and starts over as a new candidate.
- *
- * `serving()` is the check the server makes right before every decision (grant, hand-off,
- * expiry) and every frame that promises ownership, so a leader frozen by the OS (SIGSTOP, a VM
- * pause) sees on waking that its time ran out, pauses, and re-verifies before it decides or says
- * anything, even if no timer has fired yet (or its deadline timer fires first).
- *
- * Roles and their legal moves:
- * - `starting`: no lease yet (at start, and after a step-down) → `standby` | `leader` | `stopped`
- * - `standby`: has a lease; another node's key is there, or a campaign is under way
- *   → `leader` (campaign won) | `starting` (own lease gone) | `stopped`
- * - `leader`: serving while `now < safeUntil − margin` → `paused` | `starting` (stepped down)
- *   | `stopped` (resigned or closed)
- * - `paused`: leader that must not act → `leader` (re-verified) | `starting` (stepped down)
- *   | `stopped`
- * - `stopped`: final.
- *
- * All waiting goes through the injected Scheduler; etcd is an interface (real: etcd_http.ts).
+ * `Leadership` keeps the machine's state and feeds it every input: the answers of etcd (each
+ * stamped with the epoch it was asked in), the timers it armed, and the check the server makes
+ * right before every decision (grant, hand-off, expiry) and every frame that promises ownership
+ * (`serving()`), so a leader frozen by the OS (SIGSTOP, a VM pause) sees on waking that its time
+ * ran out, pauses, and re-verifies before it decides or says anything, even if no timer has fired
+ * yet. It carries out the machine's commands over the `Etcd` interface (real: etcd_http.ts) and
+ * the injected Scheduler, then reports the machine's events to `onEvent`, in order, with the
+ * state already updated (a listener may call back in).
  *
  * @module
  */
@@ -47,68 +24,27 @@ import {
   CLUSTER_TTL_MS_MIN,
 } from "../limits.ts";
 import { type Etcd, EtcdError, type KeyValue, type TxnOp } from "./etcd.ts";
+import type { ClusterRole, LeaderInfo, LeadershipEvent, NodeInfo } from "./leadership_events.ts";
+import {
+  initialLeadershipState,
+  type LeadershipConfig,
+  type LeadershipEffect,
+  type LeadershipInput,
+  type LeadershipState,
+  type LeadershipTimer,
+  leadingTerm,
+  servesAt,
+  step,
+} from "./leadership_machine.ts";
 
-export type ClusterRole = "starting" | "standby" | "leader" | "paused" | "stopped";
-/** Every role (the label values of `lockd_cluster_role{role}`). */
-export const CLUSTER_ROLES: readonly ClusterRole[] = [
-  "starting",
-  "standby",
-  "leader",
-  "paused",
-  "stopped",
-];
-
-/**
- * Why a leader stepped down (label values of `lockd_cluster_step_downs_total{reason}`):
- * - `lease_expired`: etcd says the node's lease no longer exists
- * - `key_lost`: the leader key is gone (deleted by an operator, or with the lease)
- * - `deposed`: the leader key has another create revision (another node leads)
- * - `etcd_unreachable`: paused past `safeUntil + TTL` without an answer from etcd
- * - `shutdown`: planned hand-over (the server is stopping)
- */
-export type StepDownReason =
-  | "lease_expired"
-  | "key_lost"
-  | "deposed"
-  | "etcd_unreachable"
-  | "shutdown";
-
-/** Every step-down reason (the label values of `lockd_cluster_step_downs_total{reason}`). */
-export const STEP_DOWN_REASONS: readonly StepDownReason[] = [
-  "lease_expired",
-  "key_lost",
-  "deposed",
-  "etcd_unreachable",
-  "shutdown",
-];
-
-/** What a node publishes in the leader key. */
-export interface NodeInfo {
-  /** Node name (`-cluster-node`, default the advertised address). */
-  readonly name: string;
-  /** Protocol address clients should dial (`-advertise`). */
-  readonly advertise: string;
-  /** Admin API address others redirect to, or null when the leader has no admin listener. */
-  readonly admin: string | null;
-}
-
-export interface LeaderInfo extends NodeInfo {
-  readonly term: number;
-}
-
-export type LeadershipEvent =
-  | { readonly type: "elected"; readonly term: number }
-  | { readonly type: "paused"; readonly term: number }
-  | { readonly type: "resumed"; readonly term: number; readonly pausedMs: number }
-  | {
-    readonly type: "stepped_down";
-    readonly term: number;
-    readonly reason: StepDownReason;
-    /** Set when the step-down ended a pause. */
-    readonly pausedMs?: number;
-  }
-  /** The leader as this node sees it changed (null: none known). */
-  | { readonly type: "leader_changed"; readonly leader: LeaderInfo | null };
+export { CLUSTER_ROLES, STEP_DOWN_REASONS } from "./leadership_events.ts";
+export type {
+  ClusterRole,
+  LeaderInfo,
+  LeadershipEvent,
+  NodeInfo,
+  StepDownReason,
+} from "./leadership_events.ts";
 
 export interface LeadershipOptions {
   readonly etcd: Etcd;
@@ -138,61 +74,19 @@ export function clusterKeys(
   };
 }
 
-function parseLeader(kv: KeyValue): LeaderInfo {
-  let info: Partial<NodeInfo> = {};
-  try {
-    info = JSON.parse(kv.value);
-  } catch {
-    // A value written by something else: show it as the name.
-  }
-  return {
-    name: typeof info.name === "string" ? info.name : kv.value,
-    advertise: typeof info.advertise === "string" ? info.advertise : "",
-    admin: typeof info.admin === "string" ? info.admin : null,
-    term: kv.createRevision,
-  };
-}
-
-interface Lease {
-  readonly id: string;
-  readonly ttlMs: number;
-}
+type Release = Extract<LeadershipEffect, { type: "release" }>;
 
 export class Leadership {
   readonly #etcd: Etcd;
   readonly #scheduler: Scheduler;
   readonly #keys: ReturnType<typeof clusterKeys>;
-  #node: NodeInfo;
-  readonly #ttlMs: number;
-  readonly #marginMs: number;
-  readonly #recheckMs: number;
-  readonly #retryMs: number;
+  #config: LeadershipConfig;
   readonly #onEvent: (event: LeadershipEvent) => void;
 
-  #role: ClusterRole = "starting";
+  #state: LeadershipState = initialLeadershipState();
   #started = false;
-  /** Bumped whenever the lease is dropped: answers for an older lease are ignored. */
-  #epoch = 0;
-  #lease: Lease | null = null;
-  #confirmedSendMs = -Infinity;
-  #safeUntilMs = -Infinity;
-  #term = 0;
-  #electedAtMs = 0;
-  #leader: LeaderInfo | null = null;
-  #pausedAtMs = 0;
-  #confirmedAtPauseMs = -Infinity;
-  #verifying = false;
-  #verifyAgain = false;
-  #keepAliveFailing = false;
+  readonly #timers = new Map<LeadershipTimer, Timer>();
   #watch: AbortController | null = null;
-  #observing = false;
-
-  #keepAliveTimer: Timer | null = null;
-  #recheckTimer: Timer | null = null;
-  #pauseTimer: Timer | null = null;
-  #pauseLimitTimer: Timer | null = null;
-  #retryTimer: Timer | null = null;
-  #standbyCheckTimer: Timer | null = null;
 
   constructor(options: LeadershipOptions) {
     const ttlMs = options.ttlMs ?? CLUSTER_TTL_MS_DEFAULT;
@@ -208,61 +102,68 @@ export class Leadership {
     this.#etcd = options.etcd;
     this.#scheduler = options.scheduler;
     this.#keys = clusterKeys(options.cluster);
-    this.#node = options.node;
-    this.#ttlMs = ttlMs;
-    this.#marginMs = options.marginMs ?? ttlMs * CLUSTER_MARGIN_TTL_SHARE;
-    this.#recheckMs = options.recheckMs ?? CLUSTER_RECHECK_MS;
-    this.#retryMs = options.retryMs ?? CLUSTER_RETRY_MS;
+    this.#config = {
+      node: options.node,
+      ttlMs,
+      marginMs: options.marginMs ?? ttlMs * CLUSTER_MARGIN_TTL_SHARE,
+      recheckMs: options.recheckMs ?? CLUSTER_RECHECK_MS,
+      retryMs: options.retryMs ?? CLUSTER_RETRY_MS,
+    };
     this.#onEvent = options.onEvent ?? (() => {});
   }
 
   // ---- what the server reads -------------------------------------------------
 
   get role(): ClusterRole {
-    return this.#role;
+    return this.#state.tag;
+  }
+
+  /** The machine's state (read-only; for tests and the operator view). */
+  get state(): LeadershipState {
+    return this.#state;
   }
 
   /** The term this node leads (create revision of its key), or 0 when it does not lead. */
   get term(): number {
-    return this.#role === "leader" || this.#role === "paused" ? this.#term : 0;
+    return leadingTerm(this.#state);
   }
 
   /** The leader as this node knows it (itself included), or null. */
   get leader(): LeaderInfo | null {
-    return this.#leader;
+    return this.#state.leader;
   }
 
   get node(): NodeInfo {
-    return this.#node;
+    return this.#config.node;
   }
 
   /** Sets what the node publishes when it leads (before start(): the bound addresses). */
   setNode(node: NodeInfo): void {
     if (this.#started) throw new Error("The node info is fixed once leadership started");
-    this.#node = node;
+    this.#config = { ...this.#config, node };
   }
 
   get ttlMs(): number {
-    return this.#ttlMs;
+    return this.#config.ttlMs;
   }
 
   get marginMs(): number {
-    return this.#marginMs;
+    return this.#config.marginMs;
   }
 
   /** Monotonic ms until which the lease certainly lives (−Infinity without a lease). */
   get safeUntilMs(): number {
-    return this.#safeUntilMs;
+    return this.#state.safeUntilMs;
   }
 
   /** Monotonic ms at which this node last won an election. */
   get electedAtMs(): number {
-    return this.#electedAtMs;
+    return this.#state.electedAtMs;
   }
 
   /** The etcd lease ID, or null. */
   get leaseId(): string | null {
-    return this.#lease?.id ?? null;
+    return this.#state.tag === "stopped" ? null : this.#state.leaseId;
   }
 
   /**
@@ -271,12 +172,10 @@ export class Leadership {
    * timers pauses here instead of acting on stale leadership.
    */
   serving(nowMs: number = this.#scheduler.monotonicMs()): boolean {
-    if (this.#role !== "leader") return false;
-    if (nowMs >= this.#safeUntilMs - this.#marginMs) {
-      this.#pause();
-      return false;
-    }
-    return true;
+    if (this.#state.tag !== "leader") return false;
+    if (servesAt(this.#config, this.#state, nowMs)) return true;
+    this.#apply({ type: "check", atMs: nowMs });
+    return false;
   }
 
   // ---- life cycle ------------------------------------------------------------
@@ -285,7 +184,7 @@ export class Leadership {
   start(): void {
     if (this.#started) throw new Error("Leadership already started");
     this.#started = true;
-    this.#grantLease();
+    this.#apply({ type: "start" });
   }
 
   /**
@@ -294,32 +193,18 @@ export class Leadership {
    * at most `timeoutMs`; a failure leaves the key to expire with the lease. `alsoPut` joins the
    * same transaction (only if the term still holds).
    */
-  async resign(timeoutMs = this.#ttlMs, alsoPut: readonly TxnOp[] = []): Promise<void> {
-    const wasLeading = this.#role === "leader" || this.#role === "paused";
-    const term = this.#term;
-    const lease = this.#lease;
-    const pausedMs = this.#role === "paused"
-      ? this.#scheduler.monotonicMs() - this.#pausedAtMs
-      : undefined;
-    this.#shutdown();
-    if (wasLeading) {
-      this.#emit({
-        type: "stepped_down",
-        term,
-        reason: "shutdown",
-        ...(pausedMs !== undefined ? { pausedMs } : {}),
-      });
-    }
+  async resign(timeoutMs = this.#config.ttlMs, alsoPut: readonly TxnOp[] = []): Promise<void> {
+    const release = this.#apply({ type: "resign" });
     try {
-      if (wasLeading) {
+      if (release?.term != null) {
         await this.#etcd.txn(
-          [{ key: this.#keys.leader, target: "create", revision: term }],
+          [{ key: this.#keys.leader, target: "create", revision: release.term }],
           [...alsoPut, { type: "delete", key: this.#keys.leader }],
           [],
           { timeoutMs },
         );
       }
-      if (lease !== null) await this.#etcd.revokeLease(lease.id, { timeoutMs });
+      if (release?.leaseId != null) await this.#etcd.revokeLease(release.leaseId, { timeoutMs });
     } catch {
       // The key goes with the lease when the TTL runs out.
     }
@@ -327,426 +212,169 @@ export class Leadership {
 
   /** Stops every timer and watch without telling etcd anything (the lease runs out). */
   close(): void {
-    this.#shutdown();
-  }
-
-  // ---- internals ---------------------------------------------------------------
-
-  #emit(event: LeadershipEvent): void {
-    this.#onEvent(event);
-  }
-
-  #setLeader(leader: LeaderInfo | null): void {
-    const before = this.#leader;
-    if (
-      before === leader ||
-      before !== null && leader !== null && before.term === leader.term &&
-        before.advertise === leader.advertise
-    ) {
-      return;
-    }
-    this.#leader = leader;
-    this.#emit({ type: "leader_changed", leader });
-  }
-
-  #shutdown(): void {
-    this.#role = "stopped";
-    this.#epoch++;
-    this.#lease = null;
-    this.#term = 0;
-    this.#cancelTimersAndWatch();
-  }
-
-  /** Stops every timer and the watch of the current lease (shutdown, a dropped lease). */
-  #cancelTimersAndWatch(): void {
-    for (
-      const timer of [
-        this.#keepAliveTimer,
-        this.#recheckTimer,
-        this.#pauseTimer,
-        this.#pauseLimitTimer,
-        this.#retryTimer,
-        this.#standbyCheckTimer,
-      ]
-    ) timer?.cancel();
-    this.#keepAliveTimer = this.#recheckTimer = this.#pauseTimer = null;
-    this.#pauseLimitTimer = this.#retryTimer = this.#standbyCheckTimer = null;
-    this.#watch?.abort();
-    this.#watch = null;
-  }
-
-  #retryLater(action: () => void, epoch: number, delayMs = this.#retryMs): void {
-    this.#retryTimer?.cancel();
-    this.#retryTimer = this.#scheduler.setTimer(() => {
-      this.#retryTimer = null;
-      if (epoch === this.#epoch && this.#role !== "stopped") action();
-    }, delayMs);
-  }
-
-  #requestTimeoutMs(): number {
-    return this.#ttlMs / 2;
-  }
-
-  #grantLease(): void {
-    if (this.#role === "stopped") return;
-    const epoch = this.#epoch;
-    const sendMs = this.#scheduler.monotonicMs();
-    this.#etcd.grantLease(this.#ttlMs / 1000, { timeoutMs: this.#requestTimeoutMs() }).then(
-      (granted) => {
-        if (epoch !== this.#epoch || this.#role === "stopped") {
-          // Answer to a lease request of a past life: give the lease back.
-          this.#etcd.revokeLease(granted.id).catch(() => {});
-          return;
-        }
-        this.#lease = { id: granted.id, ttlMs: granted.ttlS * 1000 };
-        this.#confirm(sendMs, granted.ttlS);
-        this.#armKeepAlive();
-        this.#observe();
-      },
-      () => this.#retryLater(() => this.#grantLease(), epoch),
-    );
-  }
-
-  #armKeepAlive(): void {
-    this.#keepAliveTimer?.cancel();
-    this.#keepAliveTimer = this.#scheduler.setTimer(() => {
-      this.#keepAliveTimer = null;
-      this.#sendKeepAlive();
-      this.#armKeepAlive();
-    }, this.#ttlMs / 3);
-  }
-
-  /** A quicker keep-alive cadence while paused or after a failed keep-alive. */
-  #armRecheck(): void {
-    if (this.#recheckTimer !== null) return;
-    this.#recheckTimer = this.#scheduler.setTimer(() => {
-      this.#recheckTimer = null;
-      if (this.#role === "paused" || this.#keepAliveFailing) {
-        this.#sendKeepAlive();
-        this.#armRecheck();
-      }
-    }, this.#recheckMs);
-  }
-
-  #sendKeepAlive(): void {
-    const lease = this.#lease;
-    if (lease === null || this.#role === "stopped") return;
-    const epoch = this.#epoch;
-    const sendMs = this.#scheduler.monotonicMs();
-    this.#etcd.keepAliveOnce(lease.id, { timeoutMs: this.#ttlMs / 3 }).then(
-      (ttlS) => {
-        if (epoch !== this.#epoch) return;
-        if (ttlS <= 0) {
-          this.#leaseGone();
-          return;
-        }
-        const wasFailing = this.#keepAliveFailing;
-        this.#keepAliveFailing = false;
-        this.#confirm(sendMs, ttlS);
-        // A black-holed connection can leave a watch stream silent: start it again.
-        if (wasFailing && (this.#role === "standby" || this.#role === "leader")) this.#observe();
-      },
-      (error) => {
-        if (epoch !== this.#epoch) return;
-        if (error instanceof EtcdError && error.kind === "lease_not_found") {
-          this.#leaseGone();
-          return;
-        }
-        this.#keepAliveFailing = true;
-        this.#armRecheck();
-      },
-    );
-  }
-
-  /** A keep-alive (or the grant) sent at `sendMs` was confirmed with `ttlS`. */
-  #confirm(sendMs: number, ttlS: number): void {
-    if (sendMs <= this.#confirmedSendMs) return;
-    this.#confirmedSendMs = sendMs;
-    this.#safeUntilMs = sendMs + ttlS * 1000;
-    if (this.#role === "leader") this.#armPause();
-    else if (this.#role === "paused" && sendMs > this.#confirmedAtPauseMs) this.#verify();
-  }
-
-  #armPause(): void {
-    this.#pauseTimer?.cancel();
-    this.#pauseTimer = this.#scheduler.setTimer(() => {
-      this.#pauseTimer = null;
-      this.serving();
-    }, this.#safeUntilMs - this.#marginMs - this.#scheduler.monotonicMs());
-  }
-
-  #pause(): void {
-    if (this.#role !== "leader") return;
-    this.#role = "paused";
-    this.#pausedAtMs = this.#scheduler.monotonicMs();
-    this.#confirmedAtPauseMs = this.#confirmedSendMs;
-    this.#pauseTimer?.cancel();
-    this.#pauseTimer = null;
-    this.#emit({ type: "paused", term: this.#term });
-    this.#armPauseLimit();
-    this.#sendKeepAlive();
-    this.#armRecheck();
-  }
-
-  /**
-   * Past `safeUntil + TTL` a paused leader gives up: a new leader may exist by then. A leader
-   * that wakes from a freeze already past it still gets one keep-alive timeout (TTL/3) to hear
-   * from etcd, so the step-down names the real reason (usually `lease_expired`).
-   */
-  #pauseLimitMs(): number {
-    return Math.max(this.#safeUntilMs + this.#ttlMs, this.#pausedAtMs + this.#ttlMs / 3);
-  }
-
-  #armPauseLimit(): void {
-    this.#pauseLimitTimer?.cancel();
-    this.#pauseLimitTimer = this.#scheduler.setTimer(() => {
-      this.#pauseLimitTimer = null;
-      if (this.#role !== "paused") return;
-      if (this.#scheduler.monotonicMs() >= this.#pauseLimitMs()) {
-        this.#stepDown("etcd_unreachable");
-      } else {
-        this.#armPauseLimit(); // a confirmation moved safeUntil on without a resume yet
-      }
-    }, this.#pauseLimitMs() - this.#scheduler.monotonicMs());
-  }
-
-  /** Paused, and a newer keep-alive was confirmed: read the key before resuming. */
-  #verify(): void {
-    if (this.#verifying) {
-      this.#verifyAgain = true;
-      return;
-    }
-    this.#verifying = true;
-    this.#verifyAgain = false;
-    const epoch = this.#epoch;
-    const term = this.#term;
-    const leaseId = this.#lease?.id;
-    this.#etcd.get(this.#keys.leader, { timeoutMs: this.#requestTimeoutMs() }).then(
-      ({ kv }) => {
-        this.#verifying = false;
-        if (epoch !== this.#epoch || this.#role !== "paused" || this.#term !== term) return;
-        if (kv === undefined) {
-          this.#stepDown("key_lost");
-        } else if (kv.createRevision !== term || kv.lease !== leaseId) {
-          this.#stepDown("deposed", kv);
-        } else if (this.#scheduler.monotonicMs() < this.#safeUntilMs - this.#marginMs) {
-          this.#resume();
-        } else if (this.#verifyAgain) {
-          this.#verify();
-        }
-      },
-      () => {
-        this.#verifying = false;
-        if (epoch === this.#epoch && this.#role === "paused" && this.#verifyAgain) this.#verify();
-      },
-    );
-  }
-
-  #resume(): void {
-    const pausedMs = this.#scheduler.monotonicMs() - this.#pausedAtMs;
-    this.#role = "leader";
-    this.#pauseLimitTimer?.cancel();
-    this.#pauseLimitTimer = null;
-    this.#recheckTimer?.cancel();
-    this.#recheckTimer = null;
-    this.#armPause();
-    this.#emit({ type: "resumed", term: this.#term, pausedMs });
-  }
-
-  /** The lease no longer exists. */
-  #leaseGone(): void {
-    if (this.#role === "leader" || this.#role === "paused") {
-      this.#stepDown("lease_expired");
-      return;
-    }
-    this.#dropLease();
-    this.#grantLease();
-  }
-
-  #dropLease(): void {
-    this.#epoch++;
-    this.#lease = null;
-    this.#confirmedSendMs = -Infinity;
-    this.#safeUntilMs = -Infinity;
-    this.#keepAliveFailing = false;
-    this.#verifying = false;
-    this.#cancelTimersAndWatch();
-    this.#observing = false;
-    this.#role = "starting";
-  }
-
-  /**
-   * Steps down from leading (or pausing) for `reason`: gives the lease back when etcd can be
-   * reached, then starts over as a candidate with a new lease.
-   */
-  #stepDown(reason: StepDownReason, current?: KeyValue): void {
-    if (this.#role !== "leader" && this.#role !== "paused") return;
-    const term = this.#term;
-    const pausedMs = this.#role === "paused"
-      ? this.#scheduler.monotonicMs() - this.#pausedAtMs
-      : undefined;
-    const lease = this.#lease;
-    this.#dropLease();
-    this.#term = 0;
-    this.#emit({
-      type: "stepped_down",
-      term,
-      reason,
-      ...(pausedMs !== undefined ? { pausedMs } : {}),
-    });
-    this.#setLeader(current !== undefined ? parseLeader(current) : null);
-    if (lease !== null) {
-      this.#etcd.revokeLease(lease.id, { timeoutMs: this.#requestTimeoutMs() }).catch(() => {});
-    }
-    this.#grantLease();
+    this.#apply({ type: "close" });
   }
 
   /** Tells the node from outside (a fenced token reservation) that another term is current. */
   deposed(current: KeyValue | undefined): void {
-    if (this.#role !== "leader" && this.#role !== "paused") return;
-    if (current === undefined) this.#stepDown("key_lost");
-    else if (current.createRevision !== this.#term) this.#stepDown("deposed", current);
+    this.#apply({ type: "fenced", current });
   }
 
-  /** Reads the leader key, becomes leader if it is ours, campaigns if absent, else watches. */
-  #observe(): void {
-    if (this.#lease === null || this.#role === "stopped" || this.#observing) return;
-    this.#observing = true;
-    const epoch = this.#epoch;
-    this.#etcd.get(this.#keys.leader, { timeoutMs: this.#requestTimeoutMs() }).then(
-      ({ kv, revision }) => {
-        this.#observing = false;
-        if (epoch !== this.#epoch || this.#role === "stopped") return;
-        if (kv === undefined) {
-          if (this.#role === "leader" || this.#role === "paused") this.#stepDown("key_lost");
-          else this.#campaign();
-          return;
-        }
-        this.#seeKey(kv);
-        this.#startWatch(revision + 1);
-      },
-      () => {
-        this.#observing = false;
-        this.#retryLater(() => this.#observe(), epoch);
-      },
+  // ---- the driver ----------------------------------------------------------------
+
+  /** One step: commits the state, carries out the commands, then reports the events. */
+  #apply(input: LeadershipInput): Release | null {
+    const { state, effects } = step(
+      this.#config,
+      this.#state,
+      input,
+      this.#scheduler.monotonicMs(),
     );
-  }
-
-  /** Acts on the current leader key. */
-  #seeKey(kv: KeyValue): void {
-    const lease = this.#lease;
-    if (this.#role === "leader" || this.#role === "paused") {
-      if (kv.createRevision !== this.#term || kv.lease !== lease?.id) this.#stepDown("deposed", kv);
-      return;
+    this.#state = state;
+    let release: Release | null = null;
+    const events: LeadershipEvent[] = [];
+    for (const effect of effects) {
+      if (effect.type === "emit") events.push(effect.event);
+      else if (effect.type === "release") release = effect;
+      else this.#execute(effect);
     }
-    if (lease !== null && kv.lease === lease.id) {
-      // Our own campaign won although its answer was lost.
-      this.#becomeLeader(kv.createRevision);
-      return;
+    for (const event of events) this.#onEvent(event);
+    return release;
+  }
+
+  #execute(effect: Exclude<LeadershipEffect, { type: "emit" | "release" }>): void {
+    switch (effect.type) {
+      case "set_timer": {
+        this.#timers.get(effect.timer)?.cancel();
+        const timer = this.#scheduler.setTimer(() => {
+          if (this.#timers.get(effect.timer) !== timer) return;
+          this.#timers.delete(effect.timer);
+          this.#apply({ type: "timer_fired", timer: effect.timer });
+        }, effect.delayMs);
+        this.#timers.set(effect.timer, timer);
+        return;
+      }
+      case "cancel_timer":
+        this.#timers.get(effect.timer)?.cancel();
+        this.#timers.delete(effect.timer);
+        return;
+      case "grant_lease": {
+        const { epoch, sendMs } = effect;
+        this.#etcd.grantLease(effect.ttlS, { timeoutMs: effect.timeoutMs }).then(
+          (granted) =>
+            this.#apply({
+              type: "lease_granted",
+              epoch,
+              sendMs,
+              leaseId: granted.id,
+              ttlS: granted.ttlS,
+            }),
+          () => this.#apply({ type: "lease_grant_failed", epoch }),
+        );
+        return;
+      }
+      case "keep_alive": {
+        const { epoch, sendMs } = effect;
+        this.#etcd.keepAliveOnce(effect.leaseId, { timeoutMs: effect.timeoutMs }).then(
+          (ttlS) => this.#apply({ type: "keep_alive_answered", epoch, sendMs, ttlS }),
+          (error) =>
+            this.#apply({ type: "keep_alive_failed", epoch, leaseNotFound: leaseNotFound(error) }),
+        );
+        return;
+      }
+      case "revoke_lease":
+        this.#etcd.revokeLease(
+          effect.leaseId,
+          effect.timeoutMs !== undefined ? { timeoutMs: effect.timeoutMs } : undefined,
+        ).catch(() => {});
+        return;
+      case "read_leader": {
+        const { epoch } = effect;
+        this.#etcd.get(this.#keys.leader, { timeoutMs: effect.timeoutMs }).then(
+          ({ kv, revision }) => this.#apply({ type: "leader_read", epoch, kv, revision }),
+          () => this.#apply({ type: "leader_read_failed", epoch }),
+        );
+        return;
+      }
+      case "verify_leader": {
+        const { epoch, term } = effect;
+        this.#etcd.get(this.#keys.leader, { timeoutMs: effect.timeoutMs }).then(
+          ({ kv }) => this.#apply({ type: "verify_read", epoch, term, kv }),
+          () => this.#apply({ type: "verify_read_failed", epoch, term }),
+        );
+        return;
+      }
+      case "campaign": {
+        const { epoch } = effect;
+        this.#etcd.txn(
+          [{ key: this.#keys.leader, target: "create", revision: 0 }],
+          [{
+            type: "put",
+            key: this.#keys.leader,
+            value: JSON.stringify(this.#config.node),
+            lease: effect.leaseId,
+          }],
+          [{ type: "get", key: this.#keys.leader }],
+          { timeoutMs: effect.timeoutMs },
+        ).then(
+          (result) =>
+            this.#apply({
+              type: "campaign_answered",
+              epoch,
+              succeeded: result.succeeded,
+              revision: result.revision,
+              kv: result.gets[0],
+            }),
+          (error) =>
+            this.#apply({ type: "campaign_failed", epoch, leaseNotFound: leaseNotFound(error) }),
+        );
+        return;
+      }
+      case "watch":
+        this.#startWatch(effect.epoch, effect.watch, effect.fromRevision);
+        return;
+      case "stop_watch":
+        this.#watch?.abort();
+        this.#watch = null;
+        return;
     }
-    this.#role = "standby";
-    this.#setLeader(parseLeader(kv));
-    this.#armStandbyCheck();
   }
 
-  #campaign(): void {
-    const lease = this.#lease;
-    if (lease === null || this.#role === "stopped") return;
-    if (this.#role === "starting") this.#role = "standby";
-    this.#setLeader(null);
-    const epoch = this.#epoch;
-    const value = JSON.stringify(this.#node);
-    this.#etcd.txn(
-      [{ key: this.#keys.leader, target: "create", revision: 0 }],
-      [{ type: "put", key: this.#keys.leader, value, lease: lease.id }],
-      [{ type: "get", key: this.#keys.leader }],
-      { timeoutMs: this.#requestTimeoutMs() },
-    ).then(
-      (result) => {
-        if (epoch !== this.#epoch || this.#role === "stopped") return;
-        if (result.succeeded) {
-          this.#becomeLeader(result.revision);
-          this.#startWatch(result.revision + 1);
-          return;
-        }
-        const kv = result.gets[0];
-        if (kv === undefined) {
-          // Deleted again between the compare and now: try again.
-          this.#retryLater(() => this.#observe(), epoch, 0);
-          return;
-        }
-        this.#seeKey(kv);
-        this.#startWatch(result.revision + 1);
-      },
-      (error) => {
-        if (epoch !== this.#epoch) return;
-        if (error instanceof EtcdError && error.kind === "lease_not_found") {
-          this.#leaseGone();
-          return;
-        }
-        // The outcome is unknown: the read in #observe tells whether the key is ours.
-        this.#retryLater(() => this.#observe(), epoch);
-      },
-    );
-  }
-
-  #becomeLeader(term: number): void {
-    // One win can be reported twice: by the campaign's answer and by the watch (or a read) that
-    // sees the key with this node's lease first; they travel on different connections. Once.
-    if ((this.#role === "leader" || this.#role === "paused") && this.#term === term) return;
-    this.#role = "leader";
-    this.#term = term;
-    this.#electedAtMs = this.#scheduler.monotonicMs();
-    this.#standbyCheckTimer?.cancel();
-    this.#standbyCheckTimer = null;
-    this.#emit({ type: "elected", term });
-    this.#setLeader({ ...this.#node, term });
-    // Elected on an old confirmation: pause at once (and re-check) rather than serve.
-    if (!this.serving()) return;
-    this.#armPause();
-  }
-
-  /** Standbys re-read the key every TTL as well, in case a watch stream went silent. */
-  #armStandbyCheck(): void {
-    this.#standbyCheckTimer?.cancel();
-    this.#standbyCheckTimer = this.#scheduler.setTimer(() => {
-      this.#standbyCheckTimer = null;
-      if (this.#role === "standby") this.#observe();
-    }, this.#ttlMs);
-  }
-
-  #startWatch(fromRevision: number): void {
+  #startWatch(epoch: number, watch: number, fromRevision: number): void {
     this.#watch?.abort();
     const controller = new AbortController();
     this.#watch = controller;
-    const epoch = this.#epoch;
+    const { signal } = controller;
     (async () => {
+      // A throw of the machine (a programmer error) must not pass for a broken stream.
+      let failed = false;
+      let failure: unknown;
       try {
-        for await (
-          const events of this.#etcd.watch(this.#keys.leader, fromRevision, controller.signal)
+        stream: for await (
+          const events of this.#etcd.watch(this.#keys.leader, fromRevision, signal)
         ) {
-          if (controller.signal.aborted || epoch !== this.#epoch) return;
           for (const event of events) {
-            if (event.type === "delete") this.#keyDeleted();
-            else this.#seeKey(event.kv);
-            if (controller.signal.aborted || epoch !== this.#epoch) return;
+            if (signal.aborted) break stream;
+            try {
+              this.#apply({ type: "watch_event", epoch, watch, event });
+            } catch (error) {
+              failed = true;
+              failure = error;
+              break stream;
+            }
           }
         }
       } catch {
-        // Broken stream (or a compacted revision): read again, which restarts the watch.
+        // Broken stream (or a compacted revision): the machine reads again.
       }
-      if (controller.signal.aborted || epoch !== this.#epoch) return;
+      if (failed) throw failure;
+      if (signal.aborted) return;
       if (this.#watch === controller) this.#watch = null;
-      this.#retryLater(() => this.#observe(), epoch);
+      this.#apply({ type: "watch_ended", epoch, watch });
     })();
   }
+}
 
-  #keyDeleted(): void {
-    if (this.#role === "leader" || this.#role === "paused") {
-      this.#stepDown("key_lost");
-      return;
-    }
-    this.#setLeader(null);
-    this.#campaign();
-  }
+function leaseNotFound(error: unknown): boolean {
+  return error instanceof EtcdError && error.kind === "lease_not_found";
 }

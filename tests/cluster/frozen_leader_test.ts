@@ -219,3 +219,36 @@ Deno.test("requests sent to a paused leader wait in the session's reader, bounde
   }
   assert.equal(t.server.context.engine.stats.heartbeatsTotal, count);
 });
+
+Deno.test("a paused leader that finds another node's key steps down with NOT_LEADER naming that node", async () => {
+  const scheduler = new ManualScheduler(WALL_MS, 0);
+  const etcd = new FakeEtcd(scheduler);
+  await using t = await startFakeClusterServer(etcd, scheduler, "n1");
+  await runFor(scheduler, 1_500);
+  const cluster = t.server.context.cluster!;
+  await using client = await RawClient.session(t.addr);
+  etcd.setMode("stall");
+  await using _up = { [Symbol.asyncDispose]: () => Promise.resolve(etcd.setMode("up")) };
+  await runFor(scheduler, 1_650);
+  assert.equal(cluster.role, "paused");
+  // Meanwhile another node leads (here an operator's hand: the key replaced on n1's lease, so
+  // n1's keep-alives still confirm and it reads the key to resume). A closed loopback port.
+  const lease = cluster.leadership.leaseId!;
+  etcd.deleteDirect("test/leader");
+  etcd.putDirect(
+    "test/leader",
+    JSON.stringify({ name: "n2", advertise: "127.0.0.1:1", admin: null }),
+    lease,
+  );
+  etcd.extendLeases(3_000);
+  etcd.setMode("up");
+  await runFor(scheduler, 200);
+  const heard = await drain(client);
+  const last = heard.at(-1);
+  assert.ok(last?.type === "error", JSON.stringify(heard));
+  assert.equal(last.code, WIRE_CODES.NOT_LEADER.code);
+  // Before the machine, the step-down was reported while the node still knew itself as the
+  // leader: the NOT_LEADER named no one.
+  assert.equal(last.name, "127.0.0.1:1");
+  assert.match(last.message, /stepped down: deposed/);
+});

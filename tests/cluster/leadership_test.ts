@@ -4,7 +4,7 @@
  */
 
 import assert from "node:assert/strict";
-import { ManualClock, ManualScheduler } from "../../src/clock.ts";
+import { ManualClock, ManualScheduler, type Scheduler } from "../../src/clock.ts";
 import { Leadership, type LeadershipEvent } from "../../src/cluster/leadership.ts";
 import { FakeEtcd, settle } from "../helpers/fake_etcd.ts";
 
@@ -369,4 +369,179 @@ Deno.test("a win reported by the watch before the campaign's answer elects the n
   const elected = b.events.filter((e) => e.type === "elected");
   assert.deepEqual(elected, [{ type: "elected", term: b.leadership.term }]);
   b.leadership.close();
+});
+
+// ---- regressions found while turning leadership into a state machine ---------------------
+
+Deno.test("a pause timer that fires a little early still pauses the leader at its deadline, with nothing asking serving()", async () => {
+  const scheduler = new ManualScheduler(0, 0);
+  // Real timers count whole milliseconds: setTimeout(f, 1333.4) may run f at 1333.
+  const truncating: Scheduler = {
+    monotonicMs: () => scheduler.monotonicMs(),
+    wallMs: () => scheduler.wallMs(),
+    setTimer: (callback, delayMs) =>
+      scheduler.setTimer(callback, delayMs >= 1 ? Math.floor(delayMs) : delayMs),
+  };
+  const etcd = new FakeEtcd(scheduler);
+  const events: LeadershipEvent[] = [];
+  const a = new Leadership({
+    etcd,
+    scheduler: truncating,
+    cluster: "test",
+    node: { name: "a", advertise: "a:7400", admin: null },
+    ttlMs: TTL_MS,
+    onEvent: (e) => events.push(e),
+  });
+  a.start();
+  await settle();
+  // Steps of 10.3 ms: the answers are read at fractional times, so the pause timers are armed
+  // for fractional delays...
+  await run(scheduler, 1_000, 10.3);
+  etcd.setMode("stall"); // ...and then no confirmation comes
+  const deadlineMs = a.safeUntilMs - MARGIN_MS;
+  await run(scheduler, deadlineMs - scheduler.monotonicMs() - 20, 10.3);
+  assert.equal(a.role, "leader");
+  await run(scheduler, 20.5, 0.25);
+  // Before the fix the timer found the deadline 0.x ms ahead, and nothing armed it again: the
+  // node stayed in role "leader" (shown to operators, no faster re-checks, no pause limit).
+  assert.equal(a.role, "paused");
+  assert.deepEqual(types(events).slice(-1), ["paused"]);
+  a.close();
+});
+
+Deno.test("a late failure of a read from before a step-down does not cancel the retries of the new lease", async () => {
+  const scheduler = new ManualScheduler(0, 0);
+  const etcd = new FakeEtcd(scheduler);
+  let getDelayMs = 0;
+  const client = etcd.client({ requestDelayMs: (op) => op === "get" ? getDelayMs : 0 });
+  const events: LeadershipEvent[] = [];
+  const a = new Leadership({
+    etcd: client,
+    scheduler,
+    cluster: "test",
+    node: { name: "a", advertise: "a:7400", admin: null },
+    ttlMs: TTL_MS,
+    onEvent: (e) => events.push(e),
+  });
+  a.start();
+  await run(scheduler, 100);
+  assert.equal(a.role, "leader");
+  // The watch breaks: the leader reads the key again, and that read will time out (TTL/2).
+  getDelayMs = 5_000;
+  client.breakWatches();
+  await run(scheduler, 300);
+  // Meanwhile it steps down (its key is gone), and etcd refuses its new lease for a while.
+  etcd.setMode("down");
+  a.deposed(undefined);
+  assert.equal(a.role, "starting");
+  await run(scheduler, 1_500); // the old read fails in here
+  etcd.setMode("up");
+  getDelayMs = 0;
+  await run(scheduler, 5_000);
+  // Before the fix the old read's failure replaced the grant's retry timer with one for the old
+  // lease, which did nothing: the node stayed "starting" without a lease for good.
+  assert.equal(a.role, "leader", types(events).join());
+  assert.ok(a.leaseId !== null);
+  a.close();
+  client.close();
+});
+
+Deno.test("a leader deposed by a read starts no watch until it has a new lease", async () => {
+  const scheduler = new ManualScheduler(0, 0);
+  const etcd = new FakeEtcd(scheduler);
+  let silent = false;
+  let dropKeepAliveAnswers = false;
+  let grantDelayMs = 0;
+  const client = etcd.client({
+    dropWatchBatch: () => silent,
+    dropAnswer: (op) => op === "keepalive" && dropKeepAliveAnswers,
+    requestDelayMs: (op) => op === "grant" ? grantDelayMs : 0,
+    scheduler,
+  });
+  const events: LeadershipEvent[] = [];
+  const a = new Leadership({
+    etcd: client,
+    scheduler,
+    cluster: "test",
+    node: { name: "a", advertise: "a:7400", admin: null },
+    ttlMs: TTL_MS,
+    onEvent: (e) => events.push(e),
+  });
+  a.start();
+  await run(scheduler, 100);
+  const leaseA = a.leaseId!;
+  // Its watch goes silent; an operator replaces the key (on a's lease, so keep-alives still
+  // confirm); a keep-alive fails, the next succeeds: a reads the key again and is deposed.
+  silent = true;
+  etcd.deleteDirect("test/leader");
+  etcd.putDirect(
+    "test/leader",
+    JSON.stringify({ name: "x", advertise: "x:1", admin: null }),
+    leaseA,
+  );
+  dropKeepAliveAnswers = true;
+  grantDelayMs = 1_000; // the new lease takes a while
+  await run(scheduler, 700); // the keep-alive at 667 goes unanswered (times out at 1333)
+  dropKeepAliveAnswers = false;
+  silent = false;
+  await run(scheduler, 800);
+  assert.ok(types(events).includes("stepped_down:deposed"), types(events).join());
+  // The key changes again while the new lease is on its way.
+  etcd.putDirect("test/leader", JSON.stringify({ name: "y", advertise: "y:1", admin: null }));
+  await run(scheduler, 50);
+  // Before the fix the read's watch was started for the lease-less next life: its events made
+  // the node a "standby" without a lease.
+  assert.equal(a.role, "starting");
+  assert.equal(a.leaseId, null);
+  a.close();
+  client.close();
+});
+
+Deno.test("a late answer of an older campaign does not elect a leader again with an older term", async () => {
+  const scheduler = new ManualScheduler(0, 0);
+  const etcd = new FakeEtcd(scheduler);
+  let txnDelayMs = 0;
+  const client = etcd.client({
+    dropWatchBatch: () => true, // silent watch: b learns only from answers and reads
+    answerDelayMs: (op) => op === "txn" ? txnDelayMs : 0,
+    scheduler,
+  });
+  const events: LeadershipEvent[] = [];
+  const b = new Leadership({
+    etcd: client,
+    scheduler,
+    cluster: "test",
+    node: { name: "b", advertise: "b:7400", admin: null },
+    ttlMs: TTL_MS,
+    onEvent: (e) => events.push(e),
+  });
+  etcd.putDirect("test/leader", JSON.stringify({ name: "x", advertise: "x:1", admin: null }));
+  b.start();
+  await run(scheduler, 100);
+  assert.equal(b.role, "standby");
+  // The key goes; b's re-read (every TTL) finds it absent and campaigns: that answer is slow
+  // (but within the request's timeout, TTL/2).
+  etcd.deleteDirect("test/leader");
+  txnDelayMs = 900;
+  for (let i = 0; i < 300 && etcd.peek("test/leader") === undefined; i++) await run(scheduler, 10);
+  const first = etcd.peek("test/leader")!;
+  assert.equal(first.lease, b.leaseId);
+  assert.equal(b.role, "standby");
+  // An operator deletes b's new key before b heard it won; b's watch breaks, it reads again and
+  // wins a second time, and hears of that win first.
+  etcd.deleteDirect("test/leader");
+  txnDelayMs = 0;
+  client.breakWatches();
+  await run(scheduler, 400);
+  const second = etcd.peek("test/leader")!;
+  assert.ok(second.createRevision > first.createRevision);
+  assert.equal(b.term, second.createRevision);
+  await run(scheduler, 600); // the first campaign's answer arrives
+  // Before the fix b was elected again, with the older term.
+  assert.deepEqual(events.filter((e) => e.type === "elected"), [
+    { type: "elected", term: second.createRevision },
+  ]);
+  assert.equal(b.term, second.createRevision);
+  b.close();
+  client.close();
 });

@@ -10,9 +10,15 @@
  * - `answerDelayMs`: every answer arrives that long after etcd processed its request, while watch
  *   streams already carry the change (a real etcd's watch stream and the answer of a request
  *   travel on different connections, and either may come first).
+ *
+ * Each node talks to it through `client(link)`: a `FakeLink` gives that node's connection its
+ * own faults (random per-request latency, lost requests and answers, delayed, silent or broken
+ * watch streams) and decides when the node takes an answer (a frozen process takes nothing until
+ * it runs again). Leases expire by the fake's own clock (the ManualScheduler), whatever the
+ * clocks of the nodes say.
  */
 
-import type { ManualScheduler } from "../../src/clock.ts";
+import type { ManualScheduler, Scheduler } from "../../src/clock.ts";
 import {
   type Compare,
   type EndpointHealth,
@@ -39,6 +45,37 @@ interface Watcher {
   wake: (() => void) | null;
   broken: EtcdError | null;
   silent: boolean;
+}
+
+/**
+ * One node's connection to the fake etcd, each hook consulted per request (all optional: the
+ * default is a perfect link). Delays are counted on the fake's clock; a request that is lost, or
+ * whose answer is lost, ends with the request's own timeout (counted on `scheduler`, the node's
+ * clock) or never.
+ */
+export interface FakeLink {
+  /** Delay before etcd sees the request (ms). */
+  requestDelayMs?(op: string): number;
+  /** Delay before the node sees the answer (ms). */
+  answerDelayMs?(op: string): number;
+  /** Lose the request: etcd never sees it. */
+  dropRequest?(op: string): boolean;
+  /** Lose the answer: etcd processed the request, the node never hears of it. */
+  dropAnswer?(op: string): boolean;
+  /** Delay of one watch batch (batches keep their order). */
+  watchDelayMs?(): number;
+  /** Lose one watch batch (a silent stream: a black-holed connection). */
+  dropWatchBatch?(): boolean;
+  /** Runs `take` when the node can take an answer: at once, later (a frozen process) or never. */
+  deliver?(take: () => void): void;
+  /** The node's scheduler, for the requests' timeouts (default: the fake's). */
+  readonly scheduler?: Scheduler;
+}
+
+/** One node's connection: the Etcd interface, and a way to break its watch streams. */
+export interface FakeClient extends Etcd {
+  /** Ends every watch stream of this client with an error (a reset connection). */
+  breakWatches(): void;
 }
 
 export interface LoggedRequest {
@@ -109,35 +146,167 @@ export class FakeEtcd implements Etcd {
     return this.#leases.has(id);
   }
 
+  /** When the lease expires on the fake's clock, or undefined when it does not exist. */
+  leaseExpiresAtMs(id: string): number | undefined {
+    return this.#leases.get(id)?.expiresAtMs;
+  }
+
   count(op: string): number {
     return this.requests.filter((r) => r.op === op).length;
   }
 
   /**
    * One node's connection to this etcd: the same store, but its `close()` ends only the watch
-   * streams it opened (several nodes share one fake etcd).
+   * streams it opened (several nodes share one fake etcd), and `link` gives it its own faults.
    */
-  client(): Etcd {
+  client(link?: FakeLink): FakeClient {
     const controllers = new Set<AbortController>();
+    const broken = new Set<() => void>();
+    const linked = <T>(
+      op: string,
+      options: RequestOptions | undefined,
+      run: (options: RequestOptions | undefined) => Promise<T>,
+    ): Promise<T> =>
+      link === undefined ? run(options) : this.#linked(link, op, options, () => run(undefined));
     return {
       endpoints: this.endpoints,
-      grantLease: (ttlS, options) => this.grantLease(ttlS, options),
-      keepAliveOnce: (id, options) => this.keepAliveOnce(id, options),
-      revokeLease: (id, options) => this.revokeLease(id, options),
-      get: (key, options) => this.get(key, options),
-      txn: (compare, success, failure, options) => this.txn(compare, success, failure, options),
+      grantLease: (ttlS, options) => linked("grant", options, (o) => this.grantLease(ttlS, o)),
+      keepAliveOnce: (id, options) =>
+        linked("keepalive", options, (o) => this.keepAliveOnce(id, o)),
+      revokeLease: (id, options) => linked("revoke", options, (o) => this.revokeLease(id, o)),
+      get: (key, options) => linked("get", options, (o) => this.get(key, o)),
+      txn: (compare, success, failure, options) =>
+        linked("txn", options, (o) => this.txn(compare, success, failure, o)),
       watch: (key, fromRevision, signal) => {
         const controller = new AbortController();
         controllers.add(controller);
         signal.addEventListener("abort", () => controller.abort());
-        return this.watch(key, fromRevision, controller.signal);
+        const stream = this.watch(key, fromRevision, controller.signal);
+        return link === undefined ? stream : this.#linkedWatch(link, stream, controller, broken);
       },
       health: () => this.health(),
+      breakWatches: () => {
+        for (const breakIt of [...broken]) breakIt();
+      },
       close: () => {
         for (const controller of controllers) controller.abort();
         controllers.clear();
       },
     };
+  }
+
+  /** A request over a faulty link: its own delays, losses, timeout and delivery. */
+  #linked<T>(
+    link: FakeLink,
+    op: string,
+    options: RequestOptions | undefined,
+    run: () => Promise<T>,
+  ): Promise<T> {
+    const { promise, resolve, reject } = Promise.withResolvers<T>();
+    const deliver = link.deliver ?? ((take: () => void) => take());
+    let settled = false;
+    const settle = (take: () => void) => {
+      if (settled) return;
+      settled = true;
+      timeout?.cancel();
+      deliver(take);
+    };
+    const timeout = options?.timeoutMs !== undefined
+      ? (link.scheduler ?? this.#scheduler).setTimer(
+        () => settle(() => reject(new EtcdError("unavailable", `${op}: timed out`))),
+        options.timeoutMs,
+      )
+      : null;
+    options?.signal?.addEventListener("abort", () => {
+      settle(() => reject(new EtcdError("unavailable", `${op}: aborted`)));
+    });
+    const answer = (take: () => void) => {
+      if (settled || link.dropAnswer?.(op)) return;
+      const delayMs = link.answerDelayMs?.(op) ?? 0;
+      if (delayMs > 0) this.#scheduler.setTimer(() => settle(take), delayMs);
+      else settle(take);
+    };
+    const send = () => {
+      if (settled) return;
+      run().then(
+        (value) => answer(() => resolve(value)),
+        (error) => answer(() => reject(error)),
+      );
+    };
+    if (link.dropRequest?.(op)) return promise;
+    const delayMs = link.requestDelayMs?.(op) ?? 0;
+    if (delayMs > 0) this.#scheduler.setTimer(send, delayMs);
+    else send();
+    return promise;
+  }
+
+  /** A watch stream over a faulty link: batches delayed in order, lost, or the stream broken. */
+  async *#linkedWatch(
+    link: FakeLink,
+    stream: AsyncIterable<WatchEvent[]>,
+    controller: AbortController,
+    broken: Set<() => void>,
+  ): AsyncIterable<WatchEvent[]> {
+    const deliver = link.deliver ?? ((take: () => void) => take());
+    type Item = { batch: WatchEvent[] } | { error: unknown } | { end: true };
+    const ready: Item[] = [];
+    let wake: (() => void) | null = null;
+    let lastAtMs = -Infinity;
+    let reset = false;
+    const push = (item: Item, delayMs: number) => {
+      // In order: never before the item sent ahead of it.
+      const atMs = Math.max(lastAtMs, this.#scheduler.monotonicMs() + delayMs);
+      lastAtMs = atMs;
+      const take = () =>
+        deliver(() => {
+          ready.push(item);
+          wake?.();
+        });
+      const inMs = atMs - this.#scheduler.monotonicMs();
+      if (inMs > 0) this.#scheduler.setTimer(take, inMs);
+      else take();
+    };
+    const breakIt = () => {
+      if (reset) return;
+      reset = true;
+      push({ error: new EtcdError("unavailable", "watch: connection reset") }, 0);
+      controller.abort();
+    };
+    broken.add(breakIt);
+    const onAbort = () => wake?.();
+    controller.signal.addEventListener("abort", onAbort);
+    // Pump the stream into the link.
+    (async () => {
+      try {
+        for await (const batch of stream) {
+          if (reset) return;
+          if (link.dropWatchBatch?.()) continue;
+          push({ batch }, link.watchDelayMs?.() ?? 0);
+        }
+        if (!reset) push({ end: true }, 0);
+      } catch (error) {
+        if (!reset) push({ error }, 0);
+      }
+    })();
+    try {
+      for (;;) {
+        // Stopped by the node: at once. Reset by the link: once the node takes the error.
+        if (controller.signal.aborted && !reset) return;
+        const item = ready.shift();
+        if (item === undefined) {
+          await new Promise<void>((resolve) => (wake = resolve));
+          wake = null;
+          continue;
+        }
+        if ("error" in item) throw item.error;
+        if ("end" in item) return;
+        yield item.batch;
+      }
+    } finally {
+      broken.delete(breakIt);
+      controller.signal.removeEventListener("abort", onAbort);
+      controller.abort();
+    }
   }
 
   // ---- the Etcd interface ------------------------------------------------------
