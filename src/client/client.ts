@@ -12,6 +12,7 @@ import { CLUSTER_CLIENT_SILENCE_MS, CONNECT_TIMEOUT_MS_DEFAULT } from "../limits
 import { WIRE_CODES } from "../protocol/codes.ts";
 import { type ErrorMessage, type ServerMessage, WAIT_FOREVER } from "../protocol/messages.ts";
 import { VERSION } from "../version.ts";
+import { boundClientName, defaultClientName } from "./client_name.ts";
 import { Connection } from "./connection.ts";
 import { ConnectionError, LockdError, type LostReason } from "./errors.ts";
 import { type Lock, LockHandle } from "./lock_handle.ts";
@@ -36,7 +37,13 @@ export interface ConnectOptions {
    * for 3 s while heartbeats are due is given up (a frozen leader). Give this or `addr`.
    */
   addrs?: readonly string[];
-  /** Sent in HELLO; shows in the server's debug log. Default `lockd-ts/<version>`. */
+  /**
+   * Sent in HELLO: the server shows it in the admin API (holders and waiters) and writes it
+   * into the audit records of acquire and release. Default `lockd-ts/<version>@<host>:<pid>`
+   * (without `@<host>` on Deno when the process may not read the host name: `--allow-sys`).
+   * Informational, not authenticated; cut to 256 UTF-8 bytes (between two characters, marked
+   * with "…"), the protocol's limit, so a long name never fails a connect.
+   */
   clientName?: string;
   /** TLS (and mutual TLS with `cert` + `key`); plain TCP when absent. */
   tls?: ClientTlsOptions;
@@ -143,7 +150,7 @@ export async function connectWith(
   }
   const settings: Settings = {
     addrs,
-    clientName: options.clientName ?? `lockd-ts/${VERSION}`,
+    clientName: boundClientName(options.clientName ?? defaultClientName(`lockd-ts/${VERSION}`)),
     tls: options.tls,
     reconnect: options.reconnect ?? true,
     timeoutMs,
