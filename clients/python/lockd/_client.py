@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import socket
 import ssl
@@ -33,7 +34,16 @@ from .errors import (
     WaitTimeoutError,
 )
 
-__all__ = ["Client", "Lock", "LostEvent", "connect", "parse_addr", "backoff_delay_ms"]
+__all__ = [
+    "Client",
+    "Lock",
+    "LostEvent",
+    "backoff_delay_ms",
+    "bound_client_name",
+    "connect",
+    "default_client_name",
+    "parse_addr",
+]
 
 VERSION = "0.1.0"
 #: Dial + TLS + HELLO/WELCOME bound (docs/protocol.md, "Connection states").
@@ -45,6 +55,8 @@ RECONNECT_BACKOFF_MS_MAX = 5_000
 LEASE_MS_MIN = 50
 #: With several cluster nodes, a connection silent this long (heartbeats unanswered) is left.
 CLUSTER_SILENCE_MS = 3_000
+#: The server refuses a HELLO whose client name is longer (docs/protocol.md, "Lock names").
+CLIENT_NAME_BYTES_MAX = 256
 
 logger = logging.getLogger("lockd")
 logger.addHandler(logging.NullHandler())  # the application decides where lockd's log goes
@@ -63,6 +75,43 @@ def parse_addr(addr: str) -> tuple[str, int]:
     if not rest.isdigit() or not 0 < int(rest) < 65536:
         raise ValueError(f'Cannot parse address "{addr}": bad port "{rest}"')
     return host, int(rest)
+
+
+def cut_utf8(text: str, max_bytes: int) -> str:
+    """``text`` cut to at most ``max_bytes`` UTF-8 bytes between two characters, ending with "…" when cut."""
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return text
+    end = max(0, max_bytes - 3)
+    while end > 0 and data[end] & 0xC0 == 0x80:  # back to the start of a character
+        end -= 1
+    return data[:end].decode("utf-8") + "\u2026"
+
+
+def bound_client_name(name: str) -> str:
+    """A client name that fits HELLO: at most 256 UTF-8 bytes, cut between two characters and
+    marked with "…" when cut (a lone surrogate, which UTF-8 cannot carry, becomes U+FFFD)."""
+    clean = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in name)
+    return cut_utf8(clean, CLIENT_NAME_BYTES_MAX)
+
+
+def compose_client_name(program: str, host: str, pid: int | None) -> str:
+    """``<program>@<host>:<pid>`` within 256 bytes (the host is what gets cut); ``<program>:<pid>`` without a host."""
+    tail = "" if pid is None else f":{pid}"
+    if not host:
+        return bound_client_name(program + tail)
+    room = CLIENT_NAME_BYTES_MAX - len(f"{program}@".encode()) - len(tail.encode())
+    return bound_client_name(f"{program}@{cut_utf8(host, room) if room > 3 else host}{tail}")
+
+
+def default_client_name(program: str = f"lockd-python/{VERSION}") -> str:
+    """The client name sent when none is given: ``lockd-python/<version>@<host>:<pid>``, so the
+    admin API and the audit log say which host and process hold a lock, even without mTLS."""
+    try:
+        host = socket.gethostname()
+    except OSError:
+        host = ""
+    return compose_client_name(program, host, os.getpid())
 
 
 def backoff_delay_ms(attempt: int, rng: Callable[[], float] | None = None) -> float:
@@ -241,7 +290,7 @@ class Client:
         self._preferred: str | None = None
         #: A node that went silent (frozen, cut off): tried last by the next connect.
         self._avoid: str | None = None
-        self._client_name = client_name if client_name is not None else f"lockd-python/{VERSION}"
+        self._client_name = bound_client_name(client_name if client_name is not None else default_client_name())
         self._ssl = ssl_context
         self._server_hostname = server_hostname
         self._connect_timeout_ms = connect_timeout_ms

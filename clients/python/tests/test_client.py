@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import time
 import unittest
 from unittest import mock
@@ -240,6 +242,41 @@ class RealServer(unittest.IsolatedAsyncioTestCase):
         status, body = await self.server.admin_async("GET", self.server.lock_path("py/heartbeat"))
         self.assertEqual((status, body["holder"]["token"]), (200, lock.token))  # type: ignore[index]
         await lock.release()
+
+
+    async def test_the_default_client_name_says_program_host_and_process(self) -> None:
+        plain = await self.client()
+        chosen = await self.client(client_name="x" * 300)
+        async with plain.lock("py/name-default"), chosen.lock("py/name-chosen"):
+            names = []
+            for name in ("py/name-default", "py/name-chosen"):
+                status, body = await self.server.admin_async("GET", self.server.lock_path(name))
+                self.assertEqual(status, 200)
+                names.append(body["holder"]["client_name"])  # type: ignore[index]
+        expected = f"lockd-python/{lockd.VERSION}@{socket.gethostname()}:{os.getpid()}"
+        self.assertEqual(names, [expected, "x" * 253 + "\u2026"])
+
+
+class ClientNames(unittest.TestCase):
+    def test_a_long_host_is_cut_between_two_characters_and_the_pid_stays(self) -> None:
+        name = lockd.compose_client_name("lockd-python/1.2.3", "\u00fc" * 200, 4242)
+        self.assertLessEqual(len(name.encode()), 256)
+        self.assertTrue(name.startswith("lockd-python/1.2.3@\u00fc\u00fc"))
+        self.assertTrue(name.endswith("\u2026:4242"), name)
+        self.assertEqual(lockd.compose_client_name("p", "", 7), "p:7")
+
+    def test_any_name_is_cut_to_256_bytes_never_inside_a_character(self) -> None:
+        for unit in ("a", "\u00e9", "\u20ac", "\U0001f600"):
+            for count in range(60, 301, 7):
+                name = unit * count
+                bounded = lockd.bound_client_name(name)
+                self.assertLessEqual(len(bounded.encode()), 256)
+                if len(name.encode()) <= 256:
+                    self.assertEqual(bounded, name)
+                else:
+                    self.assertTrue(bounded.endswith("\u2026"))
+                    self.assertTrue(name.startswith(bounded[:-1]))
+        self.assertEqual(lockd.bound_client_name("a\ud800b"), "a\ufffdb")
 
 
 class ConnectTimeout(unittest.IsolatedAsyncioTestCase):
