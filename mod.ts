@@ -40,6 +40,7 @@ export {
   LockdError,
   LockLostError,
   type LostReason,
+  ServerProtocolError,
 } from "./src/client/errors.ts";
 export { WIRE_CODES, type WireCodeInfo, type WireCodeName } from "./src/protocol/codes.ts";
 export type { Clock, Scheduler, Timer } from "./src/clock.ts";

@@ -18,7 +18,8 @@ import {
   type ServerMessage,
   type Welcome,
 } from "../protocol/messages.ts";
-import { ConnectionError, LockdError } from "./errors.ts";
+import { IO_TIMEOUT_MS_MAX, IO_TIMEOUT_MS_MIN, LEASE_MS_MAX_MAX, LEASE_MS_MIN } from "../limits.ts";
+import { ConnectionError, LockdError, ServerProtocolError } from "./errors.ts";
 import type { ClientSocket, ClientTlsOptions, Dial } from "./transport.ts";
 
 export type { ClientTlsOptions } from "./transport.ts";
@@ -69,14 +70,28 @@ export class Connection {
   onMessage: (message: ServerMessage) => void = () => {};
   /** Called once when the connection ends, with the ERROR that ended it, if the server sent one. */
   onClose: (closingError: ErrorMessage | null) => void = () => {};
+  /**
+   * Called (before `onClose`) when the server broke the framing or sent a frame no server
+   * sends after WELCOME: the connection closes right after.
+   */
+  onViolation: (what: string) => void = () => {};
 
   private constructor() {
     this.#socketClosed = new Promise((resolve) => this.#resolveSocketClosed = resolve);
   }
 
-  /** Dials and completes the handshake within `options.timeoutMs`. */
+  /** Dials and completes the handshake within `options.timeoutMs`. Never throws: rejects. */
   static open(options: ConnectionOptions): Promise<Connection> {
-    const target = parseHostPort(options.addr);
+    let target;
+    try {
+      target = parseHostPort(options.addr);
+    } catch (error) {
+      return Promise.reject(
+        new ConnectionError(`Cannot connect to lockd at ${options.addr}: ${messageOf(error)}`, {
+          cause: error,
+        }),
+      );
+    }
     const connection = new Connection();
     connection.#tls = options.tls !== undefined;
     connection.#addr = options.addr;
@@ -224,17 +239,26 @@ export class Connection {
     try {
       message = this.#reader.next();
     } catch (error) {
-      this.#onHandshake?.(new ConnectionError(`lockd sent a malformed frame: ${messageOf(error)}`));
+      this.#onHandshake?.(
+        new ServerProtocolError(this.#addr, `a malformed frame: ${messageOf(error)}`),
+      );
       return;
     }
     if (message === null) return;
     if (message.type === "welcome") {
+      const outOfBounds = welcomeOutOfBounds(message);
+      if (outOfBounds !== null) {
+        this.#onHandshake?.(new ServerProtocolError(this.#addr, outOfBounds));
+        return;
+      }
       this.#welcome = message;
       this.#onHandshake?.(null);
     } else if (message.type === "error") {
       this.#onHandshake?.(new LockdError(message.code, message.name, message.message));
     } else {
-      this.#onHandshake?.(new ConnectionError(`lockd sent ${message.type} before WELCOME`));
+      this.#onHandshake?.(
+        new ServerProtocolError(this.#addr, `it sent ${message.type.toUpperCase()} before WELCOME`),
+      );
     }
   }
 
@@ -245,12 +269,14 @@ export class Connection {
         message = this.#reader.next();
       } catch (error) {
         if (!(error instanceof ProtocolError)) throw error;
-        this.close(); // a server that sends garbage: the session cannot be trusted
+        // A server that sends garbage: the session cannot be trusted.
+        this.#violate(`a malformed frame: ${error.message}`);
         return;
       }
       if (message === null) return;
       if (!isServerReply(message)) {
-        this.close(); // WELCOME again or a client-side type: a protocol violation
+        // WELCOME again or a client-side type.
+        this.#violate(`it sent ${message.type.toUpperCase()} after WELCOME`);
         return;
       }
       if (message.type === "error" && endsSession(message)) {
@@ -262,11 +288,37 @@ export class Connection {
     }
   }
 
+  #violate(what: string): void {
+    if (this.#started) this.onViolation(what);
+    this.close();
+  }
+
   #flush(): void {
     this.#flushScheduled = false;
     if (this.#state !== "open" || this.#writer.byteLength === 0) return;
     this.#socket!.write(this.#writer.take());
   }
+}
+
+/**
+ * What is wrong with a WELCOME whose fields lie outside the bounds of docs/protocol.md (the
+ * server's own flag bounds, src/limits.ts), or null. A client that believed `ioTimeoutMs` 0
+ * would heartbeat without pause and drop every connection at once.
+ */
+export function welcomeOutOfBounds(welcome: Welcome): string | null {
+  const bounds: [string, number, number, number][] = [
+    ["ioTimeoutMs", welcome.ioTimeoutMs, IO_TIMEOUT_MS_MIN, IO_TIMEOUT_MS_MAX],
+    ["leaseMaxMs", welcome.leaseMaxMs, LEASE_MS_MIN, LEASE_MS_MAX_MAX],
+    ["leaseDefaultMs", welcome.leaseDefaultMs, LEASE_MS_MIN, welcome.leaseMaxMs],
+    ["sessionId", welcome.sessionId, 1, Number.MAX_SAFE_INTEGER],
+  ];
+  if (welcome.version !== PROTOCOL_VERSION) {
+    return `WELCOME for protocol version ${welcome.version}; this client speaks ${PROTOCOL_VERSION}`;
+  }
+  for (const [field, value, min, max] of bounds) {
+    if (value < min || value > max) return `WELCOME with ${field} ${value}, outside ${min}..${max}`;
+  }
+  return null;
 }
 
 function isServerReply(message: { type: string }): message is ServerMessage {
