@@ -154,13 +154,8 @@ export class ReplyLedger {
   }
 
   #wrongName(what: string, name: string, expected: { kind: string; name: string }): string {
-    return `${what} names lock ${
-      JSON.stringify(cut(name))
-    }, but that ${expected.kind.toUpperCase()} ` +
-      `was for ${JSON.stringify(cut(expected.name))}`;
+    const kind = expected.kind.toUpperCase();
+    return `${what} names lock ${quoteUntrusted(name)}, but that ${kind} was for ` +
+      quoteUntrusted(expected.name);
   }
-}
-
-function cut(name: string): string {
-  return name.length > 80 ? `${name.slice(0, 80)}…` : name;
 }
