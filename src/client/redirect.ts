@@ -86,16 +86,19 @@ export function quoteUntrusted(text: string): string {
   );
 }
 
-/** Why a NOT_LEADER was not followed, for the error of that attempt. */
+/**
+ * Why a NOT_LEADER was not followed. `invalid` is worded as what the node did wrong (it goes
+ * into a ServerProtocolError, which names the node); `outside_list` names the node itself.
+ */
 export function refusedRedirectText(
   addr: string,
   name: string,
   why: "invalid" | "outside_list",
 ): string {
   return why === "invalid"
-    ? `lockd at ${addr} is not the leader and named ${
+    ? `it answered NOT_LEADER naming ${
       quoteUntrusted(name)
-    } as the leader, which is not a host:port address; that node counts as failed`
+    } as the leader, which is not a host:port address (that node counts as failed)`
     : `lockd at ${addr} is not the leader and named ${name} as the leader, which is not in the ` +
       `address list; without TLS a redirect is followed only to a listed address (add it to ` +
       `the list, or use TLS, where the new node must present a certificate from your CA)`;

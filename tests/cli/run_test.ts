@@ -4,6 +4,8 @@ import { connect } from "../../mod.ts";
 import { EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT, RUN_FLAGS } from "../../src/cli/run.ts";
 import { certPath, keyPath, serverTlsConfig } from "../fixtures/tls/certs.ts";
 import { ChaosProxy } from "../helpers/chaos_proxy.ts";
+import { HostileServer } from "../helpers/hostile_server.ts";
+import { WIRE_CODES } from "../../src/protocol/codes.ts";
 import { eventually, startTestServer, TEST_ACTOR } from "../helpers/start_server.ts";
 
 const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
@@ -147,6 +149,25 @@ Deno.test("lockd run -client-name sets the client name, cut to 256 bytes between
   assert.equal(cut.code, 0, new TextDecoder().decode(cut.stderr));
   const names = t.audit.records().filter((r) => r.event === "acquire").map((r) => r.client_name);
   assert.deepEqual(names, ["nightly-report", "€".repeat(84) + "…"]);
+});
+
+Deno.test("lockd run meeting a NOT_LEADER that names no address exits 1 with one line, not a stack trace", async () => {
+  await using standby = new HostileServer({
+    hello: (conn) =>
+      conn.send({
+        type: "error",
+        requestId: 0,
+        code: WIRE_CODES.NOT_LEADER.code,
+        name: "evil:99999",
+        message: "not the leader",
+      }),
+  });
+  const output = await lockdRun(["x", "-addr", standby.addr, "--", "true"]).output();
+  const stderr = new TextDecoder().decode(output.stderr);
+  assert.equal(output.code, 1, stderr);
+  assert.match(stderr, /naming "evil:99999" as the leader, which is not a host:port address/);
+  assert.doesNotMatch(stderr, /RangeError|\n\s+at /);
+  assert.equal(stderr.trim().split("\n").length, 1, stderr);
 });
 
 // ---- the command's process group --------------------------------------------------------
