@@ -14,29 +14,19 @@ import type { LockLostError } from "../../src/client/errors.ts";
 import { parseLeaderAddress, redirectVerdict } from "../../src/client/redirect.ts";
 import { ManualScheduler } from "../../src/clock.ts";
 import { WIRE_CODES } from "../../src/protocol/codes.ts";
-import type { Acquire, ServerMessage, Welcome } from "../../src/protocol/messages.ts";
+import type { Acquire, ServerMessage } from "../../src/protocol/messages.ts";
 import { certPem, clientTls, keyPem, serverTlsConfig } from "../fixtures/tls/certs.ts";
 import { GOOD_WELCOME, HostileServer } from "../helpers/hostile_server.ts";
+import {
+  BAD_LEADERS,
+  BAD_WELCOMES,
+  error,
+  grant,
+  MISFITS,
+  TOKEN,
+} from "../helpers/hostile_scenarios.ts";
 import { startTestServer } from "../helpers/start_server.ts";
 import { FakeNetwork, settle } from "./fake_network.ts";
-
-const TOKEN = 1_795_426_718_504_001;
-
-type Acquired = Extract<ServerMessage, { type: "acquired" }>;
-
-function grant(acquire: Acquire, token = TOKEN): Acquired {
-  return {
-    type: "acquired",
-    requestId: acquire.requestId,
-    name: acquire.name,
-    token,
-    leaseMs: acquire.leaseMs || 15_000,
-  };
-}
-
-function error(requestId: number, code: number, name: string): ServerMessage {
-  return { type: "error", requestId, code, name, message: "hostile" };
-}
 
 function lostReason(lock: Lock): string | undefined {
   return lock.lost.aborted ? (lock.lost.reason as LockLostError).reason : undefined;
@@ -52,69 +42,6 @@ async function until(check: () => boolean, what: string, timeoutMs = 5_000): Pro
 }
 
 // ---- replies that do not fit their request ----------------------------------------------
-
-/**
- * Each case: what the server sends when the client asks for lock "a" (the client also owns
- * "own", granted correctly; `own` is that ACQUIRE). `grantsFirst`: the crafted frames start
- * with a correct grant of "a", so the acquire resolves before the violation.
- */
-const MISFITS: {
-  name: string;
-  frames: (a: Acquire, own: Acquire) => ServerMessage[];
-  grantsFirst?: boolean;
-}[] = [
-  {
-    name: "an ACQUIRED naming another lock",
-    frames: (a) => [{ ...grant(a), name: "b" }],
-  },
-  {
-    name: "an ACQUIRED for a request id never sent",
-    frames: (a) => [grant({ ...a, requestId: a.requestId + 1_000 })],
-  },
-  { name: "an ACQUIRED with a lease of 0 ms", frames: (a) => [{ ...grant(a), leaseMs: 0 }] },
-  {
-    name: "an ACQUIRED with a lease above WELCOME's leaseMaxMs",
-    frames: (a) => [{ ...grant(a), leaseMs: 300_001 }],
-  },
-  { name: "an ACQUIRED with token 0", frames: (a) => [{ ...grant(a), token: 0 }] },
-  {
-    name: "a second ACQUIRED for a granted ACQUIRE",
-    frames: (a) => [grant(a), grant(a, TOKEN + 1)],
-    grantsFirst: true,
-  },
-  {
-    name: "a QUEUED naming another lock",
-    frames: (a) => [{ type: "queued", requestId: a.requestId, name: "b", position: 1 }],
-  },
-  {
-    name: "a RELEASED answering an ACQUIRE",
-    frames: (a) => [{ type: "released", requestId: a.requestId, name: "a" }],
-  },
-  {
-    name: "a HEARTBEAT_ACK answering an ACQUIRE",
-    frames: (a) => [{ type: "heartbeat_ack", requestId: a.requestId, renewed: 1 }],
-  },
-  {
-    name: "a LEASE_EXPIRED for an ACQUIRE still waiting",
-    frames: (a) => [error(a.requestId, WIRE_CODES.LEASE_EXPIRED.code, "a")],
-  },
-  {
-    name: "a NOT_OWNER answering an ACQUIRE",
-    frames: (a) => [error(a.requestId, WIRE_CODES.NOT_OWNER.code, "a")],
-  },
-  {
-    name: "a WAIT_TIMEOUT naming another lock",
-    frames: (a) => [error(a.requestId, WIRE_CODES.WAIT_TIMEOUT.code, "b")],
-  },
-  {
-    name: "a LEASE_EXPIRED naming another lock under an owned lock's request id",
-    frames: (_a, own) => [error(own.requestId, WIRE_CODES.LEASE_EXPIRED.code, "b")],
-  },
-  {
-    name: "a LEASE_EXPIRED for a request id never sent",
-    frames: (a) => [error(a.requestId + 1_000, WIRE_CODES.LEASE_EXPIRED.code, "own")],
-  },
-];
 
 for (const misfit of MISFITS) {
   Deno.test(`hostile server: ${misfit.name} is a protocol error: the connection closes, it is counted and reported, nothing is granted wrongly`, async () => {
@@ -211,18 +138,6 @@ Deno.test("hostile server: a second HEARTBEAT_ACK for an acknowledged heartbeat 
 
 // ---- WELCOME out of bounds ------------------------------------------------------------------
 
-const BAD_WELCOMES: [string, Partial<Welcome>, RegExp][] = [
-  ["ioTimeoutMs 0", { ioTimeoutMs: 0 }, /ioTimeoutMs 0, outside 100\.\.3600000/],
-  ["ioTimeoutMs 99", { ioTimeoutMs: 99 }, /ioTimeoutMs 99/],
-  ["ioTimeoutMs above an hour", { ioTimeoutMs: 3_600_001 }, /ioTimeoutMs 3600001/],
-  ["leaseMaxMs 0", { leaseMaxMs: 0 }, /leaseMaxMs 0, outside 50\.\.86400000/],
-  ["leaseMaxMs above a day", { leaseMaxMs: 86_400_001 }, /leaseMaxMs 86400001/],
-  ["leaseDefaultMs 0", { leaseDefaultMs: 0 }, /leaseDefaultMs 0, outside 50\.\.300000/],
-  ["leaseDefaultMs above leaseMaxMs", { leaseDefaultMs: 300_001 }, /leaseDefaultMs 300001/],
-  ["protocol version 2", { version: 2 }, /protocol version 2/],
-  ["session id 0", { sessionId: 0 }, /sessionId 0/],
-];
-
 for (const [what, fields, message] of BAD_WELCOMES) {
   Deno.test(`hostile server: a WELCOME with ${what} fails connect() with a ServerProtocolError, and no heartbeat is sent`, async () => {
     await using server = new HostileServer({
@@ -288,24 +203,6 @@ Deno.test("hostile server: a node that welcomes and then breaks the protocol is 
 });
 
 // ---- NOT_LEADER: bad names and the trust model of redirects -------------------------------
-
-const BAD_LEADERS = [
-  "evil",
-  "evil:99999",
-  "evil:0",
-  "[::1",
-  "[::1]:99999",
-  "[fe80::1%eth0]:7400",
-  ":7400",
-  "1.2.3.256:7400",
-  "two words:7400",
-  "ctl\u0000char:7400",
-  "\u202eevil.example:7400",
-  "é.example:7400",
-  "x".repeat(300) + ":7400",
-  "a..b:7400",
-  "-dash:7400",
-];
 
 Deno.test("redirects: a leader address is a host:port of a DNS name, IPv4 or bracketed IPv6 and a port 1..65535", () => {
   for (const bad of BAD_LEADERS) assert.equal(parseLeaderAddress(bad), null, bad);

@@ -20,6 +20,14 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from . import _codec as wire
+from ._checks import (
+    ReplyLedger,
+    cut_utf8,
+    node_key,
+    redirect_verdict,
+    refused_redirect_text,
+    welcome_out_of_bounds,
+)
 from .errors import (
     ClosedByAdminError,
     ConnectTimeoutError,
@@ -30,6 +38,7 @@ from .errors import (
     LockdError,
     LockLostError,
     NotLeaderError,
+    ServerProtocolError,
     UnsupportedVersionError,
     WaitTimeoutError,
 )
@@ -58,6 +67,9 @@ CLUSTER_SILENCE_MS = 3_000
 #: The server refuses a HELLO whose client name is longer (docs/protocol.md, "Lock names").
 CLIENT_NAME_BYTES_MAX = 256
 
+#: Codes that always end the session (docs/protocol.md, "Error codes": "closes connection").
+_CLOSING = frozenset((0x01, 0x02, 0x03, 0x0A, 0x0D, 0x0E, 0x11))
+
 logger = logging.getLogger("lockd")
 logger.addHandler(logging.NullHandler())  # the application decides where lockd's log goes
 
@@ -75,17 +87,6 @@ def parse_addr(addr: str) -> tuple[str, int]:
     if not rest.isdigit() or not 0 < int(rest) < 65536:
         raise ValueError(f'Cannot parse address "{addr}": bad port "{rest}"')
     return host, int(rest)
-
-
-def cut_utf8(text: str, max_bytes: int) -> str:
-    """``text`` cut to at most ``max_bytes`` UTF-8 bytes between two characters, ending with "…" when cut."""
-    data = text.encode("utf-8")
-    if len(data) <= max_bytes:
-        return text
-    end = max(0, max_bytes - 3)
-    while end > 0 and data[end] & 0xC0 == 0x80:  # back to the start of a character
-        end -= 1
-    return data[:end].decode("utf-8") + "\u2026"
 
 
 def bound_client_name(name: str) -> str:
@@ -250,6 +251,11 @@ class _Session:
     writer: asyncio.StreamWriter
     welcome: wire.Welcome
     frames: wire.FrameReader  # holds any bytes that came after WELCOME
+    addr: str = ""
+    #: Every request of this connection that may still get an answer: replies are checked.
+    ledger: ReplyLedger = field(init=False)
+    #: The server broke the protocol on this connection (it is being closed).
+    violated: bool = False
     pending: dict[int, _PendingAcquire] = field(default_factory=dict)
     owned: dict[int, Lock] = field(default_factory=dict)
     releases: dict[int, Lock] = field(default_factory=dict)  # RELEASE request id -> lock
@@ -260,6 +266,9 @@ class _Session:
     reader_task: asyncio.Task[None] | None = None
     close_code: int | None = None
     ended: bool = False
+
+    def __post_init__(self) -> None:
+        self.ledger = ReplyLedger(self.welcome)
 
 
 def _now_ms(loop: asyncio.AbstractEventLoop) -> float:
@@ -279,6 +288,7 @@ class Client:
         server_hostname: str | None = None,
         connect_timeout_ms: float = CONNECT_TIMEOUT_MS_DEFAULT,
         reconnect: bool = True,
+        on_protocol_error: Callable[[ServerProtocolError], None] | None = None,
     ) -> None:
         #: Every address to try (several: the nodes of a lockd cluster, docs/cluster.md).
         self.addrs = list(addrs) if addrs else [addr]
@@ -299,11 +309,19 @@ class Client:
         self._unsent: list[_PendingAcquire] = []
         self._next_request_id = 1
         self._closed = False
+        #: The connection ended and ``reconnect`` is off: the client is of no more use.
+        self._failed = False
         self._reconnect_task: asyncio.Task[None] | None = None
         self._reconnect_attempt = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Sessions opened so far (1 after connect, +1 per reconnect).
         self.sessions_opened = 0
+        #: How many times a server broke the protocol on this client's connections (each closed it).
+        self.protocol_errors = 0
+        self._on_protocol_error = on_protocol_error
+        #: Connections in a row that ended in a protocol error: a WELCOME resets the back-off only
+        #: to this, so a node that welcomes and then misbehaves is not redialled in a storm.
+        self._violations_in_a_row = 0
 
     # -- public API -----------------------------------------------------------
 
@@ -338,6 +356,8 @@ class Client:
         """
         if self._closed:
             raise LockdConnectionError("The client is closed", retryable=False)
+        if self._failed:
+            raise LockdConnectionError(f"The connection to lockd at {self.addr} was lost", retryable=False)
         if not isinstance(lease_ms, int) or not 0 <= lease_ms <= 0xFFFF_FFFF:
             raise ValueError(f"lease_ms must be an integer in 0..2^32-1, not {lease_ms!r}")
         if wait_ms is not None and not 0 <= wait_ms <= wire.WAIT_MS_MAX:
@@ -428,20 +448,31 @@ class Client:
         last: BaseException | None = None
         while order:
             addr = order.pop(0)
-            if addr in tried:
+            if node_key(addr) in tried:
                 continue
-            tried.add(addr)
+            tried.add(node_key(addr))
             try:
                 session = await self._open_session_at(addr)
             except NotLeaderError as error:
                 last = error
-                if error.leader and error.leader not in tried and redirects < 3:
-                    redirects += 1
-                    order.insert(0, error.leader)
+                follow, why = redirect_verdict(error.leader, self.addrs, self._ssl is not None)
+                if follow is not None:
+                    if node_key(follow) not in tried and redirects < 3:
+                        redirects += 1
+                        order.insert(0, follow)
+                elif why == "invalid":
+                    # A redirect that is no address: that node failed; the list goes on.
+                    last = ServerProtocolError(addr, refused_redirect_text(addr, error.leader, "invalid"))
+                    last.__cause__ = error
+                elif why == "outside_list":
+                    last = LockdConnectionError(
+                        "Cannot connect to lockd: " + refused_redirect_text(addr, error.leader, "outside_list")
+                    )
+                    last.__cause__ = error
                 continue
             except (LockdError, LockdConnectionError) as error:
                 last = error
-                if len(self.addrs) == 1:
+                if len(self.addrs) == 1 and not isinstance(error, ServerProtocolError):
                     raise
                 continue
             self.addr = addr
@@ -453,9 +484,9 @@ class Client:
 
     async def _open_session_at(self, addr: str) -> _Session:
         """Dial, TLS, HELLO, WELCOME — all within ``connect_timeout_ms``."""
-        host, port = parse_addr(addr)
         writer: asyncio.StreamWriter | None = None
         try:
+            host, port = parse_addr(addr)
             async with asyncio.timeout(self._connect_timeout_ms / 1000):
                 reader, writer = await asyncio.open_connection(
                     host,
@@ -486,11 +517,14 @@ class Client:
                         frames.push(data)
                         continue
                     if isinstance(message, wire.Welcome):
+                        out_of_bounds = welcome_out_of_bounds(message)
+                        if out_of_bounds is not None:
+                            raise ServerProtocolError(addr, out_of_bounds)
                         break
                     if isinstance(message, wire.Error):
                         error = LockdError.from_wire(message.code, message.name, message.message)
                         raise error
-                    raise LockdConnectionError(f"{addr}: expected WELCOME, got {type(message).__name__}")
+                    raise ServerProtocolError(addr, f"it sent {type(message).__name__.upper()} before WELCOME")
         except BaseException as error:
             # Every failure, a cancelled connect included, closes what was opened.
             if writer is not None:
@@ -507,23 +541,38 @@ class Client:
                     f"a TLS record: {error}); it listens without -tls-cert, so connect without "
                     "ssl_context, or point at the TLS listener"
                 ) from error
-            if isinstance(error, (wire.MalformedFrame, OSError, ssl.SSLError)):
+            if isinstance(error, wire.MalformedFrame):
+                raise ServerProtocolError(addr, f"a malformed frame: {error}") from error
+            if isinstance(error, (OSError, ssl.SSLError, ValueError)):
                 raise LockdConnectionError(f"Cannot connect to lockd at {addr}: {error}") from error
             raise
-        return _Session(reader=reader, writer=writer, welcome=message, frames=frames)
+        return _Session(reader=reader, writer=writer, welcome=message, frames=frames, addr=addr)
 
     def _attach(self, session: _Session) -> None:
         loop = self._running_loop()
         self._session = session
         self.sessions_opened += 1
-        self._reconnect_attempt = 0  # reset only after a WELCOME
+        # Reset only after a WELCOME (and not below the count of misbehaving nodes in a row).
+        self._reconnect_attempt = self._violations_in_a_row
         now = _now_ms(loop)
         session.last_heartbeat_sent_ms = now
+        # Frames that came with WELCOME answer nothing this session sent: they are handled before
+        # any request goes out, so none of them can be taken for the answer to a later one.
+        self._drain_buffered(session)
+        if session.ended:
+            return
         session.reader_task = loop.create_task(self._read_loop(session))
         self._schedule_heartbeat(session)
         unsent, self._unsent = self._unsent, []
         for pending in unsent:
             self._send_acquire(pending)
+
+    def _drain_buffered(self, session: _Session) -> None:
+        try:
+            while not session.ended and (message := session.frames.next()) is not None:
+                self._on_message(session, message)
+        except wire.MalformedFrame as error:
+            self._violation(session, f"a malformed frame: {error}")
 
     def _schedule_reconnect(self) -> None:
         if self._closed or self._reconnect_task is not None:
@@ -548,6 +597,9 @@ class Client:
                 except (LockdError, LockdConnectionError) as error:
                     logger.info("lockd reconnect to %s failed: %s", self.addr, error)
                     continue
+                except Exception:  # a bug must not end reconnecting: waiting acquires would hang
+                    logger.exception("lockd reconnect to %s failed", self.addr)
+                    continue
                 if self._closed:
                     session.writer.close()
                     return
@@ -570,6 +622,7 @@ class Client:
                 or request_id in session.owned
                 or request_id in session.releases
                 or request_id in session.heartbeats
+                or request_id in session.ledger
             ):
                 return request_id
 
@@ -596,6 +649,7 @@ class Client:
         pending.request_id = self._new_request_id(session)
         pending.sent_ms = now
         session.pending[pending.request_id] = pending
+        session.ledger.acquire_sent(pending.request_id, pending.name)
         self._send(session, wire.Acquire(pending.request_id, pending.lease_ms, wait_ms, pending.name))
         self._schedule_heartbeat(session)  # a waiting claim's lease counts for the cadence
 
@@ -628,7 +682,7 @@ class Client:
         session = self._session
         if session is not None and session.pending.get(pending.request_id) is pending:
             # Keep it in the table: its CANCELLED / WAIT_TIMEOUT / ACQUIRED still arrives.
-            self._send(session, wire.Release(self._new_request_id(session), 0, pending.name))
+            self._send_release(session, 0, pending.name, 0)
 
     async def _release(self, lock: Lock) -> None:
         """Sends RELEASE; the lock stays owned (heartbeats, deadline) until the answer comes."""
@@ -638,12 +692,19 @@ class Client:
         if session.ended:
             del session.owned[lock._acquire_id]
             return  # the session that held it is gone, and so is the ownership
-        request_id = self._new_request_id(session)
         future: asyncio.Future[None] = self._running_loop().create_future()
         lock._release_future = future
+        request_id = self._send_release(session, lock.token, lock.name, lock._acquire_id)
         session.releases[request_id] = lock
-        self._send(session, wire.Release(request_id, lock.token, lock.name))
         await future
+
+    def _send_release(self, session: _Session, token: int, name: str, acquire_id: int) -> int:
+        """Sends RELEASE; the ledger expects its answer, which also ends what may come for the
+        ACQUIRE ``acquire_id`` (0: a token-0 cancel)."""
+        request_id = self._new_request_id(session)
+        session.ledger.release_sent(request_id, name, acquire_id)
+        self._send(session, wire.Release(request_id, token, name))
+        return request_id
 
     def _ownership_over(self, session: _Session, lock: Lock, reason: str, error: BaseException | None = None) -> None:
         """The ownership ended for this client: a held lock reports lost, a lock being released is done."""
@@ -679,7 +740,7 @@ class Client:
         self._ownership_over(session, lock, "lease_unconfirmed")
         if not releasing:
             # Best effort: if the server still counts it as ours, let the next waiter have it.
-            self._send(session, wire.Release(self._new_request_id(session), lock.token, lock.name))
+            self._send_release(session, lock.token, lock.name, lock._acquire_id)
         self._schedule_heartbeat(session)
 
     # -- heartbeats -----------------------------------------------------------------------
@@ -725,6 +786,7 @@ class Client:
             return
         request_id = self._new_request_id(session)
         session.heartbeats[request_id] = now
+        session.ledger.heartbeat_sent(request_id)
         session.last_heartbeat_sent_ms = now
         self._send(session, wire.Heartbeat(request_id))
         self._schedule_heartbeat(session)
@@ -744,7 +806,7 @@ class Client:
                     continue
                 self._on_message(session, message)
         except wire.MalformedFrame as error:
-            logger.error("lockd server %s sent a malformed frame: %s", self.addr, error)
+            self._violation(session, f"a malformed frame: {error}")
         except (OSError, ssl.SSLError) as error:
             logger.info("lockd connection to %s failed: %s", self.addr, error)
         except asyncio.CancelledError:
@@ -755,6 +817,15 @@ class Client:
         if session.ended:
             return  # frames after a closing ERROR are ignored
         loop = self._running_loop()
+        if not isinstance(message, (wire.Acquired, wire.HeartbeatAck, wire.Released, wire.Error, wire.Queued)):
+            self._violation(session, f"it sent {type(message).__name__.upper()} after WELCOME")
+            return
+        closing = isinstance(message, wire.Error) and message.request_id != 0 and message.code in _CLOSING
+        if message.request_id != 0 and not closing:
+            misfit = session.ledger.accept(message)
+            if misfit is not None:
+                self._violation(session, misfit)
+                return
         if isinstance(message, wire.Acquired):
             pending = session.pending.pop(message.request_id, None)
             if pending is None:
@@ -764,7 +835,7 @@ class Client:
                 pending.wait_handle = None
             if pending.abandoned or pending.future.done():
                 # The caller gave up while the grant was on its way: hand it back at once.
-                self._send(session, wire.Release(self._new_request_id(session), message.token, message.name))
+                self._send_release(session, message.token, message.name, message.request_id)
                 return
             lock = Lock(self, session, message.name, message.token, message.lease_ms, message.request_id)
             lock._confirmed_send_ms = max(pending.sent_ms, session.last_acked_heartbeat_send_ms)
@@ -773,7 +844,7 @@ class Client:
                 # Granted too late to be confirmed (a long wait without acknowledged heartbeats):
                 # it arrives lost, and goes back to the server at once.
                 self._ownership_over(session, lock, "lease_unconfirmed")
-                self._send(session, wire.Release(self._new_request_id(session), lock.token, lock.name))
+                self._send_release(session, lock.token, lock.name, lock._acquire_id)
             else:
                 lock._arm_deadline(loop)
             pending.future.set_result(lock)
@@ -797,28 +868,36 @@ class Client:
                 self._schedule_heartbeat(session)
         elif isinstance(message, wire.Error):
             self._on_error(session, message)
-        elif isinstance(message, wire.Queued):
-            pass  # informational; sent once, never updated
         else:
-            logger.error("lockd server %s sent a %s frame; closing", self.addr, type(message).__name__)
-            self._end_session(session, None)
+            pass  # QUEUED: informational; sent once, never updated
 
     def _on_error(self, session: _Session, message: wire.Error) -> None:
-        if message.request_id == 0:
+        if message.request_id == 0 or message.code in _CLOSING:
             # After WELCOME, request id 0 closes the session unless it answers a request whose
-            # own id was 0 (INVALID_ARGUMENT), which this client never sends.
-            if message.code == InvalidArgumentError.code:
+            # own id was 0 (INVALID_ARGUMENT), which this client never sends; so does a code that
+            # always closes the connection, whatever its request id.
+            if message.request_id == 0 and message.code == InvalidArgumentError.code:
                 logger.warning("lockd server %s: %s", self.addr, message.message)
             else:
                 logger.info("lockd server %s closes the session: %s", self.addr, message.message)
                 if message.code == NotLeaderError.code:
-                    # Cluster mode: the node stopped leading; go to the leader it names first.
-                    self._preferred = message.name or None
+                    # Cluster mode: the node stopped leading; go to the leader it names first, if
+                    # the trust model allows; a name that is no address is that node's failure.
+                    follow, why = redirect_verdict(message.name, self.addrs, self._ssl is not None)
+                    self._preferred = follow
+                    if follow is None and len(self.addrs) > 1:
+                        self._avoid = session.addr  # asked last
+                    if why == "invalid":
+                        self._report(
+                            ServerProtocolError(
+                                session.addr, refused_redirect_text(session.addr, message.name, "invalid")
+                            )
+                        )
                 self._end_session(session, message.code)
             return
         if message.code == LeaseExpiredError.code:
             lock = session.owned.get(message.request_id)
-            if lock is not None and lock.name == message.name:
+            if lock is not None:
                 self._ownership_over(session, lock, "expired")
                 self._schedule_heartbeat(session)
             return
@@ -845,6 +924,13 @@ class Client:
             return
         session.ended = True
         session.close_code = close_code
+        if session.violated:
+            # That node broke the protocol: try the others first, and keep backing off.
+            if len(self.addrs) > 1:
+                self._avoid = session.addr
+            self._preferred = None
+        else:
+            self._violations_in_a_row = 0
         if session.heartbeat_handle is not None:
             session.heartbeat_handle.cancel()
         with contextlib.suppress(Exception):
@@ -872,11 +958,30 @@ class Client:
             self._fail_unsent(LockdConnectionError("The client is closed", retryable=False), waiting)
             return
         if not self._reconnect:
+            self._failed = True
             self._fail_unsent(LockdConnectionError(f"The connection to lockd at {self.addr} was lost"), waiting)
             return
         # Waiting claims rejoin the tail of their queues on the next session.
         self._unsent.extend(waiting)
         self._schedule_reconnect()
+
+    def _violation(self, session: _Session, what: str) -> None:
+        """The server broke the protocol on ``session``: count, report, close the connection."""
+        if session.violated or session.ended:
+            return
+        session.violated = True
+        self._violations_in_a_row += 1
+        self._report(ServerProtocolError(session.addr or self.addr, what))
+        self._end_session(session, None)
+
+    def _report(self, error: ServerProtocolError) -> None:
+        self.protocol_errors += 1
+        logger.error("%s", error)
+        if self._on_protocol_error is not None:
+            try:
+                self._on_protocol_error(error)
+            except Exception:  # the application's callback must not break the client
+                logger.exception("on_protocol_error callback failed")
 
     def _fail_unsent(self, error: BaseException, extra: list[_PendingAcquire] | None = None) -> None:
         failed, self._unsent = [*self._unsent, *(extra or [])], []
@@ -912,6 +1017,7 @@ def connect(
     server_hostname: str | None = None,
     connect_timeout_ms: float = CONNECT_TIMEOUT_MS_DEFAULT,
     reconnect: bool = True,
+    on_protocol_error: Callable[[ServerProtocolError], None] | None = None,
 ) -> _Connecting:
     """Connects to a lockd server: ``client = await connect(...)`` or ``async with connect(...) as client``.
 
@@ -931,6 +1037,7 @@ def connect(
             server_hostname=server_hostname,
             connect_timeout_ms=connect_timeout_ms,
             reconnect=reconnect,
+            on_protocol_error=on_protocol_error,
         )
     )
 
