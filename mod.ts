@@ -35,6 +35,7 @@ export {
   type Lock,
 } from "./src/client/client.ts";
 export type { ClientTlsOptions } from "./src/client/transport.ts";
+export type { LockState } from "./src/client/lock_handle.ts";
 export {
   ConnectionError,
   LockdError,

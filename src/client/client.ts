@@ -793,6 +793,7 @@ class LockdClient implements Client {
     const handle = new LockHandle(
       { name, token, leaseMs, acquireRequestId: requestId, acquireSentAtMs: pending.sentAtMs },
       (h) => this.#release(h),
+      (h) => this.#checkDeadline(h),
     );
     this.#owned.set(requestId, handle);
     // A grant whose lease cannot be confirmed any more (heartbeats unanswered for too long)
@@ -842,6 +843,19 @@ class LockdClient implements Client {
   #deadlineOf(session: Session, handle: LockHandle): number {
     const confirmedSendMs = Math.max(handle.acquireSentAtMs, session.lastAckedHeartbeatSendMs);
     return localDeadlineMs(confirmedSendMs, handle.leaseMs, session.ioTimeoutMs);
+  }
+
+  /**
+   * Reading `lost` or `state`: the ownership ends now if its local deadline has passed, whether
+   * or not the deadline timer has run (a blocked event loop, a paused process).
+   */
+  #checkDeadline(handle: LockHandle): void {
+    const session = this.#session;
+    if (session === null || this.#owned.get(handle.acquireRequestId) !== handle) return;
+    if (this.#scheduler.monotonicMs() < this.#deadlineOf(session, handle)) return;
+    this.#endOwnership(handle, "lease_unconfirmed");
+    this.#armDeadline();
+    this.#armHeartbeat();
   }
 
   /** Ends every ownership whose local deadline has passed (reason `lease_unconfirmed`). */
