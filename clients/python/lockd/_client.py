@@ -138,14 +138,25 @@ def local_deadline_ms(confirmed_send_ms: float, lease_ms: float, io_timeout_ms: 
 
 
 class LostEvent(asyncio.Event):
-    """``lock.lost``: set once when ownership ends without ``release()``; ``reason`` says why."""
+    """``lock.lost``: set once when ownership ends without ``release()``; ``reason`` says why.
 
-    def __init__(self) -> None:
+    ``is_set()`` first compares the lock's local lease deadline with the clock, so the first look
+    after a pause (a long GC, SIGSTOP, a blocked event loop) already says lost, before the timer
+    that sets the event has run.
+    """
+
+    def __init__(self, probe: Callable[[], None] | None = None) -> None:
         super().__init__()
         #: One of ``lockd.LOST_REASONS`` once set, else None.
         self.reason: str | None = None
         #: The ``LockLostError`` describing the loss once set, else None.
         self.error: LockLostError | None = None
+        self._probe = probe
+
+    def is_set(self) -> bool:
+        if not super().is_set() and self._probe is not None:
+            self._probe()
+        return super().is_set()
 
 
 class Lock:
@@ -160,14 +171,32 @@ class Lock:
         self.token = token
         #: The effective lease in ms, after the server's clamping.
         self.lease_ms = lease_ms
-        #: Set when ownership ends without ``release()``; ``lost.reason`` says why.
-        self.lost = LostEvent()
+        self._lost = LostEvent(self._probe)
         self._acquire_id = acquire_id
         self._released = False
         self._confirmed_send_ms = 0.0
         self._deadline_handle: asyncio.TimerHandle | None = None
         self._lost_callbacks: list[Callable[[str], None]] = []
         self._release_future: asyncio.Future[None] | None = None
+
+    @property
+    def lost(self) -> LostEvent:
+        """Set when ownership ends without ``release()``; ``lost.reason`` says why. Reading it (and
+        ``lost.is_set()``) checks the local lease deadline against the clock first."""
+        self._probe()
+        return self._lost
+
+    @property
+    def state(self) -> str:
+        """``"held"``, ``"releasing"`` (release() called, no answer yet), ``"released"`` or ``"lost"``;
+        like ``lost``, checked against the local lease deadline when read."""
+        self._probe()
+        if self._lost._value:  # type: ignore[attr-defined]
+            return "lost"
+        if self._released:
+            future = self._release_future
+            return "releasing" if future is not None and not future.done() else "released"
+        return "held"
 
     @property
     def deadline_ms(self) -> float:
@@ -202,10 +231,16 @@ class Lock:
         await self.release()
 
     def __repr__(self) -> str:
-        state = "released" if self._released else f"lost:{self.lost.reason}" if self.lost.is_set() else "owned"
+        lost = self._lost
+        state = "released" if self._released else f"lost:{lost.reason}" if lost.reason is not None else "owned"
         return f"<Lock {self.name!r} token={self.token} lease_ms={self.lease_ms} {state}>"
 
     # -- internals ----------------------------------------------------------
+
+    def _probe(self) -> None:
+        """The deadline, read against the clock now (only on the client's own event loop)."""
+        if self._lost.reason is None and self._session.owned.get(self._acquire_id) is self:
+            self._client._check_deadline(self)
 
     def _arm_deadline(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._deadline_handle is not None:
@@ -217,11 +252,12 @@ class Lock:
         if self._deadline_handle is not None:
             self._deadline_handle.cancel()
             self._deadline_handle = None
-        if self._released or self.lost.is_set():
+        lost = self._lost
+        if self._released or lost.reason is not None:
             return
-        self.lost.reason = reason
-        self.lost.error = LockLostError(self.name, self.token, reason)
-        self.lost.set()
+        lost.reason = reason
+        lost.error = LockLostError(self.name, self.token, reason)
+        lost.set()
         callbacks, self._lost_callbacks = self._lost_callbacks, []
         for callback in callbacks:
             try:
@@ -725,13 +761,32 @@ class Client:
             return
         lock._mark_lost(reason)
 
-    def _deadline_passed(self, lock: Lock) -> None:
-        """The local lease deadline passed with no newer confirmation: the lock is lost."""
-        lock._deadline_handle = None
+    def _check_deadline(self, lock: Lock) -> None:
+        """Reading ``lost`` or ``state``: the ownership ends now if its local deadline has passed,
+        whether or not the deadline timer has run. Only on the client's own event loop."""
+        loop = self._loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if running is not loop or lock._session.owned.get(lock._acquire_id) is not lock:
+            return
+        if _now_ms(loop) >= lock.deadline_ms:
+            self._deadline_passed(lock)
+
+    def _deadline_passed(self, lock: Lock, *, final: bool = False) -> None:
+        """The local lease deadline passed with no newer confirmation: the lock is lost.
+
+        ``final``: another thread saw the deadline pass (lockd.sync); a confirmation that came
+        after that cannot revive the ownership.
+        """
+        handle, lock._deadline_handle = lock._deadline_handle, None
+        if handle is not None:
+            handle.cancel()
         session = lock._session
         if session.owned.get(lock._acquire_id) is not lock:
             return
-        if _now_ms(self._running_loop()) < lock.deadline_ms:  # a late ACK moved it meanwhile
+        if not final and _now_ms(self._running_loop()) < lock.deadline_ms:  # a late ACK moved it
             lock._arm_deadline(self._running_loop())
             return
         releasing = lock._release_future is not None
