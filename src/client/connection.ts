@@ -62,6 +62,8 @@ export class Connection {
   readonly #socketClosed: Promise<void>;
   /** Whether this connection speaks TLS, and where it dials: for the wrong-protocol messages. */
   #tls = false;
+  /** Whether this connection presents a client certificate (mutual TLS). */
+  #clientCertificate = false;
   #addr = "";
   #firstBytesSeen = false;
   #resolveSocketClosed: () => void = () => {};
@@ -94,6 +96,7 @@ export class Connection {
     }
     const connection = new Connection();
     connection.#tls = options.tls !== undefined;
+    connection.#clientCertificate = options.tls?.cert !== undefined;
     connection.#addr = options.addr;
     return new Promise<Connection>((resolve, reject) => {
       const attempt = new AbortController();
@@ -133,7 +136,7 @@ export class Connection {
         { hostname: target.hostname, port: target.port, tls: options.tls },
         {
           onData: (bytes) => connection.#onData(bytes),
-          onClose: () => connection.#onSocketClosed(),
+          onClose: (error) => connection.#onSocketClosed(error),
         },
         attempt.signal,
       ).then(
@@ -203,10 +206,20 @@ export class Connection {
     else this.#socket.close();
   }
 
-  #onSocketClosed(): void {
+  #onSocketClosed(error?: Error): void {
     this.#resolveSocketClosed();
     if (this.#state === "handshaking") {
-      this.#onHandshake?.(new ConnectionError("lockd closed the connection during the handshake"));
+      const why = this.#firstBytesSeen
+        ? null
+        : handshakeCloseCause(error, this.#tls, this.#clientCertificate);
+      this.#onHandshake?.(
+        new ConnectionError(
+          why === null
+            ? `lockd at ${this.#addr} closed the connection during the handshake`
+            : `Cannot connect to lockd at ${this.#addr}: ${why}`,
+          { cause: error },
+        ),
+      );
       return;
     }
     this.close();
@@ -342,6 +355,39 @@ function isServerReply(message: { type: string }): message is ServerMessage {
 function endsSession(error: ErrorMessage): boolean {
   if (error.requestId === 0) return error.code !== WIRE_CODES.INVALID_ARGUMENT.code;
   return wireCodeInfo(error.code).closes;
+}
+
+/**
+ * Why a TLS server closed the connection after the TLS handshake and before any lockd byte, in
+ * words, or null when it was not that. With TLS 1.3 the client finishes its side of the
+ * handshake before the server has checked the client certificate, so a refused certificate shows
+ * up as a closed connection (with a `certificate_required` alert when there was none, often
+ * nothing at all when it was not accepted): name the likely cause and the option to look at.
+ */
+export function handshakeCloseCause(
+  error: unknown,
+  tls: boolean,
+  clientCertificate: boolean,
+): string | null {
+  if (!tls) return null;
+  const code = String((error as { code?: unknown } | null | undefined)?.code ?? "");
+  const text = `${code} ${error instanceof Error ? error.message : ""}`;
+  if (/CERTIFICATE_REQUIRED|certificate required/i.test(text)) {
+    return "the server requires a client certificate (mutual TLS): give tls: { cert, key } to " +
+      "connect() (lockd run: -cert FILE -key FILE), signed by a CA the server trusts " +
+      "(its -tls-client-ca)";
+  }
+  const alert = /ALERT_[A-Z_]+|alert[^,;)]*/i.exec(text)?.[0];
+  if (clientCertificate) {
+    return "the server did not accept the client certificate" +
+      (alert === undefined ? "" : ` (TLS alert: ${alert})`) +
+      ": is it signed by a CA the server trusts (its -tls-client-ca), still valid, and made " +
+      "for client authentication?";
+  }
+  return "the server closed the connection right after the TLS handshake" +
+    (alert === undefined ? "" : ` (TLS alert: ${alert})`) +
+    "; it probably requires a client certificate (mutual TLS): give tls: { cert, key } to " +
+    "connect() (lockd run: -cert FILE -key FILE)";
 }
 
 function messageOf(error: unknown): string {
