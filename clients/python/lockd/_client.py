@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import random
+import re
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -521,6 +522,7 @@ class Client:
     async def _open_session_at(self, addr: str) -> _Session:
         """Dial, TLS, HELLO, WELCOME — all within ``connect_timeout_ms``."""
         writer: asyncio.StreamWriter | None = None
+        first_bytes_seen = False
         try:
             host, port = parse_addr(addr)
             async with asyncio.timeout(self._connect_timeout_ms / 1000):
@@ -536,12 +538,14 @@ class Client:
                         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 writer.write(wire.encode(wire.Hello(wire.PROTOCOL_VERSION, self._client_name)))
                 frames = wire.FrameReader()
-                first_bytes_seen = False
                 while True:
                     message = frames.next()
                     if message is None:
                         data = await reader.read(64 * 1024)
                         if not data:
+                            cause = None if first_bytes_seen else self._handshake_close_cause(None)
+                            if cause is not None:
+                                raise LockdConnectionError(f"Cannot connect to lockd at {addr}: {cause}")
                             raise LockdConnectionError(f"{addr}: the server closed the connection before WELCOME")
                         if not first_bytes_seen:
                             first_bytes_seen = True
@@ -579,10 +583,46 @@ class Client:
                 ) from error
             if isinstance(error, wire.MalformedFrame):
                 raise ServerProtocolError(addr, f"a malformed frame: {error}") from error
+            if isinstance(error, (OSError, ssl.SSLError)) and writer is not None and not first_bytes_seen:
+                # The TLS handshake was done, and the server closed before any lockd byte.
+                cause = self._handshake_close_cause(error)
+                if cause is not None:
+                    raise LockdConnectionError(f"Cannot connect to lockd at {addr}: {cause}") from error
             if isinstance(error, (OSError, ssl.SSLError, ValueError)):
                 raise LockdConnectionError(f"Cannot connect to lockd at {addr}: {error}") from error
             raise
         return _Session(reader=reader, writer=writer, welcome=message, frames=frames, addr=addr)
+
+    def _handshake_close_cause(self, error: BaseException | None) -> str | None:
+        """Why a TLS server closed the connection after the TLS handshake and before any lockd byte
+        (with TLS 1.3 a refused client certificate shows up only then), or None without TLS."""
+        if self._ssl is None:
+            return None
+        text = f"{getattr(error, 'reason', '') or ''} {error or ''}"
+        if "CERTIFICATE_REQUIRED" in text.upper():
+            return (
+                "the server requires a client certificate (mutual TLS): give "
+                "lockd.tls_context(cert_file=..., key_file=...), signed by a CA the server trusts "
+                "(its -tls-client-ca)"
+            )
+        alert = re.search(r"ALERT_[A-Z_]+", text.upper())
+        alert_text = f" (TLS alert: {alert.group(0)})" if alert else ""
+        has_cert = getattr(self._ssl, "lockd_client_certificate", None)
+        if has_cert:
+            return (
+                f"the server did not accept the client certificate{alert_text}: is it signed by a CA "
+                "the server trusts (its -tls-client-ca), still valid, and made for client authentication?"
+            )
+        if has_cert is False:
+            return (
+                f"the server closed the connection right after the TLS handshake{alert_text}; it probably "
+                "requires a client certificate (mutual TLS): give lockd.tls_context(cert_file=..., key_file=...)"
+            )
+        return (
+            f"the server closed the connection right after the TLS handshake{alert_text}: it probably "
+            "requires a client certificate (mutual TLS), or did not accept the one given (is it signed by "
+            "a CA the server trusts, its -tls-client-ca, and still valid?)"
+        )
 
     def _attach(self, session: _Session) -> None:
         loop = self._running_loop()
@@ -1118,4 +1158,6 @@ def tls_context(
         context.load_cert_chain(cert_file, key_file)
     elif key_file is not None:
         raise ValueError("key_file needs cert_file")
+    # Lets the client name the likely cause when a mutual-TLS server closes after the handshake.
+    context.lockd_client_certificate = cert_file is not None  # type: ignore[attr-defined]
     return context

@@ -396,6 +396,31 @@ class MutualTls(unittest.IsolatedAsyncioTestCase):
         with self.assertRaises(lockd.LockdConnectionError):
             await lockd.connect(self.server.addr, ssl_context=context, reconnect=False, connect_timeout_ms=3_000)
 
+    async def test_a_missing_client_certificate_is_named(self) -> None:
+        context = lockd.tls_context(ca_file=str(TLS_DIR / "ca.pem"))
+        with self.assertRaises(lockd.LockdConnectionError) as raised:
+            await lockd.connect(self.server.addr, ssl_context=context, reconnect=False, connect_timeout_ms=3_000)
+        self.assertRegex(
+            str(raised.exception),
+            r"the server requires a client certificate \(mutual TLS\): give lockd\.tls_context\(cert_file=",
+        )
+
+    async def test_a_client_certificate_from_another_ca_or_expired_is_named_as_not_accepted(self) -> None:
+        for cert in ("other-client", "client-expired"):
+            with self.subTest(cert=cert):
+                context = lockd.tls_context(
+                    ca_file=str(TLS_DIR / "ca.pem"),
+                    cert_file=str(TLS_DIR / f"{cert}.pem"),
+                    key_file=str(TLS_DIR / f"{cert}-key.pem"),
+                )
+                with self.assertRaises(lockd.LockdConnectionError) as raised:
+                    await lockd.connect(self.server.addr, ssl_context=context, reconnect=False, connect_timeout_ms=3_000)
+                self.assertRegex(
+                    str(raised.exception),
+                    r"the server did not accept the client certificate(?: \(TLS alert: [A-Z_]+\))?: is it signed "
+                    r"by a CA the server trusts \(its -tls-client-ca\)",
+                )
+
     async def test_a_server_from_an_untrusted_ca_is_refused(self) -> None:
         context = lockd.tls_context(
             ca_file=str(TLS_DIR / "other-ca.pem"),
