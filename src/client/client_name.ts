@@ -39,19 +39,27 @@ export function boundClientName(name: string): string {
   return cutUtf8(name.isWellFormed() ? name : name.toWellFormed(), CLIENT_NAME_BYTES_MAX);
 }
 
+/** The part of Deno's namespace the probe below uses. */
+interface DenoGlobal {
+  Deno?: { permissions?: { querySync(d: { name: "sys"; kind: "hostname" }): { state: string } } };
+}
+
+/**
+ * The one look at the Deno namespace in the client, when it exists (tests/client/
+ * runtime_neutral_test.ts and npm/build.ts allow exactly this line): on Deno, reading the host
+ * name without the `sys` permission would stop a program in a terminal with a permission prompt.
+ */
+const denoPermissions = (globalThis as DenoGlobal).Deno?.permissions;
+
 /**
  * The host name, where reading it asks nobody: Node and Bun always; Deno only when the process
- * already has the `sys` permission for it (`--allow-sys`, `-A`): without it, reading the name
- * would stop a program in a terminal with a permission prompt. The probe is the one place the
- * client looks at the Deno namespace, and only when it exists.
+ * already has the `sys` permission for it (`--allow-sys`, `-A`).
  */
 function readableHostName(): string {
-  const permissions = (globalThis as { Deno?: { permissions?: PermissionsProbe } }).Deno
-    ?.permissions;
   try {
     if (
-      permissions !== undefined &&
-      permissions.querySync({ name: "sys", kind: "hostname" }).state !== "granted"
+      denoPermissions !== undefined &&
+      denoPermissions.querySync({ name: "sys", kind: "hostname" }).state !== "granted"
     ) {
       return "";
     }
@@ -59,10 +67,6 @@ function readableHostName(): string {
   } catch {
     return ""; // a runtime that refuses: the name goes without the host
   }
-}
-
-interface PermissionsProbe {
-  querySync(descriptor: { name: "sys"; kind: "hostname" }): { state: string };
 }
 
 function processId(): number | null {

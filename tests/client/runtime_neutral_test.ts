@@ -9,8 +9,11 @@
  */
 import assert from "node:assert/strict";
 
-/** The one sanctioned look at the Deno namespace (see the module comment). */
-const HOST_NAME_PROBE = "(globalThis as { Deno?: { permissions?: PermissionsProbe } }).Deno";
+/**
+ * The one sanctioned look at the Deno namespace (see the module comment), as npm/build.ts allows
+ * it in the compiled JavaScript too; the code around it must not name Deno.
+ */
+const HOST_NAME_PROBE = /\(?globalThis(?: as DenoGlobal\))?\.Deno\?\.permissions/g;
 
 Deno.test("mod.ts and everything it imports use no Deno API and only node:net, node:os and node:tls", async () => {
   const info = await new Deno.Command(Deno.execPath(), {
@@ -26,13 +29,14 @@ Deno.test("mod.ts and everything it imports use no Deno API and only node:net, n
   const offenders: string[] = [];
   for (const specifier of specifiers.filter((s) => s.startsWith("file:"))) {
     const source = await Deno.readTextFile(new URL(specifier));
-    const probes = source.split(HOST_NAME_PROBE).length - 1;
+    const probes = source.match(HOST_NAME_PROBE)?.length ?? 0;
     assert.equal(
       probes,
       specifier.endsWith("/src/client/client_name.ts") ? 1 : 0,
       `${specifier}: the host name probe belongs to client_name.ts, once`,
     );
     const code = source.replace(HOST_NAME_PROBE, "")
+      .replace(/\binterface DenoGlobal \{[^]*?\n\}/, "") // the probe's type
       .replace(/\/\*[\s\S]*?\*\//g, "") // comments may name Deno APIs
       .replace(/^\s*\/\/.*$/gm, "");
     if (/\bDeno\b/.test(code)) offenders.push(specifier);
