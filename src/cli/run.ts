@@ -121,6 +121,8 @@ export async function runCommand(
       ...(addrs.length === 1 ? { addr: addrs[0] } : { addrs }),
       tls,
       clientName: (values.get("client-name") as string | undefined) ?? runClientName(),
+      // A server that breaks the protocol is left (the client reconnects elsewhere); say so.
+      onProtocolError: (error) => io.stderr(`lockd run: ${error.message}`),
     });
   } catch (error) {
     io.stderr(`lockd run: ${(error as Error).message}`);
