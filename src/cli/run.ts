@@ -220,7 +220,7 @@ async function runHolding(
  * else from the kernel's file where reading is allowed (the shipped binary has `--allow-read`);
  * nothing here asks for a permission, so a terminal never sees a prompt.
  */
-export function runClientName(): string {
+function runClientName(): string {
   return composeClientName("lockd-run", runHostName(), Deno.pid);
 }
 

@@ -318,7 +318,7 @@ export class Connection {
  * server's own flag bounds, src/limits.ts), or null. A client that believed `ioTimeoutMs` 0
  * would heartbeat without pause and drop every connection at once.
  */
-export function welcomeOutOfBounds(welcome: Welcome): string | null {
+function welcomeOutOfBounds(welcome: Welcome): string | null {
   const bounds: [string, number, number, number][] = [
     ["ioTimeoutMs", welcome.ioTimeoutMs, IO_TIMEOUT_MS_MIN, IO_TIMEOUT_MS_MAX],
     ["leaseMaxMs", welcome.leaseMaxMs, LEASE_MS_MIN, LEASE_MS_MAX_MAX],
@@ -364,7 +364,7 @@ function endsSession(error: ErrorMessage): boolean {
  * up as a closed connection (with a `certificate_required` alert when there was none, often
  * nothing at all when it was not accepted): name the likely cause and the option to look at.
  */
-export function handshakeCloseCause(
+function handshakeCloseCause(
   error: unknown,
   tls: boolean,
   clientCertificate: boolean,

@@ -17,7 +17,7 @@
 import net from "node:net";
 
 /** Longest address a NOT_LEADER may name: a 253-byte DNS name, ":", a 5-digit port. */
-export const LEADER_ADDRESS_CHARS_MAX = 253 + 1 + 5;
+const LEADER_ADDRESS_CHARS_MAX = 253 + 1 + 5;
 
 /** A DNS label: letters, digits, `-` inside, `_` allowed (service names); 1..63 characters. */
 const LABEL = /^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$/;
