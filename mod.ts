@@ -35,11 +35,13 @@ export {
   type Lock,
 } from "./src/client/client.ts";
 export type { ClientTlsOptions } from "./src/client/transport.ts";
+export type { LockState } from "./src/client/lock_handle.ts";
 export {
   ConnectionError,
   LockdError,
   LockLostError,
   type LostReason,
+  ServerProtocolError,
 } from "./src/client/errors.ts";
 export { type ForeignProtocol, WrongProtocolError } from "./src/client/wrong_protocol.ts";
 export { WIRE_CODES, type WireCodeInfo, type WireCodeName } from "./src/protocol/codes.ts";

@@ -1,6 +1,7 @@
 import { type Scheduler, systemScheduler, type Timer } from "../clock.ts";
 import { KILL_GRACE_MS_DEFAULT, RUN_PROGRESS_INTERVAL_MS } from "../limits.ts";
 import { type Client, connect, type Lock } from "../client/client.ts";
+import { composeClientName } from "../client/client_name.ts";
 import { LockdError, LockLostError } from "../client/errors.ts";
 import { WIRE_CODES } from "../protocol/codes.ts";
 import { loadClientTls } from "../security/tls.ts";
@@ -60,6 +61,12 @@ export const RUN_FLAGS: readonly FlagSpec[] = [
     kind: "duration",
     help: "after a lost lock, time between SIGTERM and SIGKILL to the command's process group",
     defaultText: "5s",
+  },
+  {
+    name: "client-name",
+    kind: "string",
+    help: "client name sent to the server (admin API, audit log); cut to 256 bytes",
+    defaultText: "lockd-run@HOST:PID",
   },
   { name: "ca", kind: "string", help: "CA certificate (PEM) of the server; turns TLS on" },
   { name: "cert", kind: "string", help: "client certificate (PEM) for mutual TLS" },
@@ -150,7 +157,9 @@ export async function runCommand(
     client = await connect({
       ...(addrs.length === 1 ? { addr: addrs[0] } : { addrs }),
       tls,
-      clientName: `lockd-run/${name}`,
+      clientName: (values.get("client-name") as string | undefined) ?? runClientName(),
+      // A server that breaks the protocol is left (the client reconnects elsewhere); say so.
+      onProtocolError: (error) => io.stderr(`lockd run: ${error.message}`),
       scheduler,
       onReconnectFailed: (attempt, error) => {
         reconnects.attempt = attempt;
@@ -305,6 +314,36 @@ function acquireFailureText(name: string, error: unknown): string {
     ? error.message
     : `Cannot acquire lock ${quoted}: ${error.message}`;
   return `${message} (${error.codeName})`;
+}
+
+/**
+ * `lockd-run@<host>:<pid>`: which machine and which process hold the lock, for the admin API and
+ * the audit log. The host name comes from Deno when the process may read it (`--allow-sys`),
+ * else from the kernel's file where reading is allowed (the shipped binary has `--allow-read`);
+ * nothing here asks for a permission, so a terminal never sees a prompt.
+ */
+function runClientName(): string {
+  return composeClientName("lockd-run", runHostName(), Deno.pid);
+}
+
+function runHostName(): string {
+  try {
+    if (Deno.permissions.querySync({ name: "sys", kind: "hostname" }).state === "granted") {
+      return Deno.hostname();
+    }
+    for (const path of ["/proc/sys/kernel/hostname", "/etc/hostname"]) {
+      if (Deno.permissions.querySync({ name: "read", path }).state !== "granted") continue;
+      try {
+        const host = Deno.readTextFileSync(path).trim();
+        if (host !== "") return host;
+      } catch {
+        // not on this system
+      }
+    }
+  } catch {
+    // a permission query that fails: go without the host
+  }
+  return "";
 }
 
 function signalNumber(signal: Deno.Signal): number {

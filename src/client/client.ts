@@ -11,10 +11,15 @@ import { type Scheduler, systemScheduler, type Timer } from "../clock.ts";
 import { CLUSTER_CLIENT_SILENCE_MS, CONNECT_TIMEOUT_MS_DEFAULT } from "../limits.ts";
 import { WIRE_CODES } from "../protocol/codes.ts";
 import { type ErrorMessage, type ServerMessage, WAIT_FOREVER } from "../protocol/messages.ts";
+import { parseHostPort } from "../host_port.ts";
 import { VERSION } from "../version.ts";
+import { boundClientName, defaultClientName } from "./client_name.ts";
 import { Connection } from "./connection.ts";
-import { ConnectionError, LockdError, type LostReason } from "./errors.ts";
+import { ConnectionError, LockdError, type LostReason, ServerProtocolError } from "./errors.ts";
 import { type Lock, LockHandle } from "./lock_handle.ts";
+import { redirectVerdict, refusedRedirectText } from "./redirect.ts";
+import { ReplyLedger } from "./reply_ledger.ts";
+import { openAny, type Settings } from "./node_round.ts";
 import {
   effectiveLeaseMs,
   heartbeatIntervalMs,
@@ -31,12 +36,21 @@ export interface ConnectOptions {
   addr?: string;
   /**
    * The nodes of a lockd cluster (docs/cluster.md), tried in order. A node that is not the
-   * leader answers NOT_LEADER naming the leader, and the client goes there at once; a node
-   * without a leader yet holds the HELLO until one is elected. A connection that stays silent
-   * for 3 s while heartbeats are due is given up (a frozen leader). Give this or `addr`.
+   * leader answers NOT_LEADER naming the leader, and the client goes there at once: to an
+   * address of this list always, to any other address only with `tls` (the node reached must
+   * present a certificate from your CA); a name that is not a `host:port` counts as a failed
+   * node. A node without a leader yet holds the HELLO until one is elected. A connection that
+   * stays silent for 3 s while heartbeats are due is given up (a frozen leader). Give this or
+   * `addr`.
    */
   addrs?: readonly string[];
-  /** Sent in HELLO; shows in the server's debug log. Default `lockd-ts/<version>`. */
+  /**
+   * Sent in HELLO: the server shows it in the admin API (holders and waiters) and writes it
+   * into the audit records of acquire and release. Default `lockd-ts/<version>@<host>:<pid>`
+   * (without `@<host>` on Deno when the process may not read the host name: `--allow-sys`).
+   * Informational, not authenticated; cut to 256 UTF-8 bytes (between two characters, marked
+   * with "…"), the protocol's limit, so a long name never fails a connect.
+   */
   clientName?: string;
   /** TLS (and mutual TLS with `cert` + `key`); plain TCP when absent. */
   tls?: ClientTlsOptions;
@@ -64,6 +78,13 @@ export interface ConnectOptions {
    * a connected client closes as with `close()`, and no reconnect is attempted any more.
    */
   signal?: AbortSignal;
+  /**
+   * Called when a server breaks the protocol (a reply that does not fit its request, a WELCOME
+   * out of bounds on a reconnect, a malformed frame, a NOT_LEADER naming no address): the
+   * client has closed that connection and goes on as after any lost connection. Also counted
+   * in `client.protocolErrors`. A callback that throws is ignored.
+   */
+  onProtocolError?: (error: ServerProtocolError) => void;
   /**
    * Testing hook: the clock and timers of the heartbeats, the lease deadlines, the wait bound,
    * the reconnect back-off and the connect timeout. Default: the process clock with real
@@ -93,6 +114,11 @@ export interface Client extends AsyncDisposable {
   readonly sessionId: number;
   /** The server's version, from WELCOME ("" while reconnecting). */
   readonly serverVersion: string;
+  /**
+   * How many times a server broke the protocol on this client's connections (each one closed
+   * the connection; see {@link ConnectOptions.onProtocolError}).
+   */
+  readonly protocolErrors: number;
   /**
    * Waits for the lock in its FIFO queue and resolves once it is owned. Rejects with a
    * {@link LockdError} (e.g. WAIT_TIMEOUT when `waitMs` ran out, ACL_DENIED,
@@ -148,13 +174,16 @@ export async function connectWith(
   if (addrs.length === 0 || (options.addr !== undefined && options.addrs !== undefined)) {
     throw new RangeError("connect() needs either addr or a non-empty addrs");
   }
+  for (const addr of addrs) parseHostPort(addr); // a RangeError naming a bad address
+
   const settings: Settings = {
     addrs,
-    clientName: options.clientName ?? `lockd-ts/${VERSION}`,
+    clientName: boundClientName(options.clientName ?? defaultClientName(`lockd-ts/${VERSION}`)),
     tls: options.tls,
     reconnect: options.reconnect ?? true,
     timeoutMs,
     signal: options.signal,
+    onProtocolError: options.onProtocolError,
     scheduler,
     dial,
     random: internals.random ?? Math.random,
@@ -162,128 +191,6 @@ export async function connectWith(
   };
   const { connection, addr } = await openAny(settings, null, options.signal);
   return new LockdClient(settings, connection, addr);
-}
-
-/** How many NOT_LEADER redirects one round over the addresses follows. */
-const REDIRECTS_PER_ROUND_MAX = 3;
-/**
- * With several addresses, how long a silent connect attempt runs alone before the next address
- * is tried beside it: a live node answers (or refuses) within milliseconds, a node holding the
- * HELLO for an election answers in seconds, a frozen one never.
- */
-const NEXT_NODE_AFTER_MS = 1_000;
-
-/**
- * One round over the addresses: `preferred` first (the node that last served, or the leader a
- * NOT_LEADER named), then the list in order; a NOT_LEADER naming a leader is followed at once.
- * Resolves with the first WELCOME; rejects with the last failure.
- */
-function openAny(
-  settings: Settings,
-  preferred: string | null,
-  signal: AbortSignal | undefined,
-  avoid: string | null = null,
-): Promise<{ connection: Connection; addr: string }> {
-  const rest = settings.addrs.filter((a) => a !== preferred && a !== avoid);
-  const order = [
-    ...(preferred === null ? [] : [preferred]),
-    ...rest,
-    ...(avoid !== null && avoid !== preferred && settings.addrs.includes(avoid) ? [avoid] : []),
-  ];
-  const tried = new Set<string>();
-  let redirects = 0;
-  let lastError: unknown = null;
-  let inFlight = 0;
-  let settled = false;
-  let stagger: Timer | null = null;
-  const attempts = new Set<AbortController>();
-  return new Promise((resolve, reject) => {
-    const finish = (error: unknown) => {
-      settled = true;
-      stagger?.cancel();
-      if (settings.addrs.length > 1 && error instanceof Error && !signal?.aborted) {
-        reject(
-          new ConnectionError(
-            `Cannot connect to any lockd node of ${settings.addrs.join(", ")}: ${error.message}`,
-            { cause: error },
-          ),
-        );
-      } else {
-        reject(error);
-      }
-    };
-    const startNext = () => {
-      stagger?.cancel();
-      stagger = null;
-      if (settled) return;
-      while (order.length > 0 && tried.has(order[0])) order.shift();
-      if (order.length === 0) {
-        if (inFlight === 0) finish(lastError);
-        return;
-      }
-      const addr = order.shift()!;
-      tried.add(addr);
-      inFlight++;
-      const attempt = new AbortController();
-      attempts.add(attempt);
-      const onOuterAbort = () => attempt.abort(signal!.reason);
-      signal?.addEventListener("abort", onOuterAbort, { once: true });
-      Connection.open({ ...settings, addr, signal: attempt.signal }).then(
-        (connection) => {
-          inFlight--;
-          attempts.delete(attempt);
-          signal?.removeEventListener("abort", onOuterAbort);
-          if (settled) {
-            connection.close();
-            return;
-          }
-          settled = true;
-          stagger?.cancel();
-          for (const other of attempts) other.abort(new ConnectionError("Another node answered"));
-          resolve({ connection, addr });
-        },
-        (error) => {
-          inFlight--;
-          attempts.delete(attempt);
-          signal?.removeEventListener("abort", onOuterAbort);
-          if (settled) return;
-          lastError = error;
-          if (signal?.aborted) {
-            settled = true;
-            stagger?.cancel();
-            for (const other of attempts) other.abort(signal.reason);
-            reject(error);
-            return;
-          }
-          const leader = error instanceof LockdError && error.code === WIRE_CODES.NOT_LEADER.code
-            ? error.lockName
-            : "";
-          if (leader !== "" && !tried.has(leader) && redirects < REDIRECTS_PER_ROUND_MAX) {
-            redirects++;
-            order.unshift(leader);
-          }
-          startNext();
-        },
-      );
-      // A node that neither answers nor refuses (frozen, black-holed) must not hold the others
-      // back: the next address starts in parallel; the first WELCOME wins.
-      if (order.length > 0) stagger = settings.scheduler.setTimer(startNext, NEXT_NODE_AFTER_MS);
-    };
-    startNext();
-  });
-}
-
-interface Settings {
-  readonly addrs: readonly string[];
-  readonly clientName: string;
-  readonly tls?: ClientTlsOptions;
-  readonly reconnect: boolean;
-  readonly timeoutMs: number;
-  readonly signal?: AbortSignal;
-  readonly scheduler: Scheduler;
-  readonly dial: Dial;
-  readonly random: () => number;
-  readonly onReconnectFailed?: (attempt: number, error: Error) => void;
 }
 
 /**
@@ -318,7 +225,13 @@ interface PendingRelease {
 /** What the client knows about its current connection; a reconnect starts a new one. */
 class Session {
   readonly connection: Connection;
+  /** The node it is connected to (`host:port`). */
+  readonly addr: string;
   readonly ioTimeoutMs: number;
+  /** Every request of this connection that may still get an answer: replies are checked. */
+  readonly ledger: ReplyLedger;
+  /** The server broke the protocol on this connection (it is being closed). */
+  violated = false;
   /** Send time of the newest HEARTBEAT whose HEARTBEAT_ACK has arrived. */
   lastAckedHeartbeatSendMs = -Infinity;
   /** Unanswered heartbeats, request id → send time, oldest first. */
@@ -330,8 +243,10 @@ class Session {
   deadlineTimer: Timer | null = null;
   deadlineDueMs = Infinity;
 
-  constructor(connection: Connection, nowMs: number) {
+  constructor(connection: Connection, addr: string, nowMs: number) {
     this.connection = connection;
+    this.addr = addr;
+    this.ledger = new ReplyLedger(connection.welcome);
     this.ioTimeoutMs = connection.welcome.ioTimeoutMs;
     this.lastHeartbeatSentMs = nowMs;
     this.lastFrameAtMs = nowMs;
@@ -373,13 +288,20 @@ class LockdClient implements Client {
   #preferred: string | null;
   /** A node that went silent (frozen, cut off): tried last by the next reconnect. */
   #avoid: string | null = null;
+  #protocolErrors = 0;
+  /**
+   * Connections in a row that ended because the server broke the protocol: a WELCOME resets
+   * the back-off only to this, so a node that welcomes and then misbehaves is not redialled
+   * in a storm.
+   */
+  #violationsInARow = 0;
 
   constructor(settings: Settings, connection: Connection, addr: string) {
     this.#settings = settings;
     this.#scheduler = settings.scheduler;
     this.#preferred = addr;
     settings.signal?.addEventListener("abort", this.#onOuterAbort, { once: true });
-    this.#attach(connection);
+    this.#attach(connection, addr);
     if (settings.signal?.aborted) void this.close();
   }
 
@@ -389,6 +311,10 @@ class LockdClient implements Client {
 
   get serverVersion(): string {
     return this.#session?.connection.welcome.serverVersion ?? "";
+  }
+
+  get protocolErrors(): number {
+    return this.#protocolErrors;
   }
 
   acquire(name: string, options: AcquireOptions = {}): Promise<Lock> {
@@ -482,11 +408,12 @@ class LockdClient implements Client {
 
   // ---- connection life ------------------------------------------------------------------
 
-  #attach(connection: Connection): void {
-    const session = new Session(connection, this.#scheduler.monotonicMs());
+  #attach(connection: Connection, addr: string): void {
+    const session = new Session(connection, addr, this.#scheduler.monotonicMs());
     this.#session = session;
     connection.onMessage = (message) => this.#onMessage(session, message);
     connection.onClose = (closingError) => this.#onConnectionClosed(session, closingError);
+    connection.onViolation = (what) => this.#violation(session, what);
     connection.start();
     if (this.#session !== session) return; // closed while delivering what came with WELCOME
     const unsent = [...this.#unsent];
@@ -508,8 +435,27 @@ class LockdClient implements Client {
       : notLeader
       ? "failover"
       : "disconnected";
-    // A node that stopped leading names the new leader when it knows it: go there first.
-    if (notLeader) this.#preferred = closingError!.name === "" ? null : closingError!.name;
+    if (session.violated) {
+      // That node broke the protocol: try the others first, and keep backing off.
+      if (this.#settings.addrs.length > 1) this.#avoid = session.addr;
+      this.#preferred = null;
+    } else {
+      this.#violationsInARow = 0;
+    }
+    if (notLeader) {
+      // A node that stopped leading names the new leader when it knows it: go there first,
+      // if redirect.ts allows it; a name that is no address is that node's failure.
+      const name = closingError!.name;
+      const verdict = redirectVerdict(name, this.#settings.addrs, this.#settings.tls !== undefined);
+      this.#preferred = verdict.follow ? verdict.addr : null;
+      // A node that stopped leading is asked last when it names no leader to follow.
+      if (!verdict.follow && this.#settings.addrs.length > 1) this.#avoid = session.addr;
+      if (!verdict.follow && verdict.why === "invalid") {
+        this.#report(
+          new ServerProtocolError(session.addr, refusedRedirectText(session.addr, name, "invalid")),
+        );
+      }
+    }
     this.#endOwnerships(reason);
     const waiting = [...this.#pending.values()];
     this.#pending.clear();
@@ -547,6 +493,7 @@ class LockdClient implements Client {
   async #reconnect(): Promise<void> {
     if (this.#closed) return;
     let connection: Connection;
+    let addr: string;
     try {
       const opened = await openAny(
         this.#settings,
@@ -555,6 +502,7 @@ class LockdClient implements Client {
         this.#avoid,
       );
       connection = opened.connection;
+      addr = opened.addr;
       this.#preferred = opened.addr;
       this.#avoid = null;
     } catch (error) {
@@ -572,8 +520,9 @@ class LockdClient implements Client {
       await connection.socketClosed;
       return;
     }
-    this.#reconnectAttempt = 0; // only a WELCOME resets the back-off
-    this.#attach(connection);
+    // Only a WELCOME resets the back-off (not below the count of misbehaving nodes in a row).
+    this.#reconnectAttempt = this.#violationsInARow;
+    this.#attach(connection, addr);
   }
 
   // ---- requests ---------------------------------------------------------------------------
@@ -594,6 +543,7 @@ class LockdClient implements Client {
     pending.requestId = this.#nextRequestId++;
     pending.sentAtMs = nowMs;
     this.#pending.set(pending.requestId, pending);
+    session.ledger.acquireSent(pending.requestId, pending.name);
     session.connection.send({
       type: "acquire",
       requestId: pending.requestId,
@@ -613,7 +563,7 @@ class LockdClient implements Client {
     } else if (this.#pending.get(pending.requestId) === pending) {
       // Kept until the server's own answer: a grant that crossed the cancel is released then.
       pending.state = "abandoned";
-      this.#sendUntracked({ type: "release", name: pending.name, token: 0 });
+      this.#sendUntracked({ type: "release", name: pending.name, token: 0 }, 0);
     }
     pending.reject(error);
   }
@@ -633,6 +583,7 @@ class LockdClient implements Client {
     return new Promise<void>((resolve, reject) => {
       const requestId = this.#nextRequestId++;
       this.#releases.set(requestId, { handle, resolve, reject });
+      session.ledger.releaseSent(requestId, handle.name, handle.acquireRequestId);
       session.connection.send({
         type: "release",
         requestId,
@@ -642,9 +593,19 @@ class LockdClient implements Client {
     });
   }
 
-  /** A request whose reply nobody waits for (its request id is not tracked, so it is ignored). */
-  #sendUntracked(request: { type: "release"; name: string; token: number }): void {
-    this.#session?.connection.send({ ...request, requestId: this.#nextRequestId++ });
+  /**
+   * A RELEASE whose reply nobody waits for: the ledger still expects it (so it is checked), and
+   * its answer also ends what may come for the ACQUIRE `acquireRequestId` (0: a token-0 cancel).
+   */
+  #sendUntracked(
+    request: { type: "release"; name: string; token: number },
+    acquireRequestId: number,
+  ): void {
+    const session = this.#session;
+    if (session === null) return;
+    const requestId = this.#nextRequestId++;
+    session.ledger.releaseSent(requestId, request.name, acquireRequestId);
+    session.connection.send({ ...request, requestId });
   }
 
   // ---- replies ----------------------------------------------------------------------------
@@ -655,6 +616,14 @@ class LockdClient implements Client {
     session.lastFrameAtMs = nowMs;
     // A deadline that has passed is final, whatever this frame says.
     this.#expireOverdue(nowMs);
+    if (message.type === "welcome") return; // the connection lets only replies through
+    // A reply must fit the request it names (request id 0: a server condition, handled below).
+    const misfit = message.requestId === 0 ? null : session.ledger.accept(message);
+    if (misfit !== null) {
+      this.#violation(session, misfit);
+      session.connection.close();
+      return;
+    }
     switch (message.type) {
       case "acquired":
         this.#onAcquired(message.requestId, message.name, message.token, message.leaseMs);
@@ -687,13 +656,14 @@ class LockdClient implements Client {
     if (pending === undefined) return;
     this.#pending.delete(requestId);
     if (pending.state === "abandoned") {
-      this.#sendUntracked({ type: "release", name, token });
+      this.#sendUntracked({ type: "release", name, token }, requestId);
       return;
     }
     this.#settle(pending);
     const handle = new LockHandle(
       { name, token, leaseMs, acquireRequestId: requestId, acquireSentAtMs: pending.sentAtMs },
       (h) => this.#release(h),
+      (h) => this.#checkDeadline(h),
     );
     this.#owned.set(requestId, handle);
     // A grant whose lease cannot be confirmed any more (heartbeats unanswered for too long)
@@ -745,6 +715,19 @@ class LockdClient implements Client {
     return localDeadlineMs(confirmedSendMs, handle.leaseMs, session.ioTimeoutMs);
   }
 
+  /**
+   * Reading `lost` or `state`: the ownership ends now if its local deadline has passed, whether
+   * or not the deadline timer has run (a blocked event loop, a paused process).
+   */
+  #checkDeadline(handle: LockHandle): void {
+    const session = this.#session;
+    if (session === null || this.#owned.get(handle.acquireRequestId) !== handle) return;
+    if (this.#scheduler.monotonicMs() < this.#deadlineOf(session, handle)) return;
+    this.#endOwnership(handle, "lease_unconfirmed");
+    this.#armDeadline();
+    this.#armHeartbeat();
+  }
+
   /** Ends every ownership whose local deadline has passed (reason `lease_unconfirmed`). */
   #expireOverdue(nowMs: number): void {
     const session = this.#session;
@@ -770,7 +753,10 @@ class LockdClient implements Client {
       release.resolve();
     }
     if (handle.markLost(reason) && reason === "lease_unconfirmed") {
-      this.#sendUntracked({ type: "release", name: handle.name, token: handle.token });
+      this.#sendUntracked(
+        { type: "release", name: handle.name, token: handle.token },
+        handle.acquireRequestId,
+      );
     }
   }
 
@@ -855,9 +841,28 @@ class LockdClient implements Client {
     }
     const requestId = this.#nextRequestId++;
     session.heartbeats.set(requestId, nowMs);
+    session.ledger.heartbeatSent(requestId);
     session.lastHeartbeatSentMs = nowMs;
     session.connection.send({ type: "heartbeat", requestId });
     this.#armHeartbeat();
+  }
+
+  /** The server broke the protocol on `session`'s connection, which is closing. */
+  #violation(session: Session, what: string): void {
+    if (session.violated) return;
+    session.violated = true;
+    this.#violationsInARow++;
+    this.#report(new ServerProtocolError(session.addr, what));
+  }
+
+  /** Counts a protocol error and hands it to the application's callback. */
+  #report(error: ServerProtocolError): void {
+    this.#protocolErrors++;
+    try {
+      this.#settings.onProtocolError?.(error);
+    } catch {
+      // The application's callback must not break the client.
+    }
   }
 
   /** close(): everything still waiting rejects; owned locks are lost. */

@@ -18,7 +18,8 @@ import {
   type ServerMessage,
   type Welcome,
 } from "../protocol/messages.ts";
-import { ConnectionError, LockdError } from "./errors.ts";
+import { IO_TIMEOUT_MS_MAX, IO_TIMEOUT_MS_MIN, LEASE_MS_MAX_MAX, LEASE_MS_MIN } from "../limits.ts";
+import { ConnectionError, LockdError, ServerProtocolError } from "./errors.ts";
 import type { ClientSocket, ClientTlsOptions, Dial } from "./transport.ts";
 import { wrongProtocolError } from "./wrong_protocol.ts";
 
@@ -62,6 +63,8 @@ export class Connection {
   readonly #socketClosed: Promise<void>;
   /** Whether this connection speaks TLS, and where it dials: for wrong_protocol.ts's messages. */
   #tls = false;
+  /** Whether this connection presents a client certificate (mutual TLS). */
+  #clientCertificate = false;
   #addr = "";
   #firstBytesSeen = false;
   #resolveSocketClosed: () => void = () => {};
@@ -70,16 +73,31 @@ export class Connection {
   onMessage: (message: ServerMessage) => void = () => {};
   /** Called once when the connection ends, with the ERROR that ended it, if the server sent one. */
   onClose: (closingError: ErrorMessage | null) => void = () => {};
+  /**
+   * Called (before `onClose`) when the server broke the framing or sent a frame no server
+   * sends after WELCOME: the connection closes right after.
+   */
+  onViolation: (what: string) => void = () => {};
 
   private constructor() {
     this.#socketClosed = new Promise((resolve) => this.#resolveSocketClosed = resolve);
   }
 
-  /** Dials and completes the handshake within `options.timeoutMs`. */
+  /** Dials and completes the handshake within `options.timeoutMs`. Never throws: rejects. */
   static open(options: ConnectionOptions): Promise<Connection> {
-    const target = parseHostPort(options.addr);
+    let target;
+    try {
+      target = parseHostPort(options.addr);
+    } catch (error) {
+      return Promise.reject(
+        new ConnectionError(`Cannot connect to lockd at ${options.addr}: ${messageOf(error)}`, {
+          cause: error,
+        }),
+      );
+    }
     const connection = new Connection();
     connection.#tls = options.tls !== undefined;
+    connection.#clientCertificate = options.tls?.cert !== undefined;
     connection.#addr = options.addr;
     return new Promise<Connection>((resolve, reject) => {
       const attempt = new AbortController();
@@ -119,7 +137,7 @@ export class Connection {
         { hostname: target.hostname, port: target.port, tls: options.tls },
         {
           onData: (bytes) => connection.#onData(bytes),
-          onClose: () => connection.#onSocketClosed(),
+          onClose: (error) => connection.#onSocketClosed(error),
         },
         attempt.signal,
       ).then(
@@ -189,10 +207,20 @@ export class Connection {
     else this.#socket.close();
   }
 
-  #onSocketClosed(): void {
+  #onSocketClosed(error?: Error): void {
     this.#resolveSocketClosed();
     if (this.#state === "handshaking") {
-      this.#onHandshake?.(new ConnectionError("lockd closed the connection during the handshake"));
+      const why = this.#firstBytesSeen
+        ? null
+        : handshakeCloseCause(error, this.#tls, this.#clientCertificate);
+      this.#onHandshake?.(
+        new ConnectionError(
+          why === null
+            ? `lockd at ${this.#addr} closed the connection during the handshake`
+            : `Cannot connect to lockd at ${this.#addr}: ${why}`,
+          { cause: error },
+        ),
+      );
       return;
     }
     this.close();
@@ -220,17 +248,26 @@ export class Connection {
     try {
       message = this.#reader.next();
     } catch (error) {
-      this.#onHandshake?.(new ConnectionError(`lockd sent a malformed frame: ${messageOf(error)}`));
+      this.#onHandshake?.(
+        new ServerProtocolError(this.#addr, `a malformed frame: ${messageOf(error)}`),
+      );
       return;
     }
     if (message === null) return;
     if (message.type === "welcome") {
+      const outOfBounds = welcomeOutOfBounds(message);
+      if (outOfBounds !== null) {
+        this.#onHandshake?.(new ServerProtocolError(this.#addr, outOfBounds));
+        return;
+      }
       this.#welcome = message;
       this.#onHandshake?.(null);
     } else if (message.type === "error") {
       this.#onHandshake?.(new LockdError(message.code, message.name, message.message));
     } else {
-      this.#onHandshake?.(new ConnectionError(`lockd sent ${message.type} before WELCOME`));
+      this.#onHandshake?.(
+        new ServerProtocolError(this.#addr, `it sent ${message.type.toUpperCase()} before WELCOME`),
+      );
     }
   }
 
@@ -241,12 +278,14 @@ export class Connection {
         message = this.#reader.next();
       } catch (error) {
         if (!(error instanceof ProtocolError)) throw error;
-        this.close(); // a server that sends garbage: the session cannot be trusted
+        // A server that sends garbage: the session cannot be trusted.
+        this.#violate(`a malformed frame: ${error.message}`);
         return;
       }
       if (message === null) return;
       if (!isServerReply(message)) {
-        this.close(); // WELCOME again or a client-side type: a protocol violation
+        // WELCOME again or a client-side type.
+        this.#violate(`it sent ${message.type.toUpperCase()} after WELCOME`);
         return;
       }
       if (message.type === "error" && endsSession(message)) {
@@ -258,11 +297,37 @@ export class Connection {
     }
   }
 
+  #violate(what: string): void {
+    if (this.#started) this.onViolation(what);
+    this.close();
+  }
+
   #flush(): void {
     this.#flushScheduled = false;
     if (this.#state !== "open" || this.#writer.byteLength === 0) return;
     this.#socket!.write(this.#writer.take());
   }
+}
+
+/**
+ * What is wrong with a WELCOME whose fields lie outside the bounds of docs/protocol.md (the
+ * server's own flag bounds, src/limits.ts), or null. A client that believed `ioTimeoutMs` 0
+ * would heartbeat without pause and drop every connection at once.
+ */
+function welcomeOutOfBounds(welcome: Welcome): string | null {
+  const bounds: [string, number, number, number][] = [
+    ["ioTimeoutMs", welcome.ioTimeoutMs, IO_TIMEOUT_MS_MIN, IO_TIMEOUT_MS_MAX],
+    ["leaseMaxMs", welcome.leaseMaxMs, LEASE_MS_MIN, LEASE_MS_MAX_MAX],
+    ["leaseDefaultMs", welcome.leaseDefaultMs, LEASE_MS_MIN, welcome.leaseMaxMs],
+    ["sessionId", welcome.sessionId, 1, Number.MAX_SAFE_INTEGER],
+  ];
+  if (welcome.version !== PROTOCOL_VERSION) {
+    return `WELCOME for protocol version ${welcome.version}; this client speaks ${PROTOCOL_VERSION}`;
+  }
+  for (const [field, value, min, max] of bounds) {
+    if (value < min || value > max) return `WELCOME with ${field} ${value}, outside ${min}..${max}`;
+  }
+  return null;
 }
 
 function isServerReply(message: { type: string }): message is ServerMessage {
@@ -286,6 +351,39 @@ function isServerReply(message: { type: string }): message is ServerMessage {
 function endsSession(error: ErrorMessage): boolean {
   if (error.requestId === 0) return error.code !== WIRE_CODES.INVALID_ARGUMENT.code;
   return wireCodeInfo(error.code).closes;
+}
+
+/**
+ * Why a TLS server closed the connection after the TLS handshake and before any lockd byte, in
+ * words, or null when it was not that. With TLS 1.3 the client finishes its side of the
+ * handshake before the server has checked the client certificate, so a refused certificate shows
+ * up as a closed connection (with a `certificate_required` alert when there was none, often
+ * nothing at all when it was not accepted): name the likely cause and the option to look at.
+ */
+function handshakeCloseCause(
+  error: unknown,
+  tls: boolean,
+  clientCertificate: boolean,
+): string | null {
+  if (!tls) return null;
+  const code = String((error as { code?: unknown } | null | undefined)?.code ?? "");
+  const text = `${code} ${error instanceof Error ? error.message : ""}`;
+  if (/CERTIFICATE_REQUIRED|certificate required/i.test(text)) {
+    return "the server requires a client certificate (mutual TLS): give tls: { cert, key } to " +
+      "connect() (lockd run: -cert FILE -key FILE), signed by a CA the server trusts " +
+      "(its -tls-client-ca)";
+  }
+  const alert = /ALERT_[A-Z_]+|alert[^,;)]*/i.exec(text)?.[0];
+  if (clientCertificate) {
+    return "the server did not accept the client certificate" +
+      (alert === undefined ? "" : ` (TLS alert: ${alert})`) +
+      ": is it signed by a CA the server trusts (its -tls-client-ca), still valid, and made " +
+      "for client authentication?";
+  }
+  return "the server closed the connection right after the TLS handshake" +
+    (alert === undefined ? "" : ` (TLS alert: ${alert})`) +
+    "; it probably requires a client certificate (mutual TLS): give tls: { cert, key } to " +
+    "connect() (lockd run: -cert FILE -key FILE)";
 }
 
 function messageOf(error: unknown): string {

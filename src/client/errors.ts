@@ -70,6 +70,26 @@ export class ConnectionError extends Error {
   }
 }
 
+/**
+ * The server broke the protocol: a reply that does not fit the request it names (an unknown
+ * request id, another lock's name, a reply of the wrong type), a WELCOME outside the documented
+ * bounds, a frame that does not parse, a NOT_LEADER naming something that is not an address.
+ * The client closes that connection (its owned locks report `lost`, waiting acquires move to
+ * the next connection), counts it (`client.protocolErrors`) and reports it
+ * (`ConnectOptions.onProtocolError`); a `connect()` that meets one on every node rejects with it.
+ */
+export class ServerProtocolError extends ConnectionError {
+  /** The node (`host:port`) that broke the protocol. */
+  readonly addr: string;
+
+  /** Builds the error; the client creates these, applications only read them. */
+  constructor(addr: string, what: string, options?: ErrorOptions) {
+    super(`lockd at ${addr} broke the protocol: ${what}; the connection was closed`, options);
+    this.name = "ServerProtocolError";
+    this.addr = addr;
+  }
+}
+
 function describeLoss(reason: LostReason): string {
   switch (reason) {
     case "expired":

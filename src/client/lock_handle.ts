@@ -20,10 +20,12 @@ import { LockLostError, type LostReason } from "./errors.ts";
  * paused server); nothing that arrives later revives the ownership. Heartbeats go out every
  * third of the lease, so a healthy connection never comes near the deadline.
  *
- * `lost` fires from a timer: a computation that blocks the event loop past the deadline also
- * delays it. So check `lost.aborted` right before each step on the guarded resource, and pass
- * `token` with every write so that a resource which checks fencing tokens rejects a stale
- * holder whatever happens on the client.
+ * Reading `lost` (or `state`) compares the deadline with the clock right then, so the first
+ * check after the event loop was blocked, or the whole process paused (a long GC, SIGSTOP, a
+ * suspended VM), already says lost, even before the timer that fires `lost` has run. So check
+ * `lost.aborted` right before each step on the guarded resource, and pass `token` with every
+ * write so that a resource which checks fencing tokens rejects a stale holder whatever happens
+ * on the client.
  */
 export interface Lock extends AsyncDisposable {
   /** The lock's name. */
@@ -35,9 +37,16 @@ export interface Lock extends AsyncDisposable {
   /**
    * Aborted when the ownership ends without `release()`; its reason is a
    * {@link LockLostError} telling why (`expired`, `force`, `io_timeout`, `disconnected`,
-   * `lease_unconfirmed`). Never aborted after `release()` was called.
+   * `lease_unconfirmed`, `failover`). Never aborted after `release()` was called. Reading it
+   * checks the local lease deadline against the clock first, so a reading after a pause is
+   * never stale.
    */
   readonly lost: AbortSignal;
+  /**
+   * `held`, `releasing` (release() called, no answer yet), `released` or `lost`; like `lost`,
+   * checked against the local lease deadline when read.
+   */
+  readonly state: LockState;
   /**
    * Ends the ownership and resolves once the server confirmed it, or once the ownership ended
    * anyway (lost, connection closed, lease no longer confirmed). Resolves at once when the lock
@@ -65,6 +74,8 @@ export class LockHandle implements Lock {
   #releasing: Promise<void> | null = null;
   readonly #lost = new AbortController();
   readonly #sendRelease: (handle: LockHandle) => Promise<void>;
+  /** Ends the ownership at once when its local deadline has passed (the client's check). */
+  readonly #checkDeadline: (handle: LockHandle) => void;
 
   constructor(
     fields: {
@@ -75,6 +86,7 @@ export class LockHandle implements Lock {
       acquireSentAtMs: number;
     },
     sendRelease: (handle: LockHandle) => Promise<void>,
+    checkDeadline: (handle: LockHandle) => void = () => {},
   ) {
     this.name = fields.name;
     this.token = fields.token;
@@ -82,14 +94,22 @@ export class LockHandle implements Lock {
     this.acquireRequestId = fields.acquireRequestId;
     this.acquireSentAtMs = fields.acquireSentAtMs;
     this.#sendRelease = sendRelease;
+    this.#checkDeadline = checkDeadline;
   }
 
   get state(): LockState {
+    this.#check();
     return this.#state;
   }
 
   get lost(): AbortSignal {
+    this.#check();
     return this.#lost.signal;
+  }
+
+  /** The deadline, read against the clock now: a timer that has not run yet cannot lag it. */
+  #check(): void {
+    if (this.#state === "held" || this.#state === "releasing") this.#checkDeadline(this);
   }
 
   release(): Promise<void> {

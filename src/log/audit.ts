@@ -53,6 +53,11 @@ export type AuditRecord =
     session: number;
   }
   & {
+    /**
+     * `acquire` and `release`: the client name the session sent in HELLO (informational, chosen
+     * by the client; JSON-escaped like every field).
+     */
+    client_name?: string;
     reason?: string;
     held_ms?: number;
     waited_ms?: number;

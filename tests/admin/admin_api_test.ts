@@ -1,3 +1,4 @@
+import { defaultClientName } from "../../src/client/client_name.ts";
 import assert from "node:assert/strict";
 import { connect, LockLostError } from "../../mod.ts";
 import { RawClient } from "../helpers/raw_client.ts";
@@ -19,8 +20,8 @@ function holderSession(t: TestServer, name: string): number {
   return t.server.context.engine.getLock(name)!.holder!.sessionId;
 }
 
-/** The client name the TypeScript client sends in HELLO by default. */
-const CLIENT = `lockd-ts/${VERSION}`;
+/** The client name the TypeScript client sends in HELLO by default: program, host, process. */
+const CLIENT = defaultClientName(`lockd-ts/${VERSION}`);
 
 const ACTOR_ADDR = /^127\.0\.0\.1:\d+$/;
 

@@ -1,3 +1,4 @@
+import { defaultClientName } from "../../src/client/client_name.ts";
 import assert from "node:assert/strict";
 import { connect, type LockLostError } from "../../mod.ts";
 import { adminCommand } from "../../src/cli/admin.ts";
@@ -135,7 +136,7 @@ Deno.test("lockd admin show prints the holder block and the waiters in FIFO orde
         [
           "1",
           first.remoteAddr,
-          `lockd-ts/${t.server.context.version}`,
+          defaultClientName(`lockd-ts/${t.server.context.version}`),
           String(api.waiters[0].session),
           "-",
           START,

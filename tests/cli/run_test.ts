@@ -4,6 +4,8 @@ import { connect } from "../../mod.ts";
 import { EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT, RUN_FLAGS } from "../../src/cli/run.ts";
 import { certPath, keyPath, serverTlsConfig } from "../fixtures/tls/certs.ts";
 import { ChaosProxy } from "../helpers/chaos_proxy.ts";
+import { HostileServer } from "../helpers/hostile_server.ts";
+import { WIRE_CODES } from "../../src/protocol/codes.ts";
 import { eventually, startTestServer, TEST_ACTOR } from "../helpers/start_server.ts";
 
 const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
@@ -96,6 +98,76 @@ Deno.test("lockd run speaks mutual TLS with -ca -cert -key and the identity show
   assert.equal(output.code, 0, new TextDecoder().decode(output.stderr));
   const acquire = t.audit.records().find((r) => r.event === "acquire");
   assert.equal(acquire?.identity, "spiffe://example.org/worker");
+});
+
+Deno.test("lockd run takes a 1,024-byte lock name and names itself lockd-run@<host>:<pid> in the audit log, under the shipped permissions", async () => {
+  await using t = await startTestServer();
+  const name = "n/" + "é".repeat(511); // 1,024 UTF-8 bytes: the longest lock name
+  // The permissions of the compiled binary (deno task compile): no --allow-sys, no prompt.
+  const run = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "--allow-net",
+      "--allow-read",
+      "--allow-write",
+      "--allow-run",
+      MAIN,
+      "run",
+      name,
+      "-addr",
+      t.addr,
+      "--",
+      "true",
+    ],
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const output = await run.output();
+  assert.equal(output.code, 0, new TextDecoder().decode(output.stderr));
+  const records = t.audit.records();
+  assert.deepEqual(records.map((r) => [r.event, r.lock]), [["acquire", name], ["release", name]]);
+  const expected = `lockd-run@${Deno.hostname()}:${run.pid}`;
+  assert.deepEqual(records.map((r) => r.client_name), [expected, expected]);
+});
+
+Deno.test("lockd run -client-name sets the client name, cut to 256 bytes between two characters", async () => {
+  await using t = await startTestServer();
+  const chosen = await lockdRun([
+    "x",
+    "-addr",
+    t.addr,
+    "-client-name",
+    "nightly-report",
+    "--",
+    "true",
+  ])
+    .output();
+  assert.equal(chosen.code, 0, new TextDecoder().decode(chosen.stderr));
+  const long = "€".repeat(100); // 300 bytes
+  const cut = await lockdRun(["y", "-addr", t.addr, "-client-name", long, "--", "true"]).output();
+  assert.equal(cut.code, 0, new TextDecoder().decode(cut.stderr));
+  const names = t.audit.records().filter((r) => r.event === "acquire").map((r) => r.client_name);
+  assert.deepEqual(names, ["nightly-report", "€".repeat(84) + "…"]);
+});
+
+Deno.test("lockd run meeting a NOT_LEADER that names no address exits 1 with one line, not a stack trace", async () => {
+  await using standby = new HostileServer({
+    hello: (conn) =>
+      conn.send({
+        type: "error",
+        requestId: 0,
+        code: WIRE_CODES.NOT_LEADER.code,
+        name: "evil:99999",
+        message: "not the leader",
+      }),
+  });
+  const output = await lockdRun(["x", "-addr", standby.addr, "--", "true"]).output();
+  const stderr = new TextDecoder().decode(output.stderr);
+  assert.equal(output.code, 1, stderr);
+  assert.match(stderr, /naming "evil:99999" as the leader, which is not a host:port address/);
+  assert.doesNotMatch(stderr, /RangeError|\n\s+at /);
+  assert.equal(stderr.trim().split("\n").length, 1, stderr);
 });
 
 // ---- the command's process group --------------------------------------------------------

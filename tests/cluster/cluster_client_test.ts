@@ -35,11 +35,16 @@ Deno.test({
       "the standby to know the leader",
       () => standby.server.context.cluster?.leader?.advertise === leader.addr,
     );
-    await using client = await connect({ addrs: [deadAddr(), standby.addr] });
+    // Without TLS a NOT_LEADER is followed to a listed address only (docs/protocol.md).
+    await using client = await connect({ addrs: [deadAddr(), standby.addr, leader.addr] });
     const lock = await client.acquire("x", { leaseMs: 1_000 });
     assert.ok(lock.token > 0);
     assert.equal(leader.server.context.engine.holderOf("x")?.token, lock.token);
     await lock.release();
+    await assert.rejects(
+      connect({ addrs: [deadAddr(), standby.addr], reconnect: false }),
+      new RegExp(`named ${leader.addr} as the leader, which is not in the address list`),
+    );
   },
 });
 

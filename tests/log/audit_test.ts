@@ -27,12 +27,20 @@ const ACTOR = { remote_addr: "127.0.0.1:40112", auth: "token" } as const;
 
 /** One record of each kind with its time, exactly as docs/operations.md shows them. */
 const EXAMPLES: [number, AuditRecord][] = [
-  [WALL_MS, { event: "acquire", lock: "jobs/nightly", token: 42, ...WORKER, waited_ms: 120 }],
+  [WALL_MS, {
+    event: "acquire",
+    lock: "jobs/nightly",
+    token: 42,
+    ...WORKER,
+    client_name: "lockd-run@build-7:4242",
+    waited_ms: 120,
+  }],
   [WALL_MS + 5_300, {
     event: "release",
     lock: "jobs/nightly",
     token: 42,
     ...WORKER,
+    client_name: "lockd-run@build-7:4242",
     reason: "graceful",
     held_ms: 5300,
   }],
@@ -70,7 +78,7 @@ Deno.test("audit line: ts first in RFC 3339 UTC with ms, then the record's field
     line,
     '{"ts":"2026-01-02T03:04:05.678Z","event":"acquire","lock":"jobs/nightly","token":42,' +
       '"identity":"spiffe://example.org/worker","remote_addr":"10.0.3.17:51234","session":7,' +
-      '"waited_ms":120}\n',
+      '"client_name":"lockd-run@build-7:4242","waited_ms":120}\n',
   );
   for (const [wallMs, record] of EXAMPLES) {
     const parsed = JSON.parse(formatAuditLine(wallMs, record));
@@ -109,6 +117,43 @@ Deno.test("audit line: quotes, newlines and control characters in any field cann
   assert.equal(parsed.lock, hostile);
   assert.equal(parsed.identity, hostile);
   assert.equal(parsed.event, "acl_deny");
+});
+
+Deno.test("audit: acquire and release records carry the client name the session sent in HELLO", async () => {
+  await using t = await startTestServer();
+  // One from the client library, one from a raw HELLO with a hostile name (escaped, one line).
+  const hostile = 'evil"}\n{"event":"release"';
+  await using client = await connect({ addr: t.addr, reconnect: false, clientName: "worker-7" });
+  const lock = await client.acquire("audit/client-name");
+  await lock.release();
+  await using raw = await (await RawClient.connect(t.addr)).hello(hostile);
+  await raw.send({ type: "acquire", requestId: 1, name: "audit/raw", leaseMs: 0, waitMs: 0 });
+  const granted = await raw.next();
+  assert.equal(granted?.type, "acquired");
+  const token = granted?.type === "acquired" ? granted.token : 0;
+  await raw.send({ type: "release", requestId: 2, name: "audit/raw", token });
+  assert.equal((await raw.next())?.type, "released");
+  await eventually(() => t.audit.lines.length === 4, "four records");
+  const records = t.audit.records();
+  assert.deepEqual(records.map((r) => [r.event, r.lock, r.client_name]), [
+    ["acquire", "audit/client-name", "worker-7"],
+    ["release", "audit/client-name", "worker-7"],
+    ["acquire", "audit/raw", hostile],
+    ["release", "audit/raw", hostile],
+  ]);
+  // The existing fields keep their place; client_name follows session.
+  assert.deepEqual(Object.keys(records[0]).slice(0, 9), [
+    "ts",
+    "event",
+    "lock",
+    "token",
+    "identity",
+    "remote_addr",
+    "session",
+    "client_name",
+    "waited_ms",
+  ]);
+  assert.equal(t.audit.lines.length, 4, "the hostile client name forged no line");
 });
 
 /** Lets every pending promise callback run (the sinks here resolve at once or when told). */

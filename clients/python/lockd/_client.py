@@ -12,13 +12,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
+import re
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from . import _codec as wire
+from ._checks import (
+    ReplyLedger,
+    cut_utf8,
+    node_key,
+    redirect_verdict,
+    refused_redirect_text,
+    welcome_out_of_bounds,
+)
 from .errors import (
     ClosedByAdminError,
     ConnectTimeoutError,
@@ -29,11 +39,21 @@ from .errors import (
     LockdError,
     LockLostError,
     NotLeaderError,
+    ServerProtocolError,
     UnsupportedVersionError,
     WaitTimeoutError,
 )
 
-__all__ = ["Client", "Lock", "LostEvent", "connect", "parse_addr", "backoff_delay_ms"]
+__all__ = [
+    "Client",
+    "Lock",
+    "LostEvent",
+    "backoff_delay_ms",
+    "bound_client_name",
+    "connect",
+    "default_client_name",
+    "parse_addr",
+]
 
 VERSION = "0.1.0"
 #: Dial + TLS + HELLO/WELCOME bound (docs/protocol.md, "Connection states").
@@ -45,6 +65,11 @@ RECONNECT_BACKOFF_MS_MAX = 5_000
 LEASE_MS_MIN = 50
 #: With several cluster nodes, a connection silent this long (heartbeats unanswered) is left.
 CLUSTER_SILENCE_MS = 3_000
+#: The server refuses a HELLO whose client name is longer (docs/protocol.md, "Lock names").
+CLIENT_NAME_BYTES_MAX = 256
+
+#: Codes that always end the session (docs/protocol.md, "Error codes": "closes connection").
+_CLOSING = frozenset((0x01, 0x02, 0x03, 0x0A, 0x0D, 0x0E, 0x11))
 
 logger = logging.getLogger("lockd")
 logger.addHandler(logging.NullHandler())  # the application decides where lockd's log goes
@@ -63,6 +88,32 @@ def parse_addr(addr: str) -> tuple[str, int]:
     if not rest.isdigit() or not 0 < int(rest) < 65536:
         raise ValueError(f'Cannot parse address "{addr}": bad port "{rest}"')
     return host, int(rest)
+
+
+def bound_client_name(name: str) -> str:
+    """A client name that fits HELLO: at most 256 UTF-8 bytes, cut between two characters and
+    marked with "…" when cut (a lone surrogate, which UTF-8 cannot carry, becomes U+FFFD)."""
+    clean = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in name)
+    return cut_utf8(clean, CLIENT_NAME_BYTES_MAX)
+
+
+def compose_client_name(program: str, host: str, pid: int | None) -> str:
+    """``<program>@<host>:<pid>`` within 256 bytes (the host is what gets cut); ``<program>:<pid>`` without a host."""
+    tail = "" if pid is None else f":{pid}"
+    if not host:
+        return bound_client_name(program + tail)
+    room = CLIENT_NAME_BYTES_MAX - len(f"{program}@".encode()) - len(tail.encode())
+    return bound_client_name(f"{program}@{cut_utf8(host, room) if room > 3 else host}{tail}")
+
+
+def default_client_name(program: str = f"lockd-python/{VERSION}") -> str:
+    """The client name sent when none is given: ``lockd-python/<version>@<host>:<pid>``, so the
+    admin API and the audit log say which host and process hold a lock, even without mTLS."""
+    try:
+        host = socket.gethostname()
+    except OSError:
+        host = ""
+    return compose_client_name(program, host, os.getpid())
 
 
 def backoff_delay_ms(attempt: int, rng: Callable[[], float] | None = None) -> float:
@@ -88,14 +139,25 @@ def local_deadline_ms(confirmed_send_ms: float, lease_ms: float, io_timeout_ms: 
 
 
 class LostEvent(asyncio.Event):
-    """``lock.lost``: set once when ownership ends without ``release()``; ``reason`` says why."""
+    """``lock.lost``: set once when ownership ends without ``release()``; ``reason`` says why.
 
-    def __init__(self) -> None:
+    ``is_set()`` first compares the lock's local lease deadline with the clock, so the first look
+    after a pause (a long GC, SIGSTOP, a blocked event loop) already says lost, before the timer
+    that sets the event has run.
+    """
+
+    def __init__(self, probe: Callable[[], None] | None = None) -> None:
         super().__init__()
         #: One of ``lockd.LOST_REASONS`` once set, else None.
         self.reason: str | None = None
         #: The ``LockLostError`` describing the loss once set, else None.
         self.error: LockLostError | None = None
+        self._probe = probe
+
+    def is_set(self) -> bool:
+        if not super().is_set() and self._probe is not None:
+            self._probe()
+        return super().is_set()
 
 
 class Lock:
@@ -110,14 +172,32 @@ class Lock:
         self.token = token
         #: The effective lease in ms, after the server's clamping.
         self.lease_ms = lease_ms
-        #: Set when ownership ends without ``release()``; ``lost.reason`` says why.
-        self.lost = LostEvent()
+        self._lost = LostEvent(self._probe)
         self._acquire_id = acquire_id
         self._released = False
         self._confirmed_send_ms = 0.0
         self._deadline_handle: asyncio.TimerHandle | None = None
         self._lost_callbacks: list[Callable[[str], None]] = []
         self._release_future: asyncio.Future[None] | None = None
+
+    @property
+    def lost(self) -> LostEvent:
+        """Set when ownership ends without ``release()``; ``lost.reason`` says why. Reading it (and
+        ``lost.is_set()``) checks the local lease deadline against the clock first."""
+        self._probe()
+        return self._lost
+
+    @property
+    def state(self) -> str:
+        """``"held"``, ``"releasing"`` (release() called, no answer yet), ``"released"`` or ``"lost"``;
+        like ``lost``, checked against the local lease deadline when read."""
+        self._probe()
+        if self._lost._value:  # type: ignore[attr-defined]
+            return "lost"
+        if self._released:
+            future = self._release_future
+            return "releasing" if future is not None and not future.done() else "released"
+        return "held"
 
     @property
     def deadline_ms(self) -> float:
@@ -152,10 +232,16 @@ class Lock:
         await self.release()
 
     def __repr__(self) -> str:
-        state = "released" if self._released else f"lost:{self.lost.reason}" if self.lost.is_set() else "owned"
+        lost = self._lost
+        state = "released" if self._released else f"lost:{lost.reason}" if lost.reason is not None else "owned"
         return f"<Lock {self.name!r} token={self.token} lease_ms={self.lease_ms} {state}>"
 
     # -- internals ----------------------------------------------------------
+
+    def _probe(self) -> None:
+        """The deadline, read against the clock now (only on the client's own event loop)."""
+        if self._lost.reason is None and self._session.owned.get(self._acquire_id) is self:
+            self._client._check_deadline(self)
 
     def _arm_deadline(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._deadline_handle is not None:
@@ -167,11 +253,12 @@ class Lock:
         if self._deadline_handle is not None:
             self._deadline_handle.cancel()
             self._deadline_handle = None
-        if self._released or self.lost.is_set():
+        lost = self._lost
+        if self._released or lost.reason is not None:
             return
-        self.lost.reason = reason
-        self.lost.error = LockLostError(self.name, self.token, reason)
-        self.lost.set()
+        lost.reason = reason
+        lost.error = LockLostError(self.name, self.token, reason)
+        lost.set()
         callbacks, self._lost_callbacks = self._lost_callbacks, []
         for callback in callbacks:
             try:
@@ -201,6 +288,11 @@ class _Session:
     writer: asyncio.StreamWriter
     welcome: wire.Welcome
     frames: wire.FrameReader  # holds any bytes that came after WELCOME
+    addr: str = ""
+    #: Every request of this connection that may still get an answer: replies are checked.
+    ledger: ReplyLedger = field(init=False)
+    #: The server broke the protocol on this connection (it is being closed).
+    violated: bool = False
     pending: dict[int, _PendingAcquire] = field(default_factory=dict)
     owned: dict[int, Lock] = field(default_factory=dict)
     releases: dict[int, Lock] = field(default_factory=dict)  # RELEASE request id -> lock
@@ -211,6 +303,9 @@ class _Session:
     reader_task: asyncio.Task[None] | None = None
     close_code: int | None = None
     ended: bool = False
+
+    def __post_init__(self) -> None:
+        self.ledger = ReplyLedger(self.welcome)
 
 
 def _now_ms(loop: asyncio.AbstractEventLoop) -> float:
@@ -230,6 +325,7 @@ class Client:
         server_hostname: str | None = None,
         connect_timeout_ms: float = CONNECT_TIMEOUT_MS_DEFAULT,
         reconnect: bool = True,
+        on_protocol_error: Callable[[ServerProtocolError], None] | None = None,
     ) -> None:
         #: Every address to try (several: the nodes of a lockd cluster, docs/cluster.md).
         self.addrs = list(addrs) if addrs else [addr]
@@ -241,7 +337,7 @@ class Client:
         self._preferred: str | None = None
         #: A node that went silent (frozen, cut off): tried last by the next connect.
         self._avoid: str | None = None
-        self._client_name = client_name if client_name is not None else f"lockd-python/{VERSION}"
+        self._client_name = bound_client_name(client_name if client_name is not None else default_client_name())
         self._ssl = ssl_context
         self._server_hostname = server_hostname
         self._connect_timeout_ms = connect_timeout_ms
@@ -250,11 +346,19 @@ class Client:
         self._unsent: list[_PendingAcquire] = []
         self._next_request_id = 1
         self._closed = False
+        #: The connection ended and ``reconnect`` is off: the client is of no more use.
+        self._failed = False
         self._reconnect_task: asyncio.Task[None] | None = None
         self._reconnect_attempt = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Sessions opened so far (1 after connect, +1 per reconnect).
         self.sessions_opened = 0
+        #: How many times a server broke the protocol on this client's connections (each closed it).
+        self.protocol_errors = 0
+        self._on_protocol_error = on_protocol_error
+        #: Connections in a row that ended in a protocol error: a WELCOME resets the back-off only
+        #: to this, so a node that welcomes and then misbehaves is not redialled in a storm.
+        self._violations_in_a_row = 0
 
     # -- public API -----------------------------------------------------------
 
@@ -289,6 +393,8 @@ class Client:
         """
         if self._closed:
             raise LockdConnectionError("The client is closed", retryable=False)
+        if self._failed:
+            raise LockdConnectionError(f"The connection to lockd at {self.addr} was lost", retryable=False)
         if not isinstance(lease_ms, int) or not 0 <= lease_ms <= 0xFFFF_FFFF:
             raise ValueError(f"lease_ms must be an integer in 0..2^32-1, not {lease_ms!r}")
         if wait_ms is not None and not 0 <= wait_ms <= wire.WAIT_MS_MAX:
@@ -379,20 +485,31 @@ class Client:
         last: BaseException | None = None
         while order:
             addr = order.pop(0)
-            if addr in tried:
+            if node_key(addr) in tried:
                 continue
-            tried.add(addr)
+            tried.add(node_key(addr))
             try:
                 session = await self._open_session_at(addr)
             except NotLeaderError as error:
                 last = error
-                if error.leader and error.leader not in tried and redirects < 3:
-                    redirects += 1
-                    order.insert(0, error.leader)
+                follow, why = redirect_verdict(error.leader, self.addrs, self._ssl is not None)
+                if follow is not None:
+                    if node_key(follow) not in tried and redirects < 3:
+                        redirects += 1
+                        order.insert(0, follow)
+                elif why == "invalid":
+                    # A redirect that is no address: that node failed; the list goes on.
+                    last = ServerProtocolError(addr, refused_redirect_text(addr, error.leader, "invalid"))
+                    last.__cause__ = error
+                elif why == "outside_list":
+                    last = LockdConnectionError(
+                        "Cannot connect to lockd: " + refused_redirect_text(addr, error.leader, "outside_list")
+                    )
+                    last.__cause__ = error
                 continue
             except (LockdError, LockdConnectionError) as error:
                 last = error
-                if len(self.addrs) == 1:
+                if len(self.addrs) == 1 and not isinstance(error, ServerProtocolError):
                     raise
                 continue
             self.addr = addr
@@ -404,9 +521,10 @@ class Client:
 
     async def _open_session_at(self, addr: str) -> _Session:
         """Dial, TLS, HELLO, WELCOME — all within ``connect_timeout_ms``."""
-        host, port = parse_addr(addr)
         writer: asyncio.StreamWriter | None = None
+        first_bytes_seen = False
         try:
+            host, port = parse_addr(addr)
             async with asyncio.timeout(self._connect_timeout_ms / 1000):
                 reader, writer = await asyncio.open_connection(
                     host,
@@ -420,12 +538,14 @@ class Client:
                         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 writer.write(wire.encode(wire.Hello(wire.PROTOCOL_VERSION, self._client_name)))
                 frames = wire.FrameReader()
-                first_bytes_seen = False
                 while True:
                     message = frames.next()
                     if message is None:
                         data = await reader.read(64 * 1024)
                         if not data:
+                            cause = None if first_bytes_seen else self._handshake_close_cause(None)
+                            if cause is not None:
+                                raise LockdConnectionError(f"Cannot connect to lockd at {addr}: {cause}")
                             raise LockdConnectionError(f"{addr}: the server closed the connection before WELCOME")
                         if not first_bytes_seen:
                             first_bytes_seen = True
@@ -437,11 +557,14 @@ class Client:
                         frames.push(data)
                         continue
                     if isinstance(message, wire.Welcome):
+                        out_of_bounds = welcome_out_of_bounds(message)
+                        if out_of_bounds is not None:
+                            raise ServerProtocolError(addr, out_of_bounds)
                         break
                     if isinstance(message, wire.Error):
                         error = LockdError.from_wire(message.code, message.name, message.message)
                         raise error
-                    raise LockdConnectionError(f"{addr}: expected WELCOME, got {type(message).__name__}")
+                    raise ServerProtocolError(addr, f"it sent {type(message).__name__.upper()} before WELCOME")
         except BaseException as error:
             # Every failure, a cancelled connect included, closes what was opened.
             if writer is not None:
@@ -458,23 +581,74 @@ class Client:
                     f"a TLS record: {error}); it listens without -tls-cert, so connect without "
                     "ssl_context, or point at the TLS listener"
                 ) from error
-            if isinstance(error, (wire.MalformedFrame, OSError, ssl.SSLError)):
+            if isinstance(error, wire.MalformedFrame):
+                raise ServerProtocolError(addr, f"a malformed frame: {error}") from error
+            if isinstance(error, (OSError, ssl.SSLError)) and writer is not None and not first_bytes_seen:
+                # The TLS handshake was done, and the server closed before any lockd byte.
+                cause = self._handshake_close_cause(error)
+                if cause is not None:
+                    raise LockdConnectionError(f"Cannot connect to lockd at {addr}: {cause}") from error
+            if isinstance(error, (OSError, ssl.SSLError, ValueError)):
                 raise LockdConnectionError(f"Cannot connect to lockd at {addr}: {error}") from error
             raise
-        return _Session(reader=reader, writer=writer, welcome=message, frames=frames)
+        return _Session(reader=reader, writer=writer, welcome=message, frames=frames, addr=addr)
+
+    def _handshake_close_cause(self, error: BaseException | None) -> str | None:
+        """Why a TLS server closed the connection after the TLS handshake and before any lockd byte
+        (with TLS 1.3 a refused client certificate shows up only then), or None without TLS."""
+        if self._ssl is None:
+            return None
+        text = f"{getattr(error, 'reason', '') or ''} {error or ''}"
+        if "CERTIFICATE_REQUIRED" in text.upper():
+            return (
+                "the server requires a client certificate (mutual TLS): give "
+                "lockd.tls_context(cert_file=..., key_file=...), signed by a CA the server trusts "
+                "(its -tls-client-ca)"
+            )
+        alert = re.search(r"ALERT_[A-Z_]+", text.upper())
+        alert_text = f" (TLS alert: {alert.group(0)})" if alert else ""
+        has_cert = getattr(self._ssl, "lockd_client_certificate", None)
+        if has_cert:
+            return (
+                f"the server did not accept the client certificate{alert_text}: is it signed by a CA "
+                "the server trusts (its -tls-client-ca), still valid, and made for client authentication?"
+            )
+        if has_cert is False:
+            return (
+                f"the server closed the connection right after the TLS handshake{alert_text}; it probably "
+                "requires a client certificate (mutual TLS): give lockd.tls_context(cert_file=..., key_file=...)"
+            )
+        return (
+            f"the server closed the connection right after the TLS handshake{alert_text}: it probably "
+            "requires a client certificate (mutual TLS), or did not accept the one given (is it signed by "
+            "a CA the server trusts, its -tls-client-ca, and still valid?)"
+        )
 
     def _attach(self, session: _Session) -> None:
         loop = self._running_loop()
         self._session = session
         self.sessions_opened += 1
-        self._reconnect_attempt = 0  # reset only after a WELCOME
+        # Reset only after a WELCOME (and not below the count of misbehaving nodes in a row).
+        self._reconnect_attempt = self._violations_in_a_row
         now = _now_ms(loop)
         session.last_heartbeat_sent_ms = now
+        # Frames that came with WELCOME answer nothing this session sent: they are handled before
+        # any request goes out, so none of them can be taken for the answer to a later one.
+        self._drain_buffered(session)
+        if session.ended:
+            return
         session.reader_task = loop.create_task(self._read_loop(session))
         self._schedule_heartbeat(session)
         unsent, self._unsent = self._unsent, []
         for pending in unsent:
             self._send_acquire(pending)
+
+    def _drain_buffered(self, session: _Session) -> None:
+        try:
+            while not session.ended and (message := session.frames.next()) is not None:
+                self._on_message(session, message)
+        except wire.MalformedFrame as error:
+            self._violation(session, f"a malformed frame: {error}")
 
     def _schedule_reconnect(self) -> None:
         if self._closed or self._reconnect_task is not None:
@@ -499,6 +673,9 @@ class Client:
                 except (LockdError, LockdConnectionError) as error:
                     logger.info("lockd reconnect to %s failed: %s", self.addr, error)
                     continue
+                except Exception:  # a bug must not end reconnecting: waiting acquires would hang
+                    logger.exception("lockd reconnect to %s failed", self.addr)
+                    continue
                 if self._closed:
                     session.writer.close()
                     return
@@ -521,6 +698,7 @@ class Client:
                 or request_id in session.owned
                 or request_id in session.releases
                 or request_id in session.heartbeats
+                or request_id in session.ledger
             ):
                 return request_id
 
@@ -547,6 +725,7 @@ class Client:
         pending.request_id = self._new_request_id(session)
         pending.sent_ms = now
         session.pending[pending.request_id] = pending
+        session.ledger.acquire_sent(pending.request_id, pending.name)
         self._send(session, wire.Acquire(pending.request_id, pending.lease_ms, wait_ms, pending.name))
         self._schedule_heartbeat(session)  # a waiting claim's lease counts for the cadence
 
@@ -579,7 +758,7 @@ class Client:
         session = self._session
         if session is not None and session.pending.get(pending.request_id) is pending:
             # Keep it in the table: its CANCELLED / WAIT_TIMEOUT / ACQUIRED still arrives.
-            self._send(session, wire.Release(self._new_request_id(session), 0, pending.name))
+            self._send_release(session, 0, pending.name, 0)
 
     async def _release(self, lock: Lock) -> None:
         """Sends RELEASE; the lock stays owned (heartbeats, deadline) until the answer comes."""
@@ -589,12 +768,19 @@ class Client:
         if session.ended:
             del session.owned[lock._acquire_id]
             return  # the session that held it is gone, and so is the ownership
-        request_id = self._new_request_id(session)
         future: asyncio.Future[None] = self._running_loop().create_future()
         lock._release_future = future
+        request_id = self._send_release(session, lock.token, lock.name, lock._acquire_id)
         session.releases[request_id] = lock
-        self._send(session, wire.Release(request_id, lock.token, lock.name))
         await future
+
+    def _send_release(self, session: _Session, token: int, name: str, acquire_id: int) -> int:
+        """Sends RELEASE; the ledger expects its answer, which also ends what may come for the
+        ACQUIRE ``acquire_id`` (0: a token-0 cancel)."""
+        request_id = self._new_request_id(session)
+        session.ledger.release_sent(request_id, name, acquire_id)
+        self._send(session, wire.Release(request_id, token, name))
+        return request_id
 
     def _ownership_over(self, session: _Session, lock: Lock, reason: str, error: BaseException | None = None) -> None:
         """The ownership ended for this client: a held lock reports lost, a lock being released is done."""
@@ -615,13 +801,32 @@ class Client:
             return
         lock._mark_lost(reason)
 
-    def _deadline_passed(self, lock: Lock) -> None:
-        """The local lease deadline passed with no newer confirmation: the lock is lost."""
-        lock._deadline_handle = None
+    def _check_deadline(self, lock: Lock) -> None:
+        """Reading ``lost`` or ``state``: the ownership ends now if its local deadline has passed,
+        whether or not the deadline timer has run. Only on the client's own event loop."""
+        loop = self._loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if running is not loop or lock._session.owned.get(lock._acquire_id) is not lock:
+            return
+        if _now_ms(loop) >= lock.deadline_ms:
+            self._deadline_passed(lock)
+
+    def _deadline_passed(self, lock: Lock, *, final: bool = False) -> None:
+        """The local lease deadline passed with no newer confirmation: the lock is lost.
+
+        ``final``: another thread saw the deadline pass (lockd.sync); a confirmation that came
+        after that cannot revive the ownership.
+        """
+        handle, lock._deadline_handle = lock._deadline_handle, None
+        if handle is not None:
+            handle.cancel()
         session = lock._session
         if session.owned.get(lock._acquire_id) is not lock:
             return
-        if _now_ms(self._running_loop()) < lock.deadline_ms:  # a late ACK moved it meanwhile
+        if not final and _now_ms(self._running_loop()) < lock.deadline_ms:  # a late ACK moved it
             lock._arm_deadline(self._running_loop())
             return
         releasing = lock._release_future is not None
@@ -630,7 +835,7 @@ class Client:
         self._ownership_over(session, lock, "lease_unconfirmed")
         if not releasing:
             # Best effort: if the server still counts it as ours, let the next waiter have it.
-            self._send(session, wire.Release(self._new_request_id(session), lock.token, lock.name))
+            self._send_release(session, lock.token, lock.name, lock._acquire_id)
         self._schedule_heartbeat(session)
 
     # -- heartbeats -----------------------------------------------------------------------
@@ -676,6 +881,7 @@ class Client:
             return
         request_id = self._new_request_id(session)
         session.heartbeats[request_id] = now
+        session.ledger.heartbeat_sent(request_id)
         session.last_heartbeat_sent_ms = now
         self._send(session, wire.Heartbeat(request_id))
         self._schedule_heartbeat(session)
@@ -695,7 +901,7 @@ class Client:
                     continue
                 self._on_message(session, message)
         except wire.MalformedFrame as error:
-            logger.error("lockd server %s sent a malformed frame: %s", self.addr, error)
+            self._violation(session, f"a malformed frame: {error}")
         except (OSError, ssl.SSLError) as error:
             logger.info("lockd connection to %s failed: %s", self.addr, error)
         except asyncio.CancelledError:
@@ -706,6 +912,15 @@ class Client:
         if session.ended:
             return  # frames after a closing ERROR are ignored
         loop = self._running_loop()
+        if not isinstance(message, (wire.Acquired, wire.HeartbeatAck, wire.Released, wire.Error, wire.Queued)):
+            self._violation(session, f"it sent {type(message).__name__.upper()} after WELCOME")
+            return
+        closing = isinstance(message, wire.Error) and message.request_id != 0 and message.code in _CLOSING
+        if message.request_id != 0 and not closing:
+            misfit = session.ledger.accept(message)
+            if misfit is not None:
+                self._violation(session, misfit)
+                return
         if isinstance(message, wire.Acquired):
             pending = session.pending.pop(message.request_id, None)
             if pending is None:
@@ -715,7 +930,7 @@ class Client:
                 pending.wait_handle = None
             if pending.abandoned or pending.future.done():
                 # The caller gave up while the grant was on its way: hand it back at once.
-                self._send(session, wire.Release(self._new_request_id(session), message.token, message.name))
+                self._send_release(session, message.token, message.name, message.request_id)
                 return
             lock = Lock(self, session, message.name, message.token, message.lease_ms, message.request_id)
             lock._confirmed_send_ms = max(pending.sent_ms, session.last_acked_heartbeat_send_ms)
@@ -724,7 +939,7 @@ class Client:
                 # Granted too late to be confirmed (a long wait without acknowledged heartbeats):
                 # it arrives lost, and goes back to the server at once.
                 self._ownership_over(session, lock, "lease_unconfirmed")
-                self._send(session, wire.Release(self._new_request_id(session), lock.token, lock.name))
+                self._send_release(session, lock.token, lock.name, lock._acquire_id)
             else:
                 lock._arm_deadline(loop)
             pending.future.set_result(lock)
@@ -748,28 +963,36 @@ class Client:
                 self._schedule_heartbeat(session)
         elif isinstance(message, wire.Error):
             self._on_error(session, message)
-        elif isinstance(message, wire.Queued):
-            pass  # informational; sent once, never updated
         else:
-            logger.error("lockd server %s sent a %s frame; closing", self.addr, type(message).__name__)
-            self._end_session(session, None)
+            pass  # QUEUED: informational; sent once, never updated
 
     def _on_error(self, session: _Session, message: wire.Error) -> None:
-        if message.request_id == 0:
+        if message.request_id == 0 or message.code in _CLOSING:
             # After WELCOME, request id 0 closes the session unless it answers a request whose
-            # own id was 0 (INVALID_ARGUMENT), which this client never sends.
-            if message.code == InvalidArgumentError.code:
+            # own id was 0 (INVALID_ARGUMENT), which this client never sends; so does a code that
+            # always closes the connection, whatever its request id.
+            if message.request_id == 0 and message.code == InvalidArgumentError.code:
                 logger.warning("lockd server %s: %s", self.addr, message.message)
             else:
                 logger.info("lockd server %s closes the session: %s", self.addr, message.message)
                 if message.code == NotLeaderError.code:
-                    # Cluster mode: the node stopped leading; go to the leader it names first.
-                    self._preferred = message.name or None
+                    # Cluster mode: the node stopped leading; go to the leader it names first, if
+                    # the trust model allows; a name that is no address is that node's failure.
+                    follow, why = redirect_verdict(message.name, self.addrs, self._ssl is not None)
+                    self._preferred = follow
+                    if follow is None and len(self.addrs) > 1:
+                        self._avoid = session.addr  # asked last
+                    if why == "invalid":
+                        self._report(
+                            ServerProtocolError(
+                                session.addr, refused_redirect_text(session.addr, message.name, "invalid")
+                            )
+                        )
                 self._end_session(session, message.code)
             return
         if message.code == LeaseExpiredError.code:
             lock = session.owned.get(message.request_id)
-            if lock is not None and lock.name == message.name:
+            if lock is not None:
                 self._ownership_over(session, lock, "expired")
                 self._schedule_heartbeat(session)
             return
@@ -796,6 +1019,13 @@ class Client:
             return
         session.ended = True
         session.close_code = close_code
+        if session.violated:
+            # That node broke the protocol: try the others first, and keep backing off.
+            if len(self.addrs) > 1:
+                self._avoid = session.addr
+            self._preferred = None
+        else:
+            self._violations_in_a_row = 0
         if session.heartbeat_handle is not None:
             session.heartbeat_handle.cancel()
         with contextlib.suppress(Exception):
@@ -823,11 +1053,30 @@ class Client:
             self._fail_unsent(LockdConnectionError("The client is closed", retryable=False), waiting)
             return
         if not self._reconnect:
+            self._failed = True
             self._fail_unsent(LockdConnectionError(f"The connection to lockd at {self.addr} was lost"), waiting)
             return
         # Waiting claims rejoin the tail of their queues on the next session.
         self._unsent.extend(waiting)
         self._schedule_reconnect()
+
+    def _violation(self, session: _Session, what: str) -> None:
+        """The server broke the protocol on ``session``: count, report, close the connection."""
+        if session.violated or session.ended:
+            return
+        session.violated = True
+        self._violations_in_a_row += 1
+        self._report(ServerProtocolError(session.addr or self.addr, what))
+        self._end_session(session, None)
+
+    def _report(self, error: ServerProtocolError) -> None:
+        self.protocol_errors += 1
+        logger.error("%s", error)
+        if self._on_protocol_error is not None:
+            try:
+                self._on_protocol_error(error)
+            except Exception:  # the application's callback must not break the client
+                logger.exception("on_protocol_error callback failed")
 
     def _fail_unsent(self, error: BaseException, extra: list[_PendingAcquire] | None = None) -> None:
         failed, self._unsent = [*self._unsent, *(extra or [])], []
@@ -863,6 +1112,7 @@ def connect(
     server_hostname: str | None = None,
     connect_timeout_ms: float = CONNECT_TIMEOUT_MS_DEFAULT,
     reconnect: bool = True,
+    on_protocol_error: Callable[[ServerProtocolError], None] | None = None,
 ) -> _Connecting:
     """Connects to a lockd server: ``client = await connect(...)`` or ``async with connect(...) as client``.
 
@@ -882,6 +1132,7 @@ def connect(
             server_hostname=server_hostname,
             connect_timeout_ms=connect_timeout_ms,
             reconnect=reconnect,
+            on_protocol_error=on_protocol_error,
         )
     )
 
@@ -907,4 +1158,6 @@ def tls_context(
         context.load_cert_chain(cert_file, key_file)
     elif key_file is not None:
         raise ValueError("key_file needs cert_file")
+    # Lets the client name the likely cause when a mutual-TLS server closes after the handshake.
+    context.lockd_client_certificate = cert_file is not None  # type: ignore[attr-defined]
     return context

@@ -223,6 +223,22 @@ class ConnectTimeoutError(LockdConnectionError, TimeoutError):
     """Dial, TLS handshake and HELLO/WELCOME did not finish within ``connect_timeout_ms``."""
 
 
+class ServerProtocolError(LockdConnectionError):
+    """The server broke the protocol: a reply that does not fit the request it names (an unknown
+    request id, another lock's name, a reply of the wrong type), a WELCOME outside the documented
+    bounds, a frame that does not parse, a NOT_LEADER naming something that is not an address.
+
+    The client closes that connection (owned locks report ``lost``, waiting acquires move to the
+    next connection), counts it (``client.protocol_errors``) and reports it (``on_protocol_error``
+    and the ``lockd`` logger); a ``connect()`` that meets one on every node raises it.
+    """
+
+    def __init__(self, addr: str, what: str) -> None:
+        super().__init__(f"lockd at {addr} broke the protocol: {what}; the connection was closed")
+        #: The node (``host:port``) that broke the protocol.
+        self.addr = addr
+
+
 #: Why an owned lock was lost; the same strings in every lockd client (docs/protocol.md, "Lost reasons").
 LOST_REASONS = ("expired", "force", "io_timeout", "disconnected", "lease_unconfirmed", "failover")
 

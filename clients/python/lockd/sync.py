@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Coroutine, Iterator
+import time
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from ._client import CONNECT_TIMEOUT_MS_DEFAULT, Client, Lock
@@ -28,12 +29,22 @@ T = TypeVar("T")
 
 
 class SyncLostEvent(threading.Event):
-    """``lock.lost`` of the synchronous API: a ``threading.Event`` plus ``reason``."""
+    """``lock.lost`` of the synchronous API: a ``threading.Event`` plus ``reason``.
 
-    def __init__(self) -> None:
+    ``is_set()`` first compares the lock's local lease deadline with the clock, on the caller's
+    thread: the first look after a pause says lost even if the client's thread has not run yet.
+    """
+
+    def __init__(self, probe: Callable[[], None] | None = None) -> None:
         super().__init__()
         self.reason: str | None = None
         self.error: LockLostError | None = None
+        self._probe = probe
+
+    def is_set(self) -> bool:
+        if not super().is_set() and self._probe is not None:
+            self._probe()
+        return super().is_set()
 
 
 class SyncLock:
@@ -45,17 +56,37 @@ class SyncLock:
         self.name = lock.name
         self.token = lock.token
         self.lease_ms = lock.lease_ms
-        #: Set (from the client's thread) when ownership ends without ``release()``.
-        self.lost = SyncLostEvent()
+        #: Set when ownership ends without ``release()`` (from the client's thread, or by a look at
+        #: ``lost.is_set()`` past the local lease deadline).
+        self.lost = SyncLostEvent(self._probe)
         lock.add_lost_callback(self._on_lost)
 
     def _on_lost(self, reason: str) -> None:
-        self.lost.reason = reason
-        self.lost.error = self._lock.lost.error
+        if self.lost.reason is None:
+            self.lost.reason = reason
+            self.lost.error = self._lock._lost.error or LockLostError(self.name, self.token, reason)
         self.lost.set()
+
+    def _probe(self) -> None:
+        """Past the local lease deadline by this thread's reading of the loop's clock (both are
+        ``time.monotonic()``): lost now, and the client's thread follows."""
+        lock = self._lock
+        if lock._released or lock._lost.reason is not None:
+            return
+        if lock._session.owned.get(lock._acquire_id) is not lock:
+            return
+        if time.monotonic() * 1000 < lock.deadline_ms:
+            return
+        self._on_lost("lease_unconfirmed")
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing left to tell
+            self._client._loop.call_soon_threadsafe(
+                lambda: lock._client._deadline_passed(lock, final=True)
+            )
 
     def check(self) -> None:
         """Raises ``LockLostError`` when the lock was lost."""
+        if self.lost.is_set() and self.lost.error is not None:
+            raise self.lost.error
         self._lock.check()
 
     def release(self) -> None:

@@ -137,6 +137,65 @@ class LockdServer:
         return "/api/locks/" + quote(name, safe="")
 
 
+class HostileServers:
+    """``with HostileServers() as hostile:`` — servers that lie, shared with the TypeScript tests.
+
+    One deno process runs tests/helpers/hostile_scenarios.ts: every scenario on its own
+    127.0.0.1 port 0, frames encoded by the real codec (src/protocol/frame.ts). ``addrs`` maps a
+    scenario to its address; ``misfits``, ``welcomes`` and ``leaders`` are the tables it serves.
+    The process stops when its standard input closes (killed by PID if it does not).
+    """
+
+    def __init__(self) -> None:
+        self.addrs: dict[str, str] = {}
+        self.misfits: list[dict[str, object]] = []
+        self.welcomes: list[dict[str, str]] = []
+        self.leaders: list[str] = []
+        self._proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> HostileServers:
+        self._proc = subprocess.Popen(
+            [*deno_command(), "run", "--allow-net", "tests/helpers/hostile_scenarios.ts"],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
+        first: list[str] = []
+        reader = threading.Thread(target=lambda: first.append(self._proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(START_TIMEOUT_S)
+        if not first or not first[0]:
+            self.stop()
+            raise RuntimeError("the hostile scenario server did not start")
+        table = json.loads(first[0])
+        self.addrs, self.misfits = table["addrs"], table["misfits"]
+        self.welcomes, self.leaders = table["welcomes"], table["leaders"]
+        return self
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            proc.stdin.close()  # type: ignore[union-attr]
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # by PID
+            proc.wait(5)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    def __enter__(self) -> HostileServers:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 class StallProxy:
     """A TCP proxy on 127.0.0.1 port 0 that can hold back bytes in either direction without closing.
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import time
 import unittest
 from unittest import mock
@@ -242,6 +244,41 @@ class RealServer(unittest.IsolatedAsyncioTestCase):
         await lock.release()
 
 
+    async def test_the_default_client_name_says_program_host_and_process(self) -> None:
+        plain = await self.client()
+        chosen = await self.client(client_name="x" * 300)
+        async with plain.lock("py/name-default"), chosen.lock("py/name-chosen"):
+            names = []
+            for name in ("py/name-default", "py/name-chosen"):
+                status, body = await self.server.admin_async("GET", self.server.lock_path(name))
+                self.assertEqual(status, 200)
+                names.append(body["holder"]["client_name"])  # type: ignore[index]
+        expected = f"lockd-python/{lockd.VERSION}@{socket.gethostname()}:{os.getpid()}"
+        self.assertEqual(names, [expected, "x" * 253 + "\u2026"])
+
+
+class ClientNames(unittest.TestCase):
+    def test_a_long_host_is_cut_between_two_characters_and_the_pid_stays(self) -> None:
+        name = lockd.compose_client_name("lockd-python/1.2.3", "\u00fc" * 200, 4242)
+        self.assertLessEqual(len(name.encode()), 256)
+        self.assertTrue(name.startswith("lockd-python/1.2.3@\u00fc\u00fc"))
+        self.assertTrue(name.endswith("\u2026:4242"), name)
+        self.assertEqual(lockd.compose_client_name("p", "", 7), "p:7")
+
+    def test_any_name_is_cut_to_256_bytes_never_inside_a_character(self) -> None:
+        for unit in ("a", "\u00e9", "\u20ac", "\U0001f600"):
+            for count in range(60, 301, 7):
+                name = unit * count
+                bounded = lockd.bound_client_name(name)
+                self.assertLessEqual(len(bounded.encode()), 256)
+                if len(name.encode()) <= 256:
+                    self.assertEqual(bounded, name)
+                else:
+                    self.assertTrue(bounded.endswith("\u2026"))
+                    self.assertTrue(name.startswith(bounded[:-1]))
+        self.assertEqual(lockd.bound_client_name("a\ud800b"), "a\ufffdb")
+
+
 class ConnectTimeout(unittest.IsolatedAsyncioTestCase):
     async def test_a_server_that_never_answers_hello_times_out(self) -> None:
         accepted: list[asyncio.StreamWriter] = []
@@ -358,6 +395,31 @@ class MutualTls(unittest.IsolatedAsyncioTestCase):
         context = lockd.tls_context(ca_file=str(TLS_DIR / "ca.pem"))
         with self.assertRaises(lockd.LockdConnectionError):
             await lockd.connect(self.server.addr, ssl_context=context, reconnect=False, connect_timeout_ms=3_000)
+
+    async def test_a_missing_client_certificate_is_named(self) -> None:
+        context = lockd.tls_context(ca_file=str(TLS_DIR / "ca.pem"))
+        with self.assertRaises(lockd.LockdConnectionError) as raised:
+            await lockd.connect(self.server.addr, ssl_context=context, reconnect=False, connect_timeout_ms=3_000)
+        self.assertRegex(
+            str(raised.exception),
+            r"the server requires a client certificate \(mutual TLS\): give lockd\.tls_context\(cert_file=",
+        )
+
+    async def test_a_client_certificate_from_another_ca_or_expired_is_named_as_not_accepted(self) -> None:
+        for cert in ("other-client", "client-expired"):
+            with self.subTest(cert=cert):
+                context = lockd.tls_context(
+                    ca_file=str(TLS_DIR / "ca.pem"),
+                    cert_file=str(TLS_DIR / f"{cert}.pem"),
+                    key_file=str(TLS_DIR / f"{cert}-key.pem"),
+                )
+                with self.assertRaises(lockd.LockdConnectionError) as raised:
+                    await lockd.connect(self.server.addr, ssl_context=context, reconnect=False, connect_timeout_ms=3_000)
+                self.assertRegex(
+                    str(raised.exception),
+                    r"the server did not accept the client certificate(?: \(TLS alert: [A-Z_]+\))?: is it signed "
+                    r"by a CA the server trusts \(its -tls-client-ca\)",
+                )
 
     async def test_a_server_from_an_untrusted_ca_is_refused(self) -> None:
         context = lockd.tls_context(

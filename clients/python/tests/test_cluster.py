@@ -41,11 +41,17 @@ class Cluster(unittest.IsolatedAsyncioTestCase):
         )
 
     async def test_an_address_list_with_a_dead_first_entry_reaches_the_leader_through_not_leader(self) -> None:
-        client = await lockd.connect(addrs=[dead_addr(), self.standby.addr])
+        # Without TLS a NOT_LEADER is followed to a listed address only (docs/protocol.md).
+        client = await lockd.connect(addrs=[dead_addr(), self.standby.addr, self.leader.addr])
         self.addAsyncCleanup(client.close)
         self.assertEqual(client.addr, self.leader.addr)
         async with client.lock("py/cluster", lease_ms=1_000) as lock:
             self.assertGreater(lock.token, 2**32)
+
+    async def test_without_tls_a_leader_outside_the_address_list_is_not_followed(self) -> None:
+        with self.assertRaises(lockd.LockdConnectionError) as raised:
+            await lockd.connect(addrs=[dead_addr(), self.standby.addr], reconnect=False)
+        self.assertIn(f"named {self.leader.addr} as the leader, which is not in the address list", str(raised.exception))
 
     async def test_a_hand_over_loses_the_lock_with_failover_and_the_waiter_moves_to_the_new_leader(self) -> None:
         addrs = [self.leader.addr, self.standby.addr]

@@ -104,18 +104,25 @@ class LostReasons(unittest.IsolatedAsyncioTestCase):
         lock = await self.lost_reason([None])  # type: ignore[list-item]
         self.assertEqual(lock.lost.reason, "disconnected")
 
-    async def test_a_lease_expired_for_another_ownership_changes_nothing(self) -> None:
-        def script(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
-            if isinstance(message, wire.Acquire):
-                send(grant(message))
-                send(wire.Error(message.request_id + 100, 0x05, "x", "not yours"))
-                send(wire.Error(message.request_id, 0x05, "other-name", "not yours either"))
+    async def test_a_lease_expired_for_another_ownership_is_a_protocol_error(self) -> None:
+        # An unknown request id, or another lock's name under the right one: the server is
+        # confused or hostile, so the session ends (the lock is lost as disconnected), counted.
+        for frame in (
+            lambda m: wire.Error(m.request_id + 100, 0x05, "x", "not yours"),
+            lambda m: wire.Error(m.request_id, 0x05, "other-name", "not yours either"),
+        ):
 
-        async with FakeServer(script) as fake:
-            async with lockd.connect(fake.addr) as client:
-                lock = await client.acquire("x", lease_ms=60_000)
-                await asyncio.sleep(0.05)
-                self.assertFalse(lock.lost.is_set())
+            def script(message: wire.Message, send, frame=frame) -> None:  # type: ignore[no-untyped-def]
+                if isinstance(message, wire.Acquire):
+                    send(grant(message))
+                    send(frame(message))
+
+            async with FakeServer(script) as fake:
+                async with lockd.connect(fake.addr, reconnect=False) as client:
+                    lock = await client.acquire("x", lease_ms=60_000)
+                    await asyncio.wait_for(lock.lost.wait(), 5)
+                    self.assertEqual(lock.lost.reason, "disconnected")
+                    self.assertEqual(client.protocol_errors, 1)
 
 
 class Heartbeats(unittest.IsolatedAsyncioTestCase):

@@ -1,0 +1,293 @@
+"""Every frame from a server is untrusted input: the checks the client applies to it.
+
+The same rules as the TypeScript client (src/client/redirect.ts, reply_ledger.ts and
+connection.ts), documented in docs/protocol.md ("Requests in flight", "Several nodes"):
+
+- a WELCOME must lie within the documented bounds (the server's own flag bounds);
+- a reply must fit the request it names: a request id this session sent and has not had its last
+  answer to, a type that request can get, that request's lock name, a lease and token in bounds;
+- a NOT_LEADER's name must be a plain ``host:port``, and is followed to an address outside the
+  client's list only with TLS (where the node reached must present a certificate from the CA).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from dataclasses import dataclass
+from typing import Literal, Union
+
+from . import _codec as wire
+
+#: The server's flag bounds (src/limits.ts): a WELCOME outside them is a protocol error.
+IO_TIMEOUT_MS_MIN = 100
+IO_TIMEOUT_MS_MAX = 3_600_000
+LEASE_MS_MIN = 50
+LEASE_MS_MAX_MAX = 86_400_000
+TOKEN_MAX = 2**53 - 1
+LOCK_NAME_BYTES_MAX = 1024
+#: Longest address a NOT_LEADER may name: a 253-byte DNS name, ":", a 5-digit port.
+LEADER_ADDRESS_CHARS_MAX = 253 + 1 + 5
+
+LEASE_EXPIRED = 0x05
+NOT_OWNER = 0x06
+_KNOWN_CODES = frozenset(range(0x01, 0x12))
+_CLOSING_CODES = frozenset((0x01, 0x02, 0x03, 0x0A, 0x0D, 0x0E, 0x11))
+
+_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\Z")
+_ADDRESS = re.compile(r"(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9_.-]+)):([0-9]{1,5})\Z")
+_PRINTABLE_ASCII = re.compile(r"[\x21-\x7e]+\Z")
+
+
+def cut_utf8(text: str, max_bytes: int) -> str:
+    """``text`` cut to at most ``max_bytes`` UTF-8 bytes between two characters, ending with "…" when cut."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= max_bytes:
+        return text
+    end = max(0, max_bytes - 3)
+    while end > 0 and data[end] & 0xC0 == 0x80:  # back to the start of a character
+        end -= 1
+    return data[:end].decode("utf-8", "surrogatepass") + "\u2026"
+
+
+def quote_untrusted(text: str) -> str:
+    """A server's string for an error message: cut to 80 characters, quoted, with control, format
+    (bidirectional overrides, zero-width) and line-separator characters escaped as ``\\uXXXX``."""
+    cut = text[:80] + "\u2026" if len(text) > 80 else text
+    out = []
+    for char in json.dumps(cut, ensure_ascii=False):
+        code = ord(char)
+        if code < 0x20 or 0x7F <= code <= 0x9F or _is_format(char):
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _is_format(char: str) -> bool:
+    import unicodedata
+
+    return unicodedata.category(char) in ("Cf", "Zl", "Zp", "Cs")
+
+
+def parse_leader_address(value: str) -> str | None:
+    """The canonical ``host:port`` of a leader address (lower-case host, IPv6 in brackets), or None
+    when it is not one: a DNS name, an IPv4 address or a bracketed IPv6 address (no zone), and a
+    decimal port 1..65535, at most 259 printable ASCII characters."""
+    if not value or len(value) > LEADER_ADDRESS_CHARS_MAX + 2 or not _PRINTABLE_ASCII.match(value):
+        return None
+    match = _ADDRESS.match(value)
+    if match is None:
+        return None
+    port = int(match.group(3))
+    if not 1 <= port <= 65_535:
+        return None
+    if match.group(1) is not None:
+        try:
+            ipaddress.IPv6Address(match.group(1))
+        except ValueError:
+            return None
+        return f"[{match.group(1).lower()}]:{port}"
+    host = match.group(2).lower()
+    if len(host) > 253:
+        return None
+    labels = host.split(".")
+    if labels[-1].isdigit():  # an all-digit top label: an IPv4 address
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            return None
+        return f"{host}:{port}"
+    return f"{host}:{port}" if all(_LABEL.match(label) for label in labels) else None
+
+
+def node_key(addr: str) -> str:
+    """``host:port`` as nodes are compared: lower-case host, same port."""
+    return parse_leader_address(addr) or addr.lower()
+
+
+Why = Literal["no_leader", "invalid", "outside_list"]
+
+
+def redirect_verdict(name: str, addrs: list[str], tls: bool) -> tuple[str | None, Why | None]:
+    """``(address to follow, None)`` or ``(None, why not)``: "" names no leader; an invalid name is
+    a failed node; an address outside ``addrs`` is followed only with TLS."""
+    if not name:
+        return None, "no_leader"
+    addr = parse_leader_address(name)
+    if addr is None:
+        return None, "invalid"
+    for listed in addrs:
+        if node_key(listed) == addr:
+            return listed, None
+    return (addr, None) if tls else (None, "outside_list")
+
+
+def refused_redirect_text(addr: str, name: str, why: Why) -> str:
+    """Why a NOT_LEADER was not followed (``invalid`` as what the node did wrong)."""
+    if why == "invalid":
+        return (
+            f"it answered NOT_LEADER naming {quote_untrusted(name)} as the leader, which is not a "
+            "host:port address (that node counts as failed)"
+        )
+    return (
+        f"lockd at {addr} is not the leader and named {name} as the leader, which is not in the "
+        "address list; without TLS a redirect is followed only to a listed address (add it to the "
+        "list, or use TLS, where the new node must present a certificate from your CA)"
+    )
+
+
+def welcome_out_of_bounds(welcome: wire.Welcome) -> str | None:
+    """What is wrong with a WELCOME outside the documented bounds, or None."""
+    if welcome.version != wire.PROTOCOL_VERSION:
+        return f"WELCOME for protocol version {welcome.version}; this client speaks {wire.PROTOCOL_VERSION}"
+    for field, value, low, high in (
+        ("ioTimeoutMs", welcome.io_timeout_ms, IO_TIMEOUT_MS_MIN, IO_TIMEOUT_MS_MAX),
+        ("leaseMaxMs", welcome.lease_max_ms, LEASE_MS_MIN, LEASE_MS_MAX_MAX),
+        ("leaseDefaultMs", welcome.lease_default_ms, LEASE_MS_MIN, welcome.lease_max_ms),
+        ("sessionId", welcome.session_id, 1, TOKEN_MAX),
+    ):
+        if not low <= value <= high:
+            return f"WELCOME with {field} {value}, outside {low}..{high}"
+    return None
+
+
+@dataclass
+class _Acquire:
+    name: str
+    phase: Literal["waiting", "owned"] = "waiting"
+    queued: bool = False
+
+
+@dataclass
+class _Release:
+    name: str
+    acquire_request_id: int  # the ownership it ends (0: a token-0 cancel)
+
+
+@dataclass
+class _Heartbeat:
+    pass
+
+
+_Expected = Union[_Acquire, _Release, _Heartbeat]
+
+_TYPE_NAMES = {
+    wire.Queued: "QUEUED",
+    wire.Acquired: "ACQUIRED",
+    wire.Released: "RELEASED",
+    wire.HeartbeatAck: "HEARTBEAT_ACK",
+    wire.Error: "ERROR",
+}
+
+
+class ReplyLedger:
+    """What one session still expects to hear, by request id, and whether a reply fits it.
+
+    Legal transitions: an acquire ``waiting`` -> ``owned`` (ACQUIRED) -> gone (LEASE_EXPIRED, or
+    the answer to the RELEASE of that ownership); ``waiting`` -> gone (an ERROR that ends the wait);
+    a release or heartbeat -> gone (its answer).
+    """
+
+    def __init__(self, welcome: wire.Welcome) -> None:
+        self._welcome = welcome
+        self._expected: dict[int, _Expected] = {}
+
+    def __contains__(self, request_id: int) -> bool:
+        return request_id in self._expected
+
+    def __len__(self) -> int:
+        return len(self._expected)
+
+    def acquire_sent(self, request_id: int, name: str) -> None:
+        self._expected[request_id] = _Acquire(name)
+
+    def release_sent(self, request_id: int, name: str, acquire_request_id: int) -> None:
+        self._expected[request_id] = _Release(name, acquire_request_id)
+
+    def heartbeat_sent(self, request_id: int) -> None:
+        self._expected[request_id] = _Heartbeat()
+
+    def accept(self, message: wire.Message) -> str | None:
+        """Checks a reply (request id other than 0) and books it: None when it fits, else what is wrong."""
+        request_id = getattr(message, "request_id", 0)
+        expected = self._expected.get(request_id)
+        what = f"{_TYPE_NAMES.get(type(message), type(message).__name__)} for request {request_id}"
+        if expected is None:
+            return f"{what}, which this session never sent or had its last answer to already"
+        if isinstance(message, wire.Queued):
+            if not isinstance(expected, _Acquire) or expected.phase != "waiting" or expected.queued:
+                return f"{what}, which is not an ACQUIRE waiting for its first QUEUED"
+            if message.name != expected.name:
+                return self._wrong_name(what, message.name, "ACQUIRE", expected.name)
+            expected.queued = True
+            return None
+        if isinstance(message, wire.Acquired):
+            if not isinstance(expected, _Acquire) or expected.phase != "waiting":
+                return f"{what}, which is not an ACQUIRE waiting for its grant"
+            if message.name != expected.name:
+                return self._wrong_name(what, message.name, "ACQUIRE", expected.name)
+            lease_max_ms = self._welcome.lease_max_ms
+            if not LEASE_MS_MIN <= message.lease_ms <= lease_max_ms:
+                return f"{what} with a lease of {message.lease_ms} ms, outside {LEASE_MS_MIN}..{lease_max_ms} ms"
+            if not 1 <= message.token <= TOKEN_MAX:
+                return f"{what} with token {message.token}"
+            expected.phase = "owned"
+            return None
+        if isinstance(message, wire.Released):
+            if not isinstance(expected, _Release):
+                return f"{what}, which is not a RELEASE"
+            if message.name != expected.name:
+                return self._wrong_name(what, message.name, "RELEASE", expected.name)
+            self._release_answered(request_id, expected.acquire_request_id)
+            return None
+        if isinstance(message, wire.HeartbeatAck):
+            if not isinstance(expected, _Heartbeat):
+                return f"{what}, which is not a HEARTBEAT"
+            # Replies keep request order: an older heartbeat without its ACK by now never gets one.
+            for rid in list(self._expected):
+                if isinstance(self._expected[rid], _Heartbeat):
+                    del self._expected[rid]
+                if rid == request_id:
+                    break
+            return None
+        if isinstance(message, wire.Error):
+            code = message.code
+            code_text = f"{what} with code 0x{code:02x}"
+            if isinstance(expected, _Heartbeat):
+                return f"{code_text}: a HEARTBEAT has no error answer"
+            if not self._name_fits(message.name, expected.name):
+                kind = "RELEASE" if isinstance(expected, _Release) else "ACQUIRE"
+                return self._wrong_name(what, message.name, kind, expected.name)
+            if isinstance(expected, _Release):
+                if code != NOT_OWNER and code in _KNOWN_CODES:
+                    return f"{code_text}: a RELEASE is answered RELEASED or NOT_OWNER"
+                self._release_answered(request_id, expected.acquire_request_id)
+                return None
+            if expected.phase == "owned":
+                if code != LEASE_EXPIRED:
+                    return f"{code_text} for an ACQUIRE that owns its lock"
+                del self._expected[request_id]
+                return None
+            if code in (LEASE_EXPIRED, NOT_OWNER) or code in _CLOSING_CODES:
+                return f"{code_text} for an ACQUIRE still waiting"
+            del self._expected[request_id]
+            return None
+        return f"{what}: not a reply"
+
+    def _release_answered(self, request_id: int, acquire_request_id: int) -> None:
+        del self._expected[request_id]
+        # After the answer to the RELEASE of an ownership, nothing more comes for its ACQUIRE.
+        acquire = self._expected.get(acquire_request_id)
+        if isinstance(acquire, _Acquire) and acquire.phase == "owned":
+            del self._expected[acquire_request_id]
+
+    @staticmethod
+    def _name_fits(name: str, asked: str) -> bool:
+        """An ERROR echoes the request's name, cut to 1,024 bytes when it was longer (an invalid one)."""
+        return name == asked or (name != "" and name == cut_utf8(asked, LOCK_NAME_BYTES_MAX))
+
+    @staticmethod
+    def _wrong_name(what: str, name: str, kind: str, asked: str) -> str:
+        return f"{what} names lock {quote_untrusted(name)}, but that {kind} was for {quote_untrusted(asked)}"

@@ -1,0 +1,142 @@
+/**
+ * A tiny scripted lockd peer on 127.0.0.1 port 0 (TCP, or TLS with the test certificates) that
+ * sends whatever frames a test crafts, with the real codec (src/protocol/frame.ts): a server
+ * that lies, to check that the clients treat every frame as untrusted input.
+ */
+
+import { formatHostPort } from "../../src/host_port.ts";
+import { FrameWriter } from "../../src/protocol/frame.ts";
+import { FrameReader } from "../../src/protocol/frame_reader.ts";
+import type { ClientMessage, Message, Welcome } from "../../src/protocol/messages.ts";
+
+/** A WELCOME as a default lockd server sends it. */
+export const GOOD_WELCOME: Welcome = {
+  type: "welcome",
+  version: 1,
+  serverVersion: "0.0.0-hostile",
+  sessionId: 1,
+  ioTimeoutMs: 30_000,
+  leaseDefaultMs: 15_000,
+  leaseMaxMs: 300_000,
+};
+
+/** One accepted connection, as the script sees it. */
+export interface HostileConn {
+  /** 1 for the first connection of this server, 2 for the next, ... */
+  readonly index: number;
+  /** Sends frames in one write (they arrive together). */
+  send(...messages: Message[]): void;
+  /** Closes the connection. */
+  close(): void;
+}
+
+/**
+ * What the server does: `hello` answers a HELLO (default: a WELCOME), `request` every later
+ * frame. Frames may be anything the codec can encode, replies to nothing included.
+ */
+export interface HostileScript {
+  hello?: (conn: HostileConn, hello: Extract<ClientMessage, { type: "hello" }>) => void;
+  request?: (conn: HostileConn, message: ClientMessage) => void;
+}
+
+export class HostileServer implements AsyncDisposable {
+  readonly addr: string;
+  readonly port: number;
+  /** Every frame received, with the index of its connection. */
+  readonly received: { conn: number; message: ClientMessage }[] = [];
+  connections = 0;
+  readonly #listener: Deno.Listener;
+  readonly #conns = new Set<Deno.Conn>();
+  readonly #served: Promise<void>[] = [];
+  readonly #accepting: Promise<void>;
+
+  constructor(
+    readonly script: HostileScript = {},
+    tls?: { cert: string; key: string },
+  ) {
+    const listener = tls === undefined
+      ? Deno.listen({ hostname: "127.0.0.1", port: 0 })
+      : Deno.listenTls({ hostname: "127.0.0.1", port: 0, cert: tls.cert, key: tls.key });
+    this.#listener = listener;
+    this.port = (listener.addr as Deno.NetAddr).port;
+    this.addr = formatHostPort("127.0.0.1", this.port);
+    this.#accepting = (async () => {
+      try {
+        for await (const conn of listener) {
+          this.#conns.add(conn);
+          this.#served.push(this.#serve(conn, ++this.connections));
+        }
+      } catch {
+        // the listener was closed
+      }
+    })();
+  }
+
+  /** Frames of one type received so far. */
+  sent<T extends ClientMessage["type"]>(type: T): Extract<ClientMessage, { type: T }>[] {
+    return this.received.map((r) => r.message).filter((m) => m.type === type) as Extract<
+      ClientMessage,
+      { type: T }
+    >[];
+  }
+
+  async #serve(conn: Deno.Conn, index: number): Promise<void> {
+    const reader = new FrameReader();
+    const buffer = new Uint8Array(16 * 1024);
+    let writing = Promise.resolve();
+    const handle: HostileConn = {
+      index,
+      send: (...messages) => {
+        const writer = new FrameWriter();
+        for (const message of messages) writer.push(message);
+        const bytes = writer.take();
+        writing = writing.then(() => writeAll(conn, bytes)).catch(() => {});
+      },
+      close: () => {
+        writing = writing.then(() => closeQuietly(conn));
+      },
+    };
+    try {
+      for (;;) {
+        const n = await conn.read(buffer);
+        if (n === null) break;
+        reader.push(buffer.subarray(0, n));
+        for (let m = reader.next(); m !== null; m = reader.next()) {
+          const message = m as ClientMessage;
+          this.received.push({ conn: index, message });
+          if (message.type === "hello") {
+            if (this.script.hello) this.script.hello(handle, message);
+            else handle.send({ ...GOOD_WELCOME, sessionId: index });
+          } else {
+            this.script.request?.(handle, message);
+          }
+        }
+      }
+    } catch {
+      // reset by the peer, or closed by dispose
+    }
+    await writing;
+    this.#conns.delete(conn);
+    closeQuietly(conn);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    this.#listener.close();
+    for (const conn of this.#conns) closeQuietly(conn);
+    await this.#accepting;
+    await Promise.all(this.#served);
+  }
+}
+
+async function writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
+  let offset = 0;
+  while (offset < bytes.length) offset += await conn.write(bytes.subarray(offset));
+}
+
+function closeQuietly(conn: Deno.Conn): void {
+  try {
+    conn.close();
+  } catch {
+    // already closed
+  }
+}
