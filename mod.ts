@@ -44,5 +44,5 @@ export {
   ServerProtocolError,
 } from "./src/client/errors.ts";
 export { type ForeignProtocol, WrongProtocolError } from "./src/client/wrong_protocol.ts";
-export { WIRE_CODES, type WireCodeInfo, type WireCodeName } from "./src/protocol/codes.ts";
+export { WIRE_CODES, type WireCodeInfo, type WireCodeName } from "./src/wire/codes.ts";
 export type { Clock, Scheduler, Timer } from "./src/clock.ts";

@@ -6,9 +6,9 @@
  * that 10,000 of them fit in one process and the floor measures the same code.
  */
 
-import { FrameWriter } from "../src/protocol/frame.ts";
-import { FrameReader } from "../src/protocol/frame_reader.ts";
-import { type ClientMessage, type Message, PROTOCOL_VERSION } from "../src/protocol/messages.ts";
+import { FrameWriter } from "../src/wire/frame.ts";
+import { FrameReader } from "../src/wire/frame_reader.ts";
+import { type ClientMessage, type Message, PROTOCOL_VERSION } from "../src/wire/messages.ts";
 
 const READ_BUFFER_BYTES = 16 * 1024;
 

@@ -9,9 +9,9 @@
  * - claims-30, claims-1024: HELLO, then 100 locks acquired (names of 30 or 1,024 bytes)
  */
 
-import { FrameWriter } from "../src/protocol/frame.ts";
-import { FrameReader } from "../src/protocol/frame_reader.ts";
-import { PROTOCOL_VERSION } from "../src/protocol/messages.ts";
+import { FrameWriter } from "../src/wire/frame.ts";
+import { FrameReader } from "../src/wire/frame_reader.ts";
+import { PROTOCOL_VERSION } from "../src/wire/messages.ts";
 
 const [addr, mode, countText] = Deno.args;
 const count = Number(countText);

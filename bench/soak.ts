@@ -9,9 +9,9 @@
  * and exits 1 on any breach.
  */
 
-import { FrameWriter } from "../src/protocol/frame.ts";
-import { FrameReader } from "../src/protocol/frame_reader.ts";
-import type { Message } from "../src/protocol/messages.ts";
+import { FrameWriter } from "../src/wire/frame.ts";
+import { FrameReader } from "../src/wire/frame_reader.ts";
+import type { Message } from "../src/wire/messages.ts";
 import { BenchConn } from "./bench_client.ts";
 import { type ServerProc, startServerProc } from "./server_proc.ts";
 

@@ -20,7 +20,7 @@
  * @module
  */
 
-import { PROTOCOL_VERSION } from "../src/protocol/messages.ts";
+import { PROTOCOL_VERSION } from "../src/wire/messages.ts";
 import { BenchConn } from "./bench_client.ts";
 
 const FIXTURES = new URL("../tests/fixtures/tls/", import.meta.url).pathname;

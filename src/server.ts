@@ -20,10 +20,10 @@ import {
 } from "./limits.ts";
 import { AuditLog, type AuditSink, openAuditSink } from "./log/audit.ts";
 import { log } from "./log/diagnostic.ts";
-import { ServerCounters } from "./ops/counters.ts";
+import { ServerCounters } from "./counters.ts";
 import { startOpsServer } from "./ops/server.ts";
-import { SESSION_ERRORS, SHUTTING_DOWN_ERROR } from "./protocol/codes.ts";
-import type { FrameBudget } from "./protocol/frame_reader.ts";
+import { SESSION_ERRORS, SHUTTING_DOWN_ERROR } from "./service/wire_errors.ts";
+import type { FrameBudget } from "./wire/frame_reader.ts";
 import { listenTcp, type ProtocolListener } from "./protocol/listener.ts";
 import { Session, type SessionHost } from "./protocol/session.ts";
 import {

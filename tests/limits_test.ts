@@ -9,8 +9,8 @@ import { TIMER_DELAY_MS_MAX } from "../src/clock.ts";
 import { CONFIG_FLAGS, DEFAULT_CONFIG, validateConfig } from "../src/config.ts";
 import { clockTokenFloor } from "../src/core/tokens.ts";
 import * as limits from "../src/limits.ts";
-import { encodeFrame, FRAME_HEADER_BYTES } from "../src/protocol/frame.ts";
-import { type Message, PROTOCOL_VERSION } from "../src/protocol/messages.ts";
+import { encodeFrame, FRAME_HEADER_BYTES } from "../src/wire/frame.ts";
+import { type Message, PROTOCOL_VERSION } from "../src/wire/messages.ts";
 import { VERSION } from "../src/version.ts";
 
 const NAME = "n".repeat(limits.LOCK_NAME_BYTES_MAX);

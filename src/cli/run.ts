@@ -3,7 +3,7 @@ import { KILL_GRACE_MS_DEFAULT, RUN_PROGRESS_INTERVAL_MS } from "../limits.ts";
 import { type Client, connect, type Lock } from "../client/client.ts";
 import { composeClientName } from "../client/client_name.ts";
 import { LockdError, LockLostError } from "../client/errors.ts";
-import { WIRE_CODES } from "../protocol/codes.ts";
+import { WIRE_CODES } from "../wire/codes.ts";
 import { loadClientTls } from "../security/tls.ts";
 import { type ProcessGroup, spawnInGroup } from "./process_group.ts";
 import { FlagError, type FlagSpec, formatFlagHelp, parseFlags } from "./flags.ts";

@@ -9,8 +9,8 @@
 
 import { type Scheduler, systemScheduler, type Timer } from "../clock.ts";
 import { CLUSTER_CLIENT_SILENCE_MS, CONNECT_TIMEOUT_MS_DEFAULT } from "../limits.ts";
-import { WIRE_CODES } from "../protocol/codes.ts";
-import { type ErrorMessage, type ServerMessage, WAIT_FOREVER } from "../protocol/messages.ts";
+import { WIRE_CODES } from "../wire/codes.ts";
+import { type ErrorMessage, type ServerMessage, WAIT_FOREVER } from "../wire/messages.ts";
 import { parseHostPort } from "../host_port.ts";
 import { VERSION } from "../version.ts";
 import { boundClientName, defaultClientName } from "./client_name.ts";

@@ -11,7 +11,7 @@
 
 import os from "node:os";
 import { CLIENT_NAME_BYTES_MAX } from "../limits.ts";
-import { cutUtf8 } from "../protocol/frame.ts";
+import { cutUtf8 } from "../wire/frame.ts";
 
 /**
  * `<program>@<host>:<pid>`, cut to fit CLIENT_NAME_BYTES_MAX (the host is what gets cut).

@@ -8,16 +8,16 @@
 
 import type { Scheduler } from "../clock.ts";
 import { parseHostPort } from "../host_port.ts";
-import { ProtocolError, WIRE_CODES, wireCodeInfo } from "../protocol/codes.ts";
-import { FrameWriter } from "../protocol/frame.ts";
-import { FrameReader } from "../protocol/frame_reader.ts";
+import { ProtocolError, WIRE_CODES, wireCodeInfo } from "../wire/codes.ts";
+import { FrameWriter } from "../wire/frame.ts";
+import { FrameReader } from "../wire/frame_reader.ts";
 import {
   type ClientMessage,
   type ErrorMessage,
   PROTOCOL_VERSION,
   type ServerMessage,
   type Welcome,
-} from "../protocol/messages.ts";
+} from "../wire/messages.ts";
 import { IO_TIMEOUT_MS_MAX, IO_TIMEOUT_MS_MIN, LEASE_MS_MAX_MAX, LEASE_MS_MIN } from "../limits.ts";
 import { ConnectionError, LockdError, ServerProtocolError } from "./errors.ts";
 import type { ClientSocket, ClientTlsOptions, Dial } from "./transport.ts";

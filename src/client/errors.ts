@@ -1,4 +1,4 @@
-import { wireCodeInfo } from "../protocol/codes.ts";
+import { wireCodeInfo } from "../wire/codes.ts";
 
 /** A request failed with a wire ERROR; `code` is the wire code (see docs/protocol.md). */
 export class LockdError extends Error {

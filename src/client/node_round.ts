@@ -7,7 +7,7 @@
  */
 
 import type { Scheduler, Timer } from "../clock.ts";
-import { WIRE_CODES } from "../protocol/codes.ts";
+import { WIRE_CODES } from "../wire/codes.ts";
 import { Connection } from "./connection.ts";
 import { ConnectionError, LockdError, ServerProtocolError } from "./errors.ts";
 import { nodeKey, redirectVerdict, refusedRedirectText } from "./redirect.ts";

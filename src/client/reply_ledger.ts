@@ -11,9 +11,9 @@
  */
 
 import { LEASE_MS_MIN, LOCK_NAME_BYTES_MAX, TOKEN_MAX } from "../limits.ts";
-import { formatWireCode, WIRE_CODES, wireCodeInfo } from "../protocol/codes.ts";
-import { cutUtf8 } from "../protocol/frame.ts";
-import type { ServerMessage, Welcome } from "../protocol/messages.ts";
+import { formatWireCode, WIRE_CODES, wireCodeInfo } from "../wire/codes.ts";
+import { cutUtf8 } from "../wire/frame.ts";
+import type { ServerMessage, Welcome } from "../wire/messages.ts";
 import { quoteUntrusted } from "./redirect.ts";
 
 /** A frame after WELCOME: a reply, or (request id 0) a server condition. */

@@ -37,7 +37,7 @@ import {
 } from "../limits.ts";
 import type { AuditLog } from "../log/audit.ts";
 import { log } from "../log/diagnostic.ts";
-import { notLeaderError, type WireError } from "../protocol/codes.ts";
+import { notLeaderError, type WireError } from "../service/wire_errors.ts";
 import type { LeadershipGate } from "../service/leadership_gate.ts";
 import type { LockService } from "../service/lock_service.ts";
 import { ClusterTokens } from "./cluster_tokens.ts";

@@ -13,8 +13,8 @@
  */
 
 import { parseHostPort } from "../host_port.ts";
-import { encodeFrame } from "../protocol/frame.ts";
-import { PROTOCOL_VERSION } from "../protocol/messages.ts";
+import { encodeFrame } from "../wire/frame.ts";
+import { PROTOCOL_VERSION } from "../wire/messages.ts";
 
 /** Probes `addr`; resolves true when the process behind it answered within `timeoutMs`. */
 export type LeaderProbe = (addr: string, timeoutMs: number) => Promise<boolean>;

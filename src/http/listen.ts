@@ -57,7 +57,7 @@ import type {
   HttpListenerName,
   HttpListenerStats,
   ServerCounters,
-} from "../ops/counters.ts";
+} from "../counters.ts";
 import { HttpBackend, type HttpHandler } from "./backend.ts";
 import {
   HTTP_CLOSE_DRAIN_MS,

@@ -11,7 +11,7 @@ import {
   type ServerCounters,
   TLS_HANDSHAKE_FAILURE_REASONS,
   TLS_SHED_REASONS,
-} from "./counters.ts";
+} from "../counters.ts";
 import type { MetricFamily } from "./prometheus.ts";
 
 const HTTP_LISTENERS = ["admin", "ops"] as const;

@@ -13,10 +13,10 @@
 import { END_REASONS, SINGLE_NODE_END_REASONS } from "../core/types.ts";
 import { AUDIT_LOSS_CAUSES } from "../log/audit.ts";
 import { diagnosticLinesDropped } from "../log/diagnostic.ts";
-import { CLUSTER_ONLY_WIRE_CODES, formatWireCode, WIRE_CODES } from "../protocol/codes.ts";
+import { CLUSTER_ONLY_WIRE_CODES, formatWireCode, WIRE_CODES } from "../wire/codes.ts";
 import type { ServerContext } from "../server.ts";
 import { clusterFamilies } from "./cluster_metrics.ts";
-import { LIMIT_NAMES } from "./counters.ts";
+import { LIMIT_NAMES } from "../counters.ts";
 import { listenerFamilies } from "./listener_metrics.ts";
 import type { MetricFamily } from "./prometheus.ts";
 import type { RuntimeSample } from "./runtime.ts";

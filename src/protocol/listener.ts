@@ -1,7 +1,7 @@
 import { formatHostPort, type HostPort } from "../host_port.ts";
 import { log } from "../log/diagnostic.ts";
 import { runAcceptLoop } from "../net/accept_loop.ts";
-import type { ServerCounters } from "../ops/counters.ts";
+import type { ServerCounters } from "../counters.ts";
 
 const logger = log("protocol");
 

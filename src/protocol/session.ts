@@ -12,20 +12,14 @@ import {
   WRITE_BUFFER_BYTES_MAX,
 } from "../limits.ts";
 import { debugEnabled, log } from "../log/diagnostic.ts";
-import type { ServerCounters } from "../ops/counters.ts";
+import type { ServerCounters } from "../counters.ts";
 import type { LockService } from "../service/lock_service.ts";
 import type { SessionPort } from "../service/session_registry.ts";
 import type { StallWatchdog, StallWatched } from "../service/stall_watchdog.ts";
-import {
-  errorFrame,
-  ProtocolError,
-  SESSION_ERRORS,
-  WIRE_CODES,
-  wireCodeInfo,
-  type WireError,
-} from "./codes.ts";
-import { cutUtf8, FrameWriter } from "./frame.ts";
-import { type FrameBudget, FrameReader } from "./frame_reader.ts";
+import { ProtocolError, WIRE_CODES, wireCodeInfo } from "../wire/codes.ts";
+import { errorFrame, SESSION_ERRORS, type WireError } from "../service/wire_errors.ts";
+import { cutUtf8, FrameWriter } from "../wire/frame.ts";
+import { type FrameBudget, FrameReader } from "../wire/frame_reader.ts";
 import {
   type Acquire,
   type ErrorMessage,
@@ -35,7 +29,7 @@ import {
   type Release,
   type ServerMessage,
   WAIT_FOREVER,
-} from "./messages.ts";
+} from "../wire/messages.ts";
 import type { Transport } from "./transport.ts";
 
 const logger = log("protocol");

@@ -32,7 +32,7 @@ import { type Scheduler, systemScheduler, type Timer } from "../clock.ts";
 import { formatHostPort, type HostPort } from "../host_port.ts";
 import { log } from "../log/diagnostic.ts";
 import { AcceptWatchdog } from "../net/accept_watchdog.ts";
-import type { ServerCounters } from "../ops/counters.ts";
+import type { ServerCounters } from "../counters.ts";
 
 const logger = log("tls");
 

@@ -1,4 +1,4 @@
-import type { WireError } from "../protocol/codes.ts";
+import type { WireError } from "./wire_errors.ts";
 
 /**
  * What the lock service asks of cluster mode (implemented by src/cluster/cluster_node.ts;

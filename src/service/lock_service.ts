@@ -36,7 +36,7 @@ import type {
 import { TOKEN_RETRY_MS_MAX, TOKEN_RETRY_MS_MIN } from "../limits.ts";
 import type { Actor, AuditLog, AuditRecord } from "../log/audit.ts";
 import { log } from "../log/diagnostic.ts";
-import type { ServerCounters } from "../ops/counters.ts";
+import type { ServerCounters } from "../counters.ts";
 import {
   aclDeniedError,
   cancelledError,
@@ -49,8 +49,8 @@ import {
   SHUTTING_DOWN_ERROR,
   waitTimeoutError,
   type WireError,
-} from "../protocol/codes.ts";
-import type { ServerMessage } from "../protocol/messages.ts";
+} from "./wire_errors.ts";
+import type { ServerMessage } from "../wire/messages.ts";
 import { type Acl, ALLOW_ALL } from "../security/acl.ts";
 import { DeadlineTimer } from "./deadline_timer.ts";
 import type { LeadershipGate } from "./leadership_gate.ts";

@@ -1,4 +1,4 @@
-import type { ErrorMessage, ServerMessage } from "../protocol/messages.ts";
+import type { ErrorMessage, ServerMessage } from "../wire/messages.ts";
 
 /**
  * What the service needs of a session to reply: frames leave in the order the service

@@ -5,7 +5,7 @@ import { EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT, RUN_FLAGS } from "../../src/cli/run.
 import { certPath, keyPath, serverTlsConfig } from "../fixtures/tls/certs.ts";
 import { ChaosProxy } from "../helpers/chaos_proxy.ts";
 import { HostileServer } from "../helpers/hostile_server.ts";
-import { WIRE_CODES } from "../../src/protocol/codes.ts";
+import { WIRE_CODES } from "../../src/wire/codes.ts";
 import { eventually, startTestServer, TEST_ACTOR } from "../helpers/start_server.ts";
 
 const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));

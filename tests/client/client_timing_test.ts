@@ -8,8 +8,8 @@ import { type Client, connectWith, type Lock } from "../../src/client/client.ts"
 import { ConnectionError, LockdError, LockLostError } from "../../src/client/errors.ts";
 import { leaseMarginMs, localDeadlineMs } from "../../src/client/timing.ts";
 import { ManualScheduler } from "../../src/clock.ts";
-import { WIRE_CODES } from "../../src/protocol/codes.ts";
-import type { Acquire, ClientMessage } from "../../src/protocol/messages.ts";
+import { WIRE_CODES } from "../../src/wire/codes.ts";
+import type { Acquire, ClientMessage } from "../../src/wire/messages.ts";
 import { FakeNetwork, type FakeServerConn, settle } from "./fake_network.ts";
 
 const ADDR = "127.0.0.1:7400";

@@ -5,9 +5,9 @@
  */
 
 import type { ClientSocket, Dial, DialTarget, SocketEvents } from "../../src/client/transport.ts";
-import { FrameWriter } from "../../src/protocol/frame.ts";
-import { FrameReader } from "../../src/protocol/frame_reader.ts";
-import type { ClientMessage, ServerMessage, Welcome } from "../../src/protocol/messages.ts";
+import { FrameWriter } from "../../src/wire/frame.ts";
+import { FrameReader } from "../../src/wire/frame_reader.ts";
+import type { ClientMessage, ServerMessage, Welcome } from "../../src/wire/messages.ts";
 
 /** What a new connection does with the client's HELLO. */
 export type HelloPolicy = "welcome" | "silent" | "close";

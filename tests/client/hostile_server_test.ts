@@ -13,8 +13,8 @@ import { connectWith } from "../../src/client/client.ts";
 import type { LockLostError } from "../../src/client/errors.ts";
 import { parseLeaderAddress, redirectVerdict } from "../../src/client/redirect.ts";
 import { ManualScheduler } from "../../src/clock.ts";
-import { WIRE_CODES } from "../../src/protocol/codes.ts";
-import type { Acquire, ServerMessage } from "../../src/protocol/messages.ts";
+import { WIRE_CODES } from "../../src/wire/codes.ts";
+import type { Acquire, ServerMessage } from "../../src/wire/messages.ts";
 import { certPem, clientTls, keyPem, serverTlsConfig } from "../fixtures/tls/certs.ts";
 import { GOOD_WELCOME, HostileServer } from "../helpers/hostile_server.ts";
 import {

@@ -13,7 +13,7 @@ import type { LockLostError } from "../../src/client/errors.ts";
 import { leaseMarginMs } from "../../src/client/timing.ts";
 import { type Dial, dialNodeSocket } from "../../src/client/transport.ts";
 import { type Scheduler, systemScheduler } from "../../src/clock.ts";
-import { FrameReader } from "../../src/protocol/frame_reader.ts";
+import { FrameReader } from "../../src/wire/frame_reader.ts";
 import { ChaosProxy } from "../helpers/chaos_proxy.ts";
 import { eventually, startTestServer } from "../helpers/start_server.ts";
 

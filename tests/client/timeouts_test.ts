@@ -6,9 +6,9 @@
 import assert from "node:assert/strict";
 import { connect, ConnectionError, LockdError } from "../../mod.ts";
 import { formatHostPort } from "../../src/host_port.ts";
-import { FrameWriter } from "../../src/protocol/frame.ts";
-import { FrameReader } from "../../src/protocol/frame_reader.ts";
-import type { ClientMessage, ServerMessage } from "../../src/protocol/messages.ts";
+import { FrameWriter } from "../../src/wire/frame.ts";
+import { FrameReader } from "../../src/wire/frame_reader.ts";
+import type { ClientMessage, ServerMessage } from "../../src/wire/messages.ts";
 
 /** A TCP server on port 0 that answers what `reply` says (nothing, by default). */
 class ScriptedServer implements AsyncDisposable {

@@ -6,8 +6,8 @@
 
 import assert from "node:assert/strict";
 import { EtcdCluster } from "../../bench/etcd_proc.ts";
-import { WIRE_CODES } from "../../src/protocol/codes.ts";
-import { PROTOCOL_VERSION } from "../../src/protocol/messages.ts";
+import { WIRE_CODES } from "../../src/wire/codes.ts";
+import { PROTOCOL_VERSION } from "../../src/wire/messages.ts";
 import { http } from "../admin/admin_helpers.ts";
 import { assertOneElectionRecordPerTerm, startClusterServers } from "../helpers/cluster.ts";
 import { etcdClient, skipWithoutEtcd, waitFor } from "../helpers/etcd.ts";

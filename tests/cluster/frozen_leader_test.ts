@@ -14,8 +14,8 @@
 import assert from "node:assert/strict";
 import { ManualClock, ManualScheduler } from "../../src/clock.ts";
 import { HELD_REQUESTS_PER_SESSION_MAX } from "../../src/limits.ts";
-import { WIRE_CODES } from "../../src/protocol/codes.ts";
-import { type Message, WAIT_FOREVER } from "../../src/protocol/messages.ts";
+import { WIRE_CODES } from "../../src/wire/codes.ts";
+import { type Message, WAIT_FOREVER } from "../../src/wire/messages.ts";
 import { FakeEtcd, settle } from "../helpers/fake_etcd.ts";
 import { FAKE_TTL_MS, runFor, startFakeClusterServer } from "../helpers/fake_cluster.ts";
 import { RawClient } from "../helpers/raw_client.ts";

@@ -12,12 +12,8 @@ import assert from "node:assert/strict";
 import type { ServerConfig } from "../../src/config.ts";
 import type { LockEngineView } from "../../src/core/engine.ts";
 import type { LockService } from "../../src/service/lock_service.ts";
-import { WIRE_CODES, type WireCodeName } from "../../src/protocol/codes.ts";
-import {
-  type ClientMessage,
-  type ServerMessage,
-  WAIT_FOREVER,
-} from "../../src/protocol/messages.ts";
+import { WIRE_CODES, type WireCodeName } from "../../src/wire/codes.ts";
+import { type ClientMessage, type ServerMessage, WAIT_FOREVER } from "../../src/wire/messages.ts";
 import { eventually, TEST_ACTOR } from "../helpers/start_server.ts";
 
 /** One session of the server under test, after HELLO/WELCOME. */

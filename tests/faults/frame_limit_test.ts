@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { ManualScheduler } from "../../src/clock.ts";
 import { ConfigError } from "../../src/config.ts";
 import { FRAME_BYTES_MAX_MIN, LOCK_NAME_BYTES_MAX } from "../../src/limits.ts";
-import { WIRE_CODES } from "../../src/protocol/codes.ts";
+import { WIRE_CODES } from "../../src/wire/codes.ts";
 import { DeadlineTimer } from "../../src/service/deadline_timer.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 import { startTestServer } from "../helpers/start_server.ts";

@@ -16,7 +16,7 @@ import {
   PARTIAL_FRAME_STALL_MS,
   READ_BUFFER_BYTES_MIN,
 } from "../../src/limits.ts";
-import { WIRE_CODES } from "../../src/protocol/codes.ts";
+import { WIRE_CODES } from "../../src/wire/codes.ts";
 import type { Session } from "../../src/protocol/session.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 import { eventually, startTestServer, type TestServer } from "../helpers/start_server.ts";

@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { FrameWriter } from "../../src/protocol/frame.ts";
+import { FrameWriter } from "../../src/wire/frame.ts";
 import { BenchConn } from "../../bench/bench_client.ts";
 import { eventually, startTestServer } from "../helpers/start_server.ts";
 

@@ -11,8 +11,8 @@
 
 import assert from "node:assert/strict";
 import { connect } from "../../mod.ts";
-import { FrameWriter } from "../../src/protocol/frame.ts";
-import type { ClientMessage } from "../../src/protocol/messages.ts";
+import { FrameWriter } from "../../src/wire/frame.ts";
+import type { ClientMessage } from "../../src/wire/messages.ts";
 import { eventually, startTestServer } from "../helpers/start_server.ts";
 
 const CONNECTIONS = 300;

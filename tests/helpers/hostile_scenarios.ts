@@ -1,6 +1,6 @@
 /**
  * Hostile servers shared by the TypeScript and the Python client tests: the same crafted frames,
- * encoded by the real codec (src/protocol/frame.ts), against both clients. The TypeScript tests
+ * encoded by the real codec (src/wire/frame.ts), against both clients. The TypeScript tests
  * import the tables; the Python tests run this file, which serves every scenario on its own
  * 127.0.0.1 port 0 and prints one JSON line (`addrs`: scenario → `127.0.0.1:port`, and the
  * tables: `misfits`, `welcomes`, `leaders`), then serves until its standard input closes
@@ -9,8 +9,8 @@
  *     deno run --allow-net tests/helpers/hostile_scenarios.ts
  */
 
-import { WIRE_CODES } from "../../src/protocol/codes.ts";
-import type { Acquire, ServerMessage, Welcome } from "../../src/protocol/messages.ts";
+import { WIRE_CODES } from "../../src/wire/codes.ts";
+import type { Acquire, ServerMessage, Welcome } from "../../src/wire/messages.ts";
 import { GOOD_WELCOME, type HostileScript, HostileServer } from "./hostile_server.ts";
 
 export const TOKEN = 1_795_426_718_504_001;

@@ -1,13 +1,13 @@
 /**
  * A tiny scripted lockd peer on 127.0.0.1 port 0 (TCP, or TLS with the test certificates) that
- * sends whatever frames a test crafts, with the real codec (src/protocol/frame.ts): a server
+ * sends whatever frames a test crafts, with the real codec (src/wire/frame.ts): a server
  * that lies, to check that the clients treat every frame as untrusted input.
  */
 
 import { formatHostPort } from "../../src/host_port.ts";
-import { FrameWriter } from "../../src/protocol/frame.ts";
-import { FrameReader } from "../../src/protocol/frame_reader.ts";
-import type { ClientMessage, Message, Welcome } from "../../src/protocol/messages.ts";
+import { FrameWriter } from "../../src/wire/frame.ts";
+import { FrameReader } from "../../src/wire/frame_reader.ts";
+import type { ClientMessage, Message, Welcome } from "../../src/wire/messages.ts";
 
 /** A WELCOME as a default lockd server sends it. */
 export const GOOD_WELCOME: Welcome = {

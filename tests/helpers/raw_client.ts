@@ -1,7 +1,7 @@
 import { parseHostPort } from "../../src/host_port.ts";
-import { FrameWriter } from "../../src/protocol/frame.ts";
-import { FrameReader } from "../../src/protocol/frame_reader.ts";
-import { type ClientMessage, type Message, PROTOCOL_VERSION } from "../../src/protocol/messages.ts";
+import { FrameWriter } from "../../src/wire/frame.ts";
+import { FrameReader } from "../../src/wire/frame_reader.ts";
+import { type ClientMessage, type Message, PROTOCOL_VERSION } from "../../src/wire/messages.ts";
 
 /** A bare protocol peer for tests: sends exact frames or bytes, reads messages one by one. */
 export class RawClient implements AsyncDisposable {

@@ -15,7 +15,7 @@ import {
   listenHttp,
 } from "../../src/http/listen.ts";
 import { HTTP_PROBE_CONNECTIONS_RESERVED } from "../../src/limits.ts";
-import { ServerCounters } from "../../src/ops/counters.ts";
+import { ServerCounters } from "../../src/counters.ts";
 import { eventually } from "../helpers/start_server.ts";
 import { RawHttp } from "../helpers/raw_http.ts";
 

@@ -7,9 +7,9 @@ import {
   LIMIT_NAMES,
   TLS_HANDSHAKE_FAILURE_REASONS,
   TLS_SHED_REASONS,
-} from "../../src/ops/counters.ts";
+} from "../../src/counters.ts";
 import { PROMETHEUS_CONTENT_TYPE } from "../../src/ops/prometheus.ts";
-import { CLUSTER_ONLY_WIRE_CODES, WIRE_CODES } from "../../src/protocol/codes.ts";
+import { CLUSTER_ONLY_WIRE_CODES, WIRE_CODES } from "../../src/wire/codes.ts";
 import { http, problemText, queue } from "../admin/admin_helpers.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 import { eventually, startTestServer, type TestServer } from "../helpers/start_server.ts";

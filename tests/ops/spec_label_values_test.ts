@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { ManualScheduler } from "../../src/clock.ts";
-import { CLUSTER_ONLY_WIRE_CODES, formatWireCode, WIRE_CODES } from "../../src/protocol/codes.ts";
+import { CLUSTER_ONLY_WIRE_CODES, formatWireCode, WIRE_CODES } from "../../src/wire/codes.ts";
 import { http } from "../admin/admin_helpers.ts";
 import { FakeEtcd } from "../helpers/fake_etcd.ts";
 import { startFakeClusterServer } from "../helpers/fake_cluster.ts";

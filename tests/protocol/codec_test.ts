@@ -1,14 +1,14 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { ProtocolError, WIRE_CODES } from "../../src/protocol/codes.ts";
-import { cutUtf8, encodeFrame, FrameWriter } from "../../src/protocol/frame.ts";
-import { decodeFrameBody, FrameReader } from "../../src/protocol/frame_reader.ts";
+import { ProtocolError, WIRE_CODES } from "../../src/wire/codes.ts";
+import { cutUtf8, encodeFrame, FrameWriter } from "../../src/wire/frame.ts";
+import { decodeFrameBody, FrameReader } from "../../src/wire/frame_reader.ts";
 import {
   type Message,
   MessageType,
   PROTOCOL_VERSION,
   WAIT_FOREVER,
-} from "../../src/protocol/messages.ts";
+} from "../../src/wire/messages.ts";
 import {
   CLIENT_NAME_BYTES_MAX,
   ERROR_MESSAGE_BYTES_MAX,

@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { ManualScheduler } from "../../src/clock.ts";
 import { AUDIT_RETRY_MS } from "../../src/limits.ts";
-import { WIRE_CODES } from "../../src/protocol/codes.ts";
-import type { Message } from "../../src/protocol/messages.ts";
+import { WIRE_CODES } from "../../src/wire/codes.ts";
+import type { Message } from "../../src/wire/messages.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 import { eventually, startTestServer } from "../helpers/start_server.ts";
 

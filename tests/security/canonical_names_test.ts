@@ -8,8 +8,8 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { lockNameProblem } from "../../src/core/lock_name.ts";
-import { WIRE_CODES } from "../../src/protocol/codes.ts";
-import { WAIT_FOREVER } from "../../src/protocol/messages.ts";
+import { WIRE_CODES } from "../../src/wire/codes.ts";
+import { WAIT_FOREVER } from "../../src/wire/messages.ts";
 import { AclParseError, parseAcl } from "../../src/security/acl.ts";
 import { compileGlob, GlobError } from "../../src/security/glob.ts";
 import { RawClient } from "../helpers/raw_client.ts";

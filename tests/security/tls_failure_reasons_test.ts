@@ -11,7 +11,7 @@ import { parseHostPort } from "../../src/host_port.ts";
 import {
   TLS_HANDSHAKE_FAILURE_REASONS,
   type TlsHandshakeFailureReason,
-} from "../../src/ops/counters.ts";
+} from "../../src/counters.ts";
 import {
   type CertName,
   certPem,

@@ -141,7 +141,7 @@ class HostileServers:
     """``with HostileServers() as hostile:`` — servers that lie, shared with the TypeScript tests.
 
     One deno process runs tests/helpers/hostile_scenarios.ts: every scenario on its own
-    127.0.0.1 port 0, frames encoded by the real codec (src/protocol/frame.ts). ``addrs`` maps a
+    127.0.0.1 port 0, frames encoded by the real codec (src/wire/frame.ts). ``addrs`` maps a
     scenario to its address; ``misfits``, ``welcomes`` and ``leaders`` are the tables it serves.
     The process stops when its standard input closes (killed by PID if it does not).
     """
