@@ -21,15 +21,14 @@ import { errorFrame, SESSION_ERRORS, type WireError } from "../service/wire_erro
 import { cutUtf8, FrameWriter } from "../wire/frame.ts";
 import { type FrameBudget, FrameReader } from "../wire/frame_reader.ts";
 import {
-  type Acquire,
+  type ClientRequest,
   type ErrorMessage,
-  type Heartbeat,
   type Message,
   PROTOCOL_VERSION,
-  type Release,
   type ServerMessage,
   WAIT_FOREVER,
 } from "../wire/messages.ts";
+import { ReplyOrder } from "./reply_order.ts";
 import type { Transport } from "./transport.ts";
 
 const logger = log("protocol");
@@ -64,12 +63,6 @@ export interface SessionHost {
  */
 export type SessionState = "handshake" | "open" | "closing" | "closed";
 
-/** A place in the reply order (see `hold`). */
-interface Outgoing {
-  message: ServerMessage | null;
-  ready: boolean;
-}
-
 /** Rough bytes of a frame held back in the reply order, to bound what a session may queue. */
 function heldBytes(message: ServerMessage | null): number {
   if (message === null) return 16;
@@ -95,10 +88,8 @@ export class Session implements SessionPort, StallWatched {
   #writing = false;
   #flushScheduled = false;
   #handshakeTimer: Timer | undefined;
-  /** Frames decided after a held place, in order; `#outHead` is the first not yet written. */
-  #out: Outgoing[] = [];
-  #outHead = 0;
-  #outBytes = 0;
+  /** Frames in decision order: one decided after a held place waits there (see `hold`). */
+  readonly #replies: ReplyOrder<ServerMessage>;
   /** Why the session ends, for the debug line when it closes: a close cause or the final ERROR. */
   #closeReason = "";
   /** A HELLO waits for its answer (cluster mode): later frames wait in the reader. */
@@ -123,6 +114,20 @@ export class Session implements SessionPort, StallWatched {
       initialBytes: SESSION_WRITER_BYTES_MIN,
       maxFrameBytes: host.frameBytesMax,
       retainedBytesMax: SESSION_WRITER_RETAINED_BYTES_MAX,
+    });
+    this.#replies = new ReplyOrder<ServerMessage>({
+      deliver: (message) => this.#write(message),
+      drained: () => this.#finishWhenFlushed(),
+      weigh: heldBytes,
+      bytesMax: WRITE_BUFFER_BYTES_MAX,
+      overflowed: (bytes) => {
+        // Replies wait for their audit records and the client keeps asking: memory stays bounded.
+        logger.warn("slow reader disconnected", {
+          remote_addr: this.transport.remoteAddr,
+          held_bytes: bytes,
+        });
+        queueMicrotask(() => this.closeForStall());
+      },
     });
   }
 
@@ -215,21 +220,13 @@ export class Session implements SessionPort, StallWatched {
   /** Queues a frame after every frame decided before it; one write per turn carries them. */
   send(message: ServerMessage): void {
     if (this.#state === "closed") return;
-    if (this.#outHead === this.#out.length) this.#write(message);
-    else this.#queue({ message, ready: true });
+    this.#replies.send(message);
   }
 
   /** Reserves the next place in the reply order; every later frame waits until it is filled. */
   hold(): (message: ServerMessage | null) => void {
     if (this.#state === "closed") return () => {};
-    const place: Outgoing = { message: null, ready: false };
-    this.#queue(place);
-    return (message) => {
-      if (place.ready) return;
-      place.ready = true;
-      place.message = message;
-      this.#drain();
-    };
+    return this.#replies.hold();
   }
 
   /**
@@ -253,37 +250,6 @@ export class Session implements SessionPort, StallWatched {
       this.#host.service.closeSession(this.#peer.sessionId, "io_timeout");
     }
     this.#finish();
-  }
-
-  #queue(entry: Outgoing): void {
-    this.#out.push(entry);
-    this.#outBytes += heldBytes(entry.message);
-    if (this.#outBytes > WRITE_BUFFER_BYTES_MAX) {
-      // Replies wait for their audit records and the client keeps asking: memory stays bounded.
-      logger.warn("slow reader disconnected", {
-        remote_addr: this.transport.remoteAddr,
-        held_bytes: this.#outBytes,
-      });
-      this.#out = [];
-      this.#outHead = 0;
-      this.#outBytes = 0;
-      queueMicrotask(() => this.closeForStall());
-    }
-  }
-
-  /** Writes the ready prefix of the held frames. */
-  #drain(): void {
-    while (this.#outHead < this.#out.length && this.#out[this.#outHead].ready) {
-      const entry = this.#out[this.#outHead++];
-      this.#outBytes -= heldBytes(entry.message);
-      if (entry.message !== null) this.#write(entry.message);
-    }
-    if (this.#outHead === this.#out.length) {
-      this.#out = [];
-      this.#outHead = 0;
-      this.#outBytes = 0;
-      this.#finishWhenFlushed();
-    }
   }
 
   /**
@@ -417,29 +383,52 @@ export class Session implements SessionPort, StallWatched {
     return true;
   }
 
+  /** One frame of the peer, by its type (every type has its case: the compiler checks). */
   #handle(message: Message): void {
     if (debugEnabled()) this.#debugFrame("frame received", message);
-    if (this.#state === "handshake") {
-      if (message.type !== "hello") {
-        this.#protocolViolation(`Expected HELLO first, got ${message.type.toUpperCase()}`);
+    switch (message.type) {
+      case "hello":
+        if (this.#state === "handshake") this.#hello(message.version, message.clientName);
+        else this.#unexpected(message); // a second HELLO: a broken client
         return;
-      }
-      this.#hello(message.version, message.clientName);
-      return;
+      case "acquire":
+      case "release":
+      case "heartbeat":
+        if (this.#state === "handshake") this.#unexpected(message);
+        else this.#request(message);
+        return;
+      case "welcome":
+      case "queued":
+      case "acquired":
+      case "released":
+      case "heartbeat_ack":
+      case "error":
+        // A server-to-client type (whatever its request id): a broken client.
+        this.#unexpected(message);
+        return;
+      default:
+        return unreachable(message);
     }
-    if (message.type !== "acquire" && message.type !== "release" && message.type !== "heartbeat") {
-      // A server-to-client type (whatever its request id) or a second HELLO: a broken client.
-      this.#protocolViolation(`Unexpected ${message.type.toUpperCase()} from a client`);
-      return;
-    }
-    const peer = this.#peer!;
-    const service = this.#host.service;
+  }
+
+  /** A frame that has no place here: before HELLO anything but HELLO, after it HELLO or a reply. */
+  #unexpected(message: Message): void {
+    const type = message.type.toUpperCase();
+    this.#protocolViolation(
+      this.#state === "handshake"
+        ? `Expected HELLO first, got ${type}`
+        : `Unexpected ${type} from a client`,
+    );
+  }
+
+  /** A request of the open session: one service command. */
+  #request(message: ClientRequest): void {
     if (message.requestId === 0) {
       const name = "name" in message ? message.name : "";
       this.send(errorFrame(0, name, SESSION_ERRORS.requestIdZero()));
       return;
     }
-    applyRequest(service, peer, message);
+    applyRequest(this.#host.service, this.#peer!, message);
   }
 
   #hello(version: number, clientName: string): void {
@@ -587,8 +576,7 @@ export class Session implements SessionPort, StallWatched {
   /** A closing session closes once nothing is held and everything decided is written. */
   #finishWhenFlushed(): void {
     if (
-      this.#state === "closing" && this.#outHead === this.#out.length && !this.#writing &&
-      !this.#flushScheduled
+      this.#state === "closing" && this.#replies.idle && !this.#writing && !this.#flushScheduled
     ) {
       this.#finish();
     }
@@ -601,9 +589,7 @@ export class Session implements SessionPort, StallWatched {
     this.#reader.release();
     this.#stallTimer?.cancel();
     this.#stallTimer = undefined;
-    this.#out = [];
-    this.#outHead = 0;
-    this.#outBytes = 0;
+    this.#replies.clear();
     this.#host.watchdog.writeEnded(this);
     this.#host.closed(this);
     this.transport.close();
@@ -635,11 +621,7 @@ export class Session implements SessionPort, StallWatched {
 }
 
 /** A request of a session that has said HELLO, as the service command it stands for. */
-export function applyRequest(
-  service: LockService,
-  peer: Peer,
-  message: Acquire | Release | Heartbeat,
-): void {
+export function applyRequest(service: LockService, peer: Peer, message: ClientRequest): void {
   switch (message.type) {
     case "acquire":
       service.acquire(
@@ -656,5 +638,12 @@ export function applyRequest(
     case "heartbeat":
       service.heartbeat(peer, message.requestId);
       return;
+    default:
+      return unreachable(message);
   }
+}
+
+/** The `never` check of an exhaustive switch: a new message type fails to compile until handled. */
+function unreachable(message: never): never {
+  throw new Error(`unhandled message type ${(message as { type: string }).type}`);
 }

@@ -95,7 +95,9 @@ export interface ErrorMessage {
   message: string;
 }
 
-export type ClientMessage = Hello | Acquire | Release | Heartbeat;
+/** A client's frame after HELLO: each is one command of its session. */
+export type ClientRequest = Acquire | Release | Heartbeat;
+export type ClientMessage = Hello | ClientRequest;
 export type ServerMessage =
   | Welcome
   | Queued

@@ -12,6 +12,7 @@ import { AuditLog } from "../../src/log/audit.ts";
 import { ServerCounters } from "../../src/counters.ts";
 import { errorFrame } from "../../src/service/wire_errors.ts";
 import type { ClientMessage, ServerMessage } from "../../src/wire/messages.ts";
+import { ReplyOrder } from "../../src/protocol/reply_order.ts";
 import { applyRequest } from "../../src/protocol/session.ts";
 import { LockService } from "../../src/service/lock_service.ts";
 import type { SessionPort } from "../../src/service/session_registry.ts";
@@ -27,32 +28,37 @@ const FRAME_WAIT_MS = 5_000;
 
 // ---- the service, without sockets ---------------------------------------------
 
-/** What the service sends to one session, kept in the order it decided (holds included). */
+/** Stands in the reply order for the end of the session (delivered as null). */
+const CLOSED = Symbol("closed");
+
+/**
+ * What the service sends to one session, kept in the order it decided (holds included) by the
+ * server's own reply order.
+ */
 class ServicePort implements SessionPort {
   readonly #delivered: (ServerMessage | null)[] = [];
-  readonly #held: { message: ServerMessage | null; ready: boolean; close: boolean }[] = [];
+  readonly #order = new ReplyOrder<ServerMessage | typeof CLOSED>({
+    deliver: (frame) => {
+      this.#delivered.push(frame === CLOSED ? null : frame);
+      this.#wake?.();
+    },
+  });
   #wake: (() => void) | null = null;
   closed = false;
 
   send(message: ServerMessage): void {
-    this.#queue(message, false);
+    this.#order.send(message);
   }
 
   hold(): (message: ServerMessage | null) => void {
-    const place = { message: null as ServerMessage | null, ready: false, close: false };
-    this.#held.push(place);
-    return (message) => {
-      place.message = message;
-      place.ready = true;
-      this.#drain();
-    };
+    return this.#order.hold();
   }
 
   terminate(finalError: ServerMessage | null): void {
     if (this.closed) return;
     this.closed = true;
-    if (finalError !== null) this.#queue(finalError, false);
-    this.#queue(null, true);
+    if (finalError !== null) this.#order.send(finalError);
+    this.#order.send(CLOSED);
   }
 
   /** The next frame delivered (null: the session was closed); fails after FRAME_WAIT_MS. */
@@ -70,19 +76,6 @@ class ServicePort implements SessionPort {
       this.#wake = null;
     }
     return this.#delivered.shift()!;
-  }
-
-  #queue(message: ServerMessage | null, close: boolean): void {
-    this.#held.push({ message, ready: true, close });
-    this.#drain();
-  }
-
-  #drain(): void {
-    while (this.#held.length > 0 && this.#held[0].ready) {
-      const entry = this.#held.shift()!;
-      if (entry.message !== null || entry.close) this.#delivered.push(entry.message);
-    }
-    this.#wake?.();
   }
 }
 

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { ManualScheduler } from "../../src/clock.ts";
 import { AUDIT_RETRY_MS } from "../../src/limits.ts";
+import { ReplyOrder } from "../../src/protocol/reply_order.ts";
 import { WIRE_CODES } from "../../src/wire/codes.ts";
 import type { Message } from "../../src/wire/messages.ts";
 import { RawClient } from "../helpers/raw_client.ts";
@@ -100,4 +101,81 @@ Deno.test("reply order: errors that need no record keep their place when nothing
     "error NOT_OWNER #2",
     "heartbeat_ack #3",
   ]);
+});
+
+// ---- the queue itself (src/protocol/reply_order.ts), without sockets ------------
+
+/** A reply order over strings that records what it delivers and when it drains. */
+function recorder(options: { bytesMax?: number } = {}) {
+  const got: string[] = [];
+  const overflows: number[] = [];
+  const order = new ReplyOrder<string>({
+    deliver: (frame) => got.push(frame),
+    drained: () => got.push("(drained)"),
+    weigh: (frame) => frame === null ? 1 : frame.length,
+    bytesMax: options.bytesMax,
+    overflowed: (bytes) => overflows.push(bytes),
+  });
+  return { order, got, overflows };
+}
+
+Deno.test("reply order queue: frames sent while nothing waits leave at once, in order", () => {
+  const { order, got } = recorder();
+  order.send("a");
+  order.send("b");
+  assert.deepEqual(got, ["a", "b"]);
+  assert.equal(order.idle, true);
+});
+
+Deno.test("reply order queue: a held place holds back every later frame until it is filled", () => {
+  const { order, got } = recorder();
+  order.send("a");
+  const first = order.hold();
+  order.send("b");
+  const second = order.hold();
+  order.send("c");
+  assert.deepEqual(got, ["a"]);
+  assert.equal(order.idle, false);
+  second("held 2"); // filled out of order: still behind the first place
+  assert.deepEqual(got, ["a"]);
+  first(null); // nothing to send there: only the wait mattered
+  assert.deepEqual(got, ["a", "b", "held 2", "c", "(drained)"]);
+  assert.equal(order.idle, true);
+});
+
+Deno.test("reply order queue: a place is filled once; a second fill sends nothing", () => {
+  const { order, got } = recorder();
+  const fill = order.hold();
+  fill("x");
+  fill("y");
+  assert.deepEqual(got, ["x", "(drained)"]);
+});
+
+Deno.test("reply order queue: past its byte bound everything waiting is dropped and reported", () => {
+  const { order, got, overflows } = recorder({ bytesMax: 10 });
+  const fill = order.hold(); // 1 byte
+  order.send("abcd"); // 5
+  order.send("efghij"); // 11: over
+  assert.deepEqual(overflows, [11]);
+  assert.equal(order.idle, true);
+  fill("late"); // its place was dropped: nothing waits, nothing is sent
+  assert.deepEqual(got, ["(drained)"]);
+  order.send("next");
+  assert.deepEqual(got, ["(drained)", "next"]);
+});
+
+Deno.test("reply order queue: a delivery that clears the order (the session closed) ends the drain", () => {
+  const got: string[] = [];
+  const order: ReplyOrder<string> = new ReplyOrder<string>({
+    deliver: (frame) => {
+      got.push(frame);
+      if (frame === "closes") order.clear();
+    },
+  });
+  const fill = order.hold();
+  order.send("closes");
+  order.send("never");
+  fill("first");
+  assert.deepEqual(got, ["first", "closes"]);
+  assert.equal(order.idle, true);
 });
