@@ -59,7 +59,7 @@ export class ConnectionRegistry {
   }
 
   /** Every live protocol connection (the set itself: it changes as connections come and go). */
-  get connections(): ReadonlySet<Session> {
+  get all(): ReadonlySet<Session> {
     return this.#open;
   }
 

@@ -146,7 +146,7 @@ function serverContext(parts: Parts, listenAddr: string, shutdown: Shutdown): Se
     startedAtWallMs: scheduler.wallMs(),
     startedAtMonoMs: scheduler.monotonicMs(),
     listenAddr,
-    connections: parts.connections.connections,
+    connections: parts.connections.all,
     get live() {
       return shutdown.live;
     },
