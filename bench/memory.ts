@@ -15,7 +15,7 @@
 import { LockEngine } from "../src/core/engine.ts";
 import { TokenIssuer } from "../src/core/tokens.ts";
 import type { Instant } from "../src/core/types.ts";
-import { startServer } from "../src/server.ts";
+import { startServer } from "../src/server/start.ts";
 
 const gc = (globalThis as { gc?: () => void }).gc;
 if (gc === undefined) {

@@ -14,14 +14,16 @@ import type { GrantBlock, LockView } from "../core/types.ts";
 import { jsonResponse, problemResponse, type ProblemSlug } from "../http/problem.ts";
 import type { RouteMatch } from "../http/router.ts";
 import { compileGlob, GlobError } from "../security/glob.ts";
-import type { ServerContext } from "../server.ts";
+import type { OperatorPort, ServerView } from "../server/view.ts";
 import type { EventHub } from "./events.ts";
 import type { StatsHistory } from "./history.ts";
 import { type ClusterInfoJson, idleLockJson, type InfoJson, lockJson } from "./views.ts";
 
 /** What every admin handler sees besides the request. */
 export interface AdminContext {
-  readonly server: ServerContext;
+  readonly server: ServerView;
+  /** The operator's actions (force-release, kick a waiter). */
+  readonly operator: OperatorPort;
   /** Bound address of the ops server, null when it is off. */
   readonly opsAddr: string | null;
   /** Who is calling (audit `actor`). */
@@ -63,7 +65,7 @@ function fail(outcome: Outcome, detail: string): Response {
 }
 
 /** Why a cluster node cannot act now, for the problem's detail. */
-export function notLeaderDetail(server: ServerContext): string {
+export function notLeaderDetail(server: ServerView): string {
   const cluster = server.cluster;
   if (cluster === null) return "This server is not in cluster mode";
   const leader = cluster.leader;
@@ -102,7 +104,7 @@ export async function getInfo(_request: Request, { context }: AdminMatch): Promi
 }
 
 /** The `cluster` object of /api/info; probes every etcd endpoint (at most 500 ms). */
-async function clusterInfo(server: ServerContext): Promise<ClusterInfoJson> {
+async function clusterInfo(server: ServerView): Promise<ClusterInfoJson> {
   const cluster = server.cluster!;
   const leadership = cluster.leadership;
   const health = await cluster.health();
@@ -255,8 +257,8 @@ export function forceRelease(_request: Request, { context, params, url }: AdminM
   if (name instanceof Response) return name;
   const expectedToken = tokenPrecondition(url.searchParams);
   if (expectedToken instanceof Response) return expectedToken;
-  const { engine, service } = context.server;
-  const result = service.forceRelease(name, context.actor, expectedToken);
+  const engine = context.server.engine;
+  const result = context.operator.forceRelease(name, context.actor, expectedToken);
   switch (result.status) {
     case "not_leader":
       return fail("not_leader", notLeaderDetail(context.server));
@@ -310,7 +312,7 @@ export function kickWaiter(_request: Request, { context, params }: AdminMatch): 
   if (name instanceof Response) return name;
   const remoteAddr = decodeSegment(params.remote_addr, "remote address");
   if (remoteAddr instanceof Response) return remoteAddr;
-  const result = context.server.service.kickWaiter(name, remoteAddr, context.actor);
+  const result = context.operator.kickWaiter(name, remoteAddr, context.actor);
   switch (result.status) {
     case "not_leader":
       return fail("not_leader", notLeaderDetail(context.server));

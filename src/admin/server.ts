@@ -8,7 +8,7 @@ import {
 } from "../http/listen.ts";
 import { problemResponse } from "../http/problem.ts";
 import { createRouter } from "../http/router.ts";
-import type { ServerContext } from "../server.ts";
+import type { OperatorPort, ServerView } from "../server/view.ts";
 import {
   ADMIN_EVENT_BUFFER_BYTES_MAX,
   ADMIN_EVENT_STREAMS_MAX,
@@ -27,7 +27,9 @@ import { ADMIN_ROUTES } from "./routes.ts";
 
 export interface AdminServerOptions {
   readonly at: HostPort;
-  readonly server: ServerContext;
+  readonly server: ServerView;
+  /** The operator's actions (force-release, kick a waiter). */
+  readonly operator: OperatorPort;
   /** Bound ops address for GET /api/info, null when the ops server is off. */
   readonly opsAddr: string | null;
   /** Required bearer token, null when `-admin-token-file` is not set. */
@@ -60,7 +62,7 @@ export interface AdminServerOptions {
  * other pages' fetches or frames.
  */
 export function startAdminServer(options: AdminServerOptions): HttpListener {
-  const { server, opsAddr, token, limits } = options;
+  const { server, operator, opsAddr, token, limits } = options;
   const { scheduler, engine } = server;
   const router = createRouter(ADMIN_ROUTES);
   const events = new EventHub({
@@ -127,6 +129,7 @@ export function startAdminServer(options: AdminServerOptions): HttpListener {
     if (elsewhere !== null) return elsewhere;
     return await router(request, {
       server,
+      operator,
       opsAddr,
       actor: { remote_addr: remoteAddr, auth: token === null ? "none" : "token" },
       history,
@@ -181,7 +184,7 @@ function withoutBody(response: Response): Response {
  * leader (503 not-leader) when no leader admin address is known, or it is a paused leader.
  * Null when the request is for this node.
  */
-function notHere(request: Request, server: ServerContext): Response | null {
+function notHere(request: Request, server: ServerView): Response | null {
   const cluster = server.cluster;
   if (cluster === null || cluster.serving) return null;
   const url = new URL(request.url);

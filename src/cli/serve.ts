@@ -7,7 +7,7 @@ import {
   type ServerConfig,
 } from "../config.ts";
 import { configureDiagnosticLog, log, writeDiagnosticText } from "../log/diagnostic.ts";
-import { startServer } from "../server.ts";
+import { startServer } from "../server/start.ts";
 import { FlagError, type FlagSpec, formatFlagHelp, parseFlags } from "./flags.ts";
 
 /** Every flag of `lockd serve`, from the one table in src/config.ts. */

@@ -6,12 +6,12 @@
  * @module
  */
 
-import type { ClusterNode } from "../cluster/cluster_node.ts";
 import { ETCD_OPS } from "../cluster/etcd_http.ts";
 import { CLUSTER_ROLES, STEP_DOWN_REASONS } from "../cluster/leadership.ts";
+import type { ClusterView } from "../server/view.ts";
 import type { MetricFamily } from "./prometheus.ts";
 
-export function clusterFamilies(cluster: ClusterNode, nowMs: number): MetricFamily[] {
+export function clusterFamilies(cluster: ClusterView, nowMs: number): MetricFamily[] {
   const stats = cluster.stats;
   const role = cluster.role;
   const safeUntilMs = cluster.leadership.safeUntilMs;

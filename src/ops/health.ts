@@ -15,7 +15,7 @@
  */
 
 import type { GrantBlock } from "../core/types.ts";
-import type { ServerContext } from "../server.ts";
+import type { ServerView } from "../server/view.ts";
 
 function text(status: number, body: string): Response {
   return new Response(body, {
@@ -24,7 +24,7 @@ function text(status: number, body: string): Response {
   });
 }
 
-export function healthz(server: ServerContext): Response {
+export function healthz(server: ServerView): Response {
   return server.live ? text(200, "ok") : text(503, "shutting down");
 }
 
@@ -36,7 +36,7 @@ const NOT_READY: Readonly<Record<GrantBlock, string>> = {
   not_leader: "not the leader",
 };
 
-export function readyz(server: ServerContext): Response {
+export function readyz(server: ServerView): Response {
   if (!server.live) return text(503, "shutting down");
   const block = server.engine.grantBlock;
   if (block !== null) return text(503, NOT_READY[block]);

@@ -14,7 +14,7 @@ import { END_REASONS, SINGLE_NODE_END_REASONS } from "../core/types.ts";
 import { AUDIT_LOSS_CAUSES } from "../log/audit.ts";
 import { diagnosticLinesDropped } from "../log/diagnostic.ts";
 import { CLUSTER_ONLY_WIRE_CODES, formatWireCode, WIRE_CODES } from "../wire/codes.ts";
-import type { ServerContext } from "../server.ts";
+import type { ServerView } from "../server/view.ts";
 import { clusterFamilies } from "./cluster_metrics.ts";
 import { LIMIT_NAMES } from "../counters.ts";
 import { listenerFamilies } from "./listener_metrics.ts";
@@ -23,7 +23,7 @@ import type { RuntimeSample } from "./runtime.ts";
 
 /** Everything a scrape reads. */
 export interface MetricsSource {
-  readonly server: ServerContext;
+  readonly server: ServerView;
   readonly runtime: RuntimeSample;
 }
 

@@ -6,14 +6,14 @@ import {
   type RequestHead,
 } from "../http/listen.ts";
 import { createRouter, route } from "../http/router.ts";
-import type { ServerContext } from "../server.ts";
+import type { ServerView } from "../server/view.ts";
 import { healthz, readyz } from "./health.ts";
 import { collectMetrics } from "./metrics.ts";
 import { encodePrometheus, PROMETHEUS_CONTENT_TYPE } from "./prometheus.ts";
 import { RuntimeProbe } from "./runtime.ts";
 
 interface OpsContext {
-  readonly server: ServerContext;
+  readonly server: ServerView;
   readonly probe: RuntimeProbe;
 }
 
@@ -39,7 +39,7 @@ function isProbe(head: RequestHead): boolean {
 /** Starts the ops server (`-ops-listen`) and its runtime probe; `close()` stops both. */
 export function startOpsServer(
   at: HostPort,
-  server: ServerContext,
+  server: ServerView,
   limits: HttpLimits,
 ): HttpListener {
   const probe = new RuntimeProbe();

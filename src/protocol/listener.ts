@@ -28,7 +28,7 @@ export function listenTcp(
   const listener = Deno.listen({ hostname: at.hostname, port: at.port, transport: "tcp" });
   const loop = runAcceptLoop(listener, (conn) => {
     counters.connectionsAccepted++;
-    counters.protocolConnectionsOpen++; // until the transport closes it (server.ts)
+    counters.protocolConnectionsOpen++; // until the transport closes it (server/protocol_start.ts)
     onConnection(conn);
   }, {
     onAcceptError(error, backoffMs) {

@@ -12,7 +12,7 @@ import { ManualScheduler } from "../../src/clock.ts";
 import { TokenIssuer } from "../../src/core/tokens.ts";
 import { TOKEN_RETRY_MS_MAX, TOKEN_RETRY_MS_MIN } from "../../src/limits.ts";
 import { WIRE_CODES } from "../../src/wire/codes.ts";
-import { startServer } from "../../src/server.ts";
+import { startServer } from "../../src/server/start.ts";
 import { http } from "../admin/admin_helpers.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 import { startTestServer } from "../helpers/start_server.ts";

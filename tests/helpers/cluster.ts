@@ -5,7 +5,7 @@
 
 import assert from "node:assert/strict";
 import type { ServerConfig } from "../../src/config.ts";
-import { startServer } from "../../src/server.ts";
+import { startServer } from "../../src/server/start.ts";
 import { MemorySink } from "./memory_sink.ts";
 import type { TestServer } from "./start_server.ts";
 import { waitFor } from "./etcd.ts";

@@ -1,5 +1,6 @@
 import type { ServerConfig } from "../../src/config.ts";
-import { type ServerDeps, type ServerHandle, startServer } from "../../src/server.ts";
+import type { ServerDeps } from "../../src/server/deps.ts";
+import { type ServerHandle, startServer } from "../../src/server/start.ts";
 import type { Actor } from "../../src/log/audit.ts";
 import { MemorySink } from "./memory_sink.ts";
 

@@ -10,7 +10,7 @@ import { BenchConn, type Reply } from "../../bench/bench_client.ts";
 import { connect } from "../../mod.ts";
 import { AUDIT_CLOSE_TIMEOUT_MS } from "../../src/limits.ts";
 import { repairTornAuditFile } from "../../src/log/audit.ts";
-import { startServer } from "../../src/server.ts";
+import { startServer } from "../../src/server/start.ts";
 import { eventually } from "../helpers/start_server.ts";
 import { captureDiagnosticLog } from "./capture.ts";
 

@@ -4,7 +4,7 @@
  * about at start-up.
  */
 import assert from "node:assert/strict";
-import { adminExposureWarning } from "../../src/server.ts";
+import { adminExposureWarning } from "../../src/server/http_start.ts";
 import { captureDiagnosticLog } from "../log/capture.ts";
 import { startTestServer } from "../helpers/start_server.ts";
 

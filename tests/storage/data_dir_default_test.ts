@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 import { connect } from "../../mod.ts";
 import { ManualScheduler } from "../../src/clock.ts";
 import { DATA_DIR_DEFAULT, DEFAULT_CONFIG } from "../../src/config.ts";
-import { startServer } from "../../src/server.ts";
+import { startServer } from "../../src/server/start.ts";
 import { TOKEN_FILE_NAME } from "../../src/storage/token_store.ts";
 import { MemorySink } from "../helpers/memory_sink.ts";
 import { captureDiagnosticLog } from "../log/capture.ts";
