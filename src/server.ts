@@ -2,7 +2,8 @@ import { readAdminToken } from "./admin/auth.ts";
 import { startAdminServer } from "./admin/server.ts";
 import { type Scheduler, systemScheduler } from "./clock.ts";
 import { isWildcard, type ServerConfig, validateConfig, withDefaults } from "./config.ts";
-import { LockEngine, type LockEngineView } from "./core/engine.ts";
+import { LockEngine } from "./core/engine.ts";
+import type { LockEngineView } from "./core/lock_queries.ts";
 import type { TokenSource } from "./core/tokens.ts";
 import { ClusterNode } from "./cluster/cluster_node.ts";
 import type { Etcd } from "./cluster/etcd.ts";
@@ -305,7 +306,7 @@ export async function startServer(
   const startedAtMonoMs = scheduler.monotonicMs();
   const context: ServerContext = {
     config,
-    engine,
+    engine: engine.view,
     service,
     counters,
     audit,
