@@ -15,7 +15,7 @@ import { checkInvariants } from "./invariants.ts";
 import { LockQueries } from "./lock_queries.ts";
 import { lockNameProblem } from "./lock_name.ts";
 import { type Claim, newClaim, newLock, type Session } from "./lock_state.ts";
-import { isHeld, LockTable } from "./lock_table.ts";
+import { LockTable } from "./lock_table.ts";
 import type { TokenSource } from "./tokens.ts";
 import type {
   AcquireOptions,
@@ -172,8 +172,9 @@ export class LockEngine {
     const mode = options.mode ?? "exclusive";
     const limit = options.limit ?? 0;
     const session = this.#requireSession(options.sessionId);
-    const problem = lockNameProblem(name) ?? limitProblem(name, limit) ??
-      this.#valueProblem("acquire", name, options.value);
+    const problem = lockNameProblem(name) ??
+      (limit === 0 || limit === 1 ? null : limitProblem(name, limit)) ??
+      (options.value == null ? null : this.#valueProblem("acquire", name, options.value));
     if (problem !== null) {
       return this.#reject(session, requestId, name, { reason: "invalid_argument", problem });
     }
@@ -205,7 +206,7 @@ export class LockEngine {
       return this.#reject(session, requestId, name, { reason: "invalid_argument", problem: kind });
     }
     const grantable = lock === undefined ||
-      (lock.queueLength === 0 && !isHeld(lock) && mayGrant(lock, mode));
+      (lock.queueLength === 0 && lock.holds === null && mayGrant(lock, mode));
     const events: EngineEvent[] = [];
     if (!grantable && waitMs === 0) {
       events.push({
@@ -233,18 +234,17 @@ export class LockEngine {
       this.#table.locks.set(name, lock);
     }
     this.#table.applyKind(lock, kind);
-    const claim = newClaim({
+    const claim = newClaim(
       session,
       lock,
       requestId,
-      leaseMs: this.#clampLease(options.leaseMs),
+      this.#clampLease(options.leaseMs),
       mode,
-      value: copyValue(options.value),
-      orderTerm: this.#orderTerm,
-      orderSeq: ++this.#orderSeq,
-      monoMs: now.monoMs,
-      wallMs: now.wallMs,
-    });
+      copyValue(options.value),
+      this.#orderTerm,
+      ++this.#orderSeq,
+      now,
+    );
     session.claims.set(name, claim);
     this.#table.enqueue(claim);
     if (grantable) {
@@ -260,7 +260,7 @@ export class LockEngine {
       }
       return events;
     }
-    if (waitMs !== null) this.#table.deadlines.update(claim.waitNode, now.monoMs + waitMs);
+    if (waitMs !== null) this.#table.deadlines.update(claim, now.monoMs + waitMs);
     events.push({
       type: "queued",
       peer: session.peer,
@@ -503,22 +503,15 @@ export class LockEngine {
           else this.#table.closeSession(now, node, "io_timeout", "", events);
           break;
         }
-        case "lease": {
-          const claim = node.claim;
-          if (claim.leaseExpiresAtMs > nowMs) {
-            this.#table.deadlines.update(node, claim.leaseExpiresAtMs);
-          } else this.#table.endOwnership(now, claim, "expired", 0, events);
-          break;
-        }
-        case "wait":
-          this.#table.endWait(now, node.claim, "timeout", 0, events);
+        case "claim":
+          if (node.state === "queued") this.#table.endWait(now, node, "timeout", 0, events);
+          else if (node.leaseExpiresAtMs > nowMs) {
+            // Renewed by a heartbeat since: re-keyed now that it came due.
+            this.#table.deadlines.update(node, node.leaseExpiresAtMs);
+          } else this.#table.endOwnership(now, node, "expired", 0, events);
           break;
         case "delay":
-          this.#table.deadlines.remove(node);
-          node.lock.delayedUntilMs = 0;
-          this.stats.lockDelaysActive--;
-          this.#table.grantHeads(now, node.lock, events);
-          this.#table.dropIfIdle(node.lock);
+          this.#table.endDelay(now, node.lock, events);
           break;
         case "reserve":
           this.#table.endReservation(now, node.lock, events);

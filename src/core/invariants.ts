@@ -31,8 +31,7 @@ export function checkInvariants(state: InvariantInput): void {
   for (const [name, lock] of state.locks) {
     assert(lock.name === name, "lock stored under its own name");
     assert(
-      lock.ownerCount > 0 || lock.queueLength > 0 || lock.delayedUntilMs !== 0 ||
-        lock.reservedUntilMs !== 0,
+      lock.ownerCount > 0 || lock.queueLength > 0 || lock.holds !== null,
       `idle lock "${name}" is stored`,
     );
     checkKind(lock);
@@ -42,7 +41,7 @@ export function checkInvariants(state: InvariantInput): void {
     waiting += checkQueue(state, lock);
     checkGrants(state, lock);
     checkHolds(lock);
-    if (lock.delayedUntilMs !== 0) delayed++;
+    if (lock.holds !== null && lock.holds.delayedUntilMs !== 0) delayed++;
   }
   assert(held === state.stats.locksHeld, "locks_held gauge is exact");
   assert(waiting === state.stats.waiters, "waiters gauge is exact");
@@ -93,8 +92,7 @@ function checkOwners(state: InvariantInput, lock: LockState): number {
     assert(previous === null || previous.token < owner.token, "owners are in token order");
     assert(owner.token > 0 && owner.token <= lock.tokenMax, "an owner's token is the lock's");
     assert(owner.token <= state.lastToken, "an owner's token was issued");
-    assert(owner.leaseNode.heapIndex !== -1, "an owner's lease is on the deadline heap");
-    assert(owner.waitNode.heapIndex === -1, "an owner has no wait deadline");
+    assert(owner.heapIndex !== -1, "an owner's lease is on the deadline heap");
     checkValue(state, owner);
     if (lock.kind === "semaphore") {
       assert(owner.mode === "exclusive", "a semaphore has no shared owner");
@@ -139,7 +137,6 @@ function checkQueue(state: InvariantInput, lock: LockState): number {
     assert(claim.lock === lock, "a waiter is queued under its own lock");
     assert(claim.prev === previous, "queue links are consistent");
     assert(claim.session.claims.get(lock.name) === claim, "a waiter is in its session");
-    assert(claim.leaseNode.heapIndex === -1, "a waiter has no lease deadline");
     assert(
       previous === null || previous.orderTerm < claim.orderTerm ||
         (previous.orderTerm === claim.orderTerm && previous.orderSeq < claim.orderSeq),
@@ -171,22 +168,27 @@ function checkQueue(state: InvariantInput, lock: LockState): number {
 function checkGrants(state: InvariantInput, lock: LockState): void {
   const head = lock.head;
   if (head === null || !mayGrant(lock, head.mode)) return;
-  const held = lock.delayedUntilMs !== 0 || lock.reservedUntilMs !== 0;
+  const held = lock.holds !== null;
   assert(held || state.grantsBlocked, `the head of "${lock.name}" waits for nothing`);
   if (!held) assert(state.pendingGrants.has(lock), "a blocked grant is remembered");
 }
 
 function checkHolds(lock: LockState): void {
+  const holds = lock.holds;
+  if (holds === null) return;
   assert(
-    (lock.delayedUntilMs !== 0) === (lock.delayNode !== null && lock.delayNode.heapIndex !== -1),
+    holds.delayedUntilMs !== 0 || holds.reservedUntilMs !== 0,
+    "a lock's holds are kept only while one holds",
+  );
+  assert(
+    (holds.delayedUntilMs !== 0) === (holds.delayNode.heapIndex !== -1),
     "a lock-delay has its deadline",
   );
   assert(
-    (lock.reservedUntilMs !== 0) ===
-      (lock.reserveNode !== null && lock.reserveNode.heapIndex !== -1),
+    (holds.reservedUntilMs !== 0) === (holds.reserveNode.heapIndex !== -1),
     "a reservation has its deadline",
   );
-  assert(lock.reservedUntilMs === 0 || lock.reservedClaims > 0, "a reservation awaits restores");
+  assert(holds.reservedUntilMs === 0 || holds.reservedClaims > 0, "a reservation awaits restores");
 }
 
 function checkValue(state: InvariantInput, claim: Claim): void {

@@ -252,8 +252,8 @@ function lockView(lock: LockState, waitersMax: number): LockView {
     waiters,
     queueLength: lock.queueLength,
     writeGeneration: lock.writeGeneration,
-    delayedUntilMs: lock.delayedUntilMs,
-    reservedUntilMs: lock.reservedUntilMs,
+    delayedUntilMs: lock.holds?.delayedUntilMs ?? 0,
+    reservedUntilMs: lock.holds?.reservedUntilMs ?? 0,
   };
 }
 

@@ -31,7 +31,13 @@ export interface Session extends DeadlineNode {
  */
 export type ClaimState = "queued" | "owned" | "gone";
 
-export interface Claim {
+/**
+ * A claim is its own deadline on the heap: while queued, its wait bound (absent when it waits
+ * forever); while owned, its lease (re-keyed lazily). It never needs both at once, so a claim
+ * is one allocation.
+ */
+export interface Claim extends DeadlineNode {
+  readonly kind: "claim";
   /** Changes only when `moveClaims` hands the claim to another session. */
   session: Session;
   readonly lock: LockState;
@@ -56,13 +62,6 @@ export interface Claim {
   sinceWallMs: number;
   leaseExpiresAtMs: number;
   value: Uint8Array | null;
-  readonly leaseNode: ClaimDeadline;
-  readonly waitNode: ClaimDeadline;
-}
-
-export interface ClaimDeadline extends DeadlineNode {
-  readonly kind: "lease" | "wait";
-  readonly claim: Claim;
 }
 
 /** A lock's own deadlines: the end of a lock-delay, the end of a reservation. */
@@ -71,7 +70,7 @@ export interface LockDeadline extends DeadlineNode {
   readonly lock: LockState;
 }
 
-export type Deadline = Session | ClaimDeadline | LockDeadline;
+export type Deadline = Session | Claim | LockDeadline;
 
 /**
  * A lock the engine stores: while it has owners or waiters, and while a lock-delay or a
@@ -100,14 +99,33 @@ export interface LockState {
   tokenMax: number;
   /** The token of the last exclusive grant while the lock has been stored (0: none). */
   writeGeneration: number;
-  /** Monotonic ms a lock-delay ends at, 0 when none holds. */
+  /** What holds grants back now (a lock-delay, a reservation); null while nothing does. */
+  holds: LockHolds | null;
+}
+
+/**
+ * A lock-delay and a reservation of one lock, kept only while one of them holds (both are
+ * rare; a lock that has neither costs one null). While `holds` is set, nothing is granted.
+ */
+export interface LockHolds {
+  /** Monotonic ms the lock-delay ends at, 0 when none holds. */
   delayedUntilMs: number;
-  delayNode: LockDeadline | null;
-  /** Monotonic ms a reservation ends at, 0 when none holds. */
+  readonly delayNode: LockDeadline;
+  /** Monotonic ms the reservation ends at, 0 when none holds. */
   reservedUntilMs: number;
   /** Restored ownerships still expected before the reservation ends by itself. */
   reservedClaims: number;
-  reserveNode: LockDeadline | null;
+  readonly reserveNode: LockDeadline;
+}
+
+export function newHolds(lock: LockState): LockHolds {
+  return {
+    delayedUntilMs: 0,
+    delayNode: { kind: "delay", lock, atMs: 0, heapIndex: -1 },
+    reservedUntilMs: 0,
+    reservedClaims: 0,
+    reserveNode: { kind: "reserve", lock, atMs: 0, heapIndex: -1 },
+  };
 }
 
 export function newLock(name: string): LockState {
@@ -126,11 +144,7 @@ export function newLock(name: string): LockState {
     slots: null,
     tokenMax: 0,
     writeGeneration: 0,
-    delayedUntilMs: 0,
-    delayNode: null,
-    reservedUntilMs: 0,
-    reservedClaims: 0,
-    reserveNode: null,
+    holds: null,
   };
 }
 
@@ -139,54 +153,42 @@ export function hasClaims(lock: LockState): boolean {
   return lock.ownerCount > 0 || lock.queueLength > 0;
 }
 
-export interface NewClaim {
-  readonly session: Session;
-  readonly lock: LockState;
-  readonly requestId: number;
-  readonly leaseMs: number;
-  readonly mode: ClaimMode;
-  readonly value: Uint8Array | null;
-  readonly orderTerm: number;
-  readonly orderSeq: number;
-  readonly monoMs: number;
-  readonly wallMs: number;
-}
-
-export function newClaim(fields: NewClaim): Claim {
-  const claim = {
-    session: fields.session,
-    lock: fields.lock,
-    requestId: fields.requestId,
-    leaseMs: fields.leaseMs,
-    mode: fields.mode,
-    state: "queued" as ClaimState,
+/** A new queued claim (positional: it is made on every ACQUIRE, so no options object). */
+export function newClaim(
+  session: Session,
+  lock: LockState,
+  requestId: number,
+  leaseMs: number,
+  mode: ClaimMode,
+  value: Uint8Array | null,
+  orderTerm: number,
+  orderSeq: number,
+  now: { readonly monoMs: number; readonly wallMs: number },
+): Claim {
+  return {
+    kind: "claim",
+    atMs: 0,
+    heapIndex: -1,
+    session,
+    lock,
+    requestId,
+    leaseMs,
+    mode,
+    state: "queued",
     prev: null,
     next: null,
-    orderTerm: fields.orderTerm,
-    orderSeq: fields.orderSeq,
-    queuedAtMs: fields.monoMs,
-    queuedAtWallMs: fields.wallMs,
+    orderTerm,
+    orderSeq,
+    queuedAtMs: now.monoMs,
+    queuedAtWallMs: now.wallMs,
     token: 0,
     slot: 0,
     writeGeneration: 0,
     sinceMs: 0,
     sinceWallMs: 0,
     leaseExpiresAtMs: 0,
-    value: fields.value,
-  } as Omit<Claim, "leaseNode" | "waitNode"> as Claim;
-  (claim as { leaseNode: ClaimDeadline }).leaseNode = {
-    kind: "lease",
-    claim,
-    atMs: 0,
-    heapIndex: -1,
+    value,
   };
-  (claim as { waitNode: ClaimDeadline }).waitNode = {
-    kind: "wait",
-    claim,
-    atMs: 0,
-    heapIndex: -1,
-  };
-  return claim;
 }
 
 /** Orders claims by order key (negative: `a` is ahead). */
@@ -243,11 +245,23 @@ export function unlinkFromQueue(claim: Claim): void {
 
 // ---- the owners --------------------------------------------------------------------
 
+/** Appends a new grant to the owners (its token is the lock's largest): O(1). */
+export function appendOwner(claim: Claim): void {
+  const lock = claim.lock;
+  claim.prev = lock.ownersTail;
+  claim.next = null;
+  if (lock.ownersTail === null) lock.ownersHead = claim;
+  else lock.ownersTail.next = claim;
+  lock.ownersTail = claim;
+  lock.ownerCount++;
+  if (claim.mode === "exclusive" && lock.kind !== "semaphore") lock.exclusiveOwners++;
+}
+
 /**
- * Adds an owner in token order, walking back from the tail: a new grant has the largest token
- * and is appended in O(1); a restored one may go further in.
+ * Adds a restored owner in token order, walking back from the tail (its token may be below
+ * those of owners restored or granted before it).
  */
-export function addOwner(claim: Claim): void {
+export function insertOwner(claim: Claim): void {
   const lock = claim.lock;
   let after = lock.ownersTail;
   while (after !== null && after.token > claim.token) after = after.prev;

@@ -10,13 +10,15 @@
 import { DeadlineHeap } from "./deadline_heap.ts";
 import { admitClaim, type KindDecision, mayGrant } from "./grant_policy.ts";
 import {
-  addOwner,
+  appendOwner,
   appendToQueue,
   type Claim,
   type Deadline,
   hasClaims,
   insertInQueue,
+  insertOwner,
   type LockState,
+  newHolds,
   removeOwner,
   type Session,
   SlotSet,
@@ -77,10 +79,7 @@ export class LockTable {
   }
 
   /** Owned and queued claims stored now (what -max-claims bounds). */
-  get claimCount(): number {
-    const owners = this.stats.owners;
-    return owners.exclusive + owners.shared + owners.semaphore + this.stats.waiters;
-  }
+  claimCount = 0;
 
   /** The lock's kind once a claim (mode, limit) joins it, or the problem. */
   admit(
@@ -120,6 +119,7 @@ export class LockTable {
   enqueue(claim: Claim): void {
     appendToQueue(claim);
     this.stats.waiters++;
+    this.claimCount++;
     this.viewVersion++;
   }
 
@@ -127,6 +127,7 @@ export class LockTable {
   insertQueued(claim: Claim): number {
     const position = insertInQueue(claim);
     this.stats.waiters++;
+    this.claimCount++;
     this.viewVersion++;
     return position;
   }
@@ -135,8 +136,9 @@ export class LockTable {
   leaveQueue(claim: Claim): void {
     unlinkFromQueue(claim);
     this.stats.waiters--;
+    this.claimCount--;
     this.viewVersion++;
-    this.deadlines.remove(claim.waitNode);
+    this.deadlines.remove(claim);
   }
 
   /** Removes a queued claim that was never answered (nothing is left behind). */
@@ -147,18 +149,31 @@ export class LockTable {
     this.dropIfIdle(claim.lock);
   }
 
-  addOwner(claim: Claim): void {
-    const lock = claim.lock;
-    addOwner(claim);
+  /** Adds a restored owner (in token order) and counts it. */
+  addRestoredOwner(claim: Claim): void {
+    insertOwner(claim);
+    this.#ownerAdded(claim.lock);
+  }
+
+  #ownerAdded(lock: LockState): void {
     if (lock.ownerCount === 1) this.stats.locksHeld++;
-    this.stats.owners[lock.kind]++;
+    const owners = this.stats.owners;
+    // Named properties: a keyed update costs more on the hand-off path.
+    if (lock.kind === "exclusive") owners.exclusive++;
+    else if (lock.kind === "shared") owners.shared++;
+    else owners.semaphore++;
+    this.claimCount++;
   }
 
   removeOwner(claim: Claim): void {
     const lock = claim.lock;
     removeOwner(claim);
     if (lock.ownerCount === 0) this.stats.locksHeld--;
-    this.stats.owners[lock.kind]--;
+    const owners = this.stats.owners;
+    if (lock.kind === "exclusive") owners.exclusive--;
+    else if (lock.kind === "shared") owners.shared--;
+    else owners.semaphore--;
+    this.claimCount--;
   }
 
   /**
@@ -168,7 +183,7 @@ export class LockTable {
    */
   grantHeads(now: Instant, lock: LockState, events: EngineEvent[], handoff = true): void {
     for (let claim = lock.head; claim !== null; claim = lock.head) {
-      if (isHeld(lock) || !mayGrant(lock, claim.mode)) return;
+      if (lock.holds !== null || !mayGrant(lock, claim.mode)) return;
       if (this.blocks.size > 0) {
         this.pendingGrants.add(lock);
         return;
@@ -183,18 +198,27 @@ export class LockTable {
         this.pendingGrants.add(lock);
         return;
       }
-      this.pendingGrants.delete(lock);
-      const waitedMs = this.grant(now, claim, token, handoff);
+      if (this.pendingGrants.size !== 0) this.pendingGrants.delete(lock);
+      // Only the head is granted (nobody passes an older claim), with the lock's largest token.
+      if (token <= lock.tokenMax) throw new Error("lockd invariant broken: a lock's tokens grow");
+      const waitedMs = now.monoMs - claim.queuedAtMs;
+      this.#grant(now, claim, token);
+      this.stats.acquiresTotal++;
+      if (handoff) this.stats.handoffsTotal++;
+      this.stats.waitSecondsSum += waitedMs / 1000;
+      this.stats.waitSecondsCount++;
       events.push(this.grantedEvent(claim, waitedMs, false));
+      // An exclusive owner admits nobody beside it: no need to look at the next head.
+      if (lock.exclusiveOwners !== 0) return;
     }
   }
 
-  /** Makes the head of its queue an owner with a new token; returns how long it waited. */
-  grant(now: Instant, claim: Claim, token: number, handoff: boolean): number {
+  /** Makes the head of its queue an owner with a new token. */
+  #grant(now: Instant, claim: Claim, token: number): void {
     const lock = claim.lock;
-    assert(claim === lock.head, "only the head of a queue is granted");
-    assert(token > lock.tokenMax, "a lock's tokens grow in grant order");
-    this.leaveQueue(claim);
+    unlinkFromQueue(claim);
+    this.stats.waiters--;
+    this.claimCount--;
     claim.state = "owned";
     claim.token = token;
     claim.slot = lock.slots === null ? 0 : lock.slots.takeLowest();
@@ -206,14 +230,11 @@ export class LockTable {
     claim.sinceWallMs = now.wallMs;
     claim.leaseExpiresAtMs = now.monoMs + claim.leaseMs;
     lock.tokenMax = token;
-    this.addOwner(claim);
-    this.deadlines.update(claim.leaseNode, claim.leaseExpiresAtMs);
-    const waitedMs = now.monoMs - claim.queuedAtMs;
-    this.stats.acquiresTotal++;
-    if (handoff) this.stats.handoffsTotal++;
-    this.stats.waitSecondsSum += waitedMs / 1000;
-    this.stats.waitSecondsCount++;
-    return waitedMs;
+    appendOwner(claim);
+    this.#ownerAdded(lock);
+    this.viewVersion++;
+    // The wait bound's place on the heap (if any) becomes the lease's.
+    this.deadlines.update(claim, claim.leaseExpiresAtMs);
   }
 
   grantedEvent(claim: Claim, waitedMs: number, restored: boolean): EngineEvent {
@@ -257,12 +278,12 @@ export class LockTable {
     claim.state = "gone";
     this.removeOwner(claim);
     claim.session.claims.delete(lock.name);
-    this.deadlines.remove(claim.leaseNode);
+    this.deadlines.remove(claim);
     this.viewVersion++;
     this.stats.releasesTotal[reason]++;
     this.stats.holdSecondsSum += heldMs / 1000;
     this.stats.holdSecondsCount++;
-    if (!isGracefulEnd(reason) && this.kindRule !== null) this.startDelay(now, lock);
+    if (this.kindRule !== null && !isGracefulEnd(reason)) this.startDelay(now, lock);
     events.push({
       type: "ended",
       peer: claim.session.peer,
@@ -274,7 +295,7 @@ export class LockTable {
       heldMs,
       mode: claim.mode,
       slot: claim.slot,
-      delayedUntilMs: lock.delayedUntilMs,
+      delayedUntilMs: lock.holds === null ? 0 : lock.holds.delayedUntilMs,
     });
     this.grantHeads(now, lock, events);
     this.dropIfIdle(lock);
@@ -286,17 +307,40 @@ export class LockTable {
     if (!(delayMs > 0)) return;
     const untilMs = now.monoMs + delayMs;
     this.stats.lockDelaysTotal++;
-    if (untilMs <= lock.delayedUntilMs) return;
-    if (lock.delayedUntilMs === 0) this.stats.lockDelaysActive++;
-    lock.delayedUntilMs = untilMs;
-    lock.delayNode ??= { kind: "delay", lock, atMs: 0, heapIndex: -1 };
-    this.deadlines.update(lock.delayNode, untilMs);
+    const holds = lock.holds ??= newHolds(lock);
+    if (untilMs <= holds.delayedUntilMs) return;
+    if (holds.delayedUntilMs === 0) this.stats.lockDelaysActive++;
+    holds.delayedUntilMs = untilMs;
+    this.deadlines.update(holds.delayNode, untilMs);
   }
 
+  /** The lock-delay ended (its deadline came): grants resume unless a reservation holds. */
+  endDelay(now: Instant, lock: LockState, events: EngineEvent[]): void {
+    const holds = lock.holds!;
+    this.deadlines.remove(holds.delayNode);
+    holds.delayedUntilMs = 0;
+    this.stats.lockDelaysActive--;
+    if (holds.reservedUntilMs === 0) lock.holds = null;
+    this.grantHeads(now, lock, events);
+    this.dropIfIdle(lock);
+  }
+
+  /** Holds new grants back until `untilMs` or until `claims` ownerships are restored. */
+  reserve(lock: LockState, untilMs: number, claims: number): void {
+    const holds = lock.holds ??= newHolds(lock);
+    holds.reservedUntilMs = untilMs;
+    holds.reservedClaims = claims;
+    this.deadlines.update(holds.reserveNode, untilMs);
+  }
+
+  /** The reservation ended (deadline, lifted, or every expected claim restored). */
   endReservation(now: Instant, lock: LockState, events: EngineEvent[]): void {
-    if (lock.reserveNode !== null) this.deadlines.remove(lock.reserveNode);
-    lock.reservedUntilMs = 0;
-    lock.reservedClaims = 0;
+    const holds = lock.holds;
+    if (holds === null || holds.reservedUntilMs === 0) return;
+    this.deadlines.remove(holds.reserveNode);
+    holds.reservedUntilMs = 0;
+    holds.reservedClaims = 0;
+    if (holds.delayedUntilMs === 0) lock.holds = null;
     this.grantHeads(now, lock, events);
     this.dropIfIdle(lock);
   }
@@ -359,18 +403,13 @@ export class LockTable {
   /** Forgets a lock with no owner, no waiter, no lock-delay and no reservation. */
   dropIfIdle(lock: LockState): void {
     if (
-      lock.ownerCount === 0 && lock.queueLength === 0 && !isHeld(lock) &&
+      lock.ownerCount === 0 && lock.queueLength === 0 && lock.holds === null &&
       this.locks.get(lock.name) === lock
     ) {
       this.locks.delete(lock.name);
       this.pendingGrants.delete(lock);
     }
   }
-}
-
-/** Whether a lock-delay or a reservation holds the lock's grants back. */
-export function isHeld(lock: LockState): boolean {
-  return lock.delayedUntilMs !== 0 || lock.reservedUntilMs !== 0;
 }
 
 function errorText(error: unknown): string {
