@@ -7,7 +7,13 @@ import assert from "node:assert/strict";
 import { ManualClock } from "../../src/clock.ts";
 import { LockEngine } from "../../src/core/engine.ts";
 import { TokenIssuer } from "../../src/core/tokens.ts";
-import type { EngineEvent, GrantedEvent, Instant, Peer } from "../../src/core/types.ts";
+import type {
+  AcquireOptions,
+  EngineEvent,
+  GrantedEvent,
+  Instant,
+  Peer,
+} from "../../src/core/types.ts";
 
 export interface Harness {
   clock: ManualClock;
@@ -19,6 +25,10 @@ export interface Harness {
   /** Runs an engine call, checks the invariants, returns the events in a compact form. */
   step(run: () => EngineEvent[]): string[];
   advance(ms: number): string[];
+  /** ACQUIRE through `step`: request id 1, the default lease and no wait bound unless given. */
+  acquire(peer: Peer, name: string, options?: Partial<AcquireOptions>): string[];
+  /** RELEASE through `step` (token 0 cancels a wait). */
+  release(peer: Peer, name: string, token: number): string[];
 }
 
 let addrCounter = 0;
@@ -56,6 +66,23 @@ export function harness(
     advance(ms) {
       clock.advance(ms);
       return step(() => engine.tick(now()));
+    },
+    acquire(peer, name, options = {}) {
+      return step(() =>
+        engine.acquire(now(), {
+          sessionId: peer.sessionId,
+          requestId: 1,
+          name,
+          leaseMs: 0,
+          waitMs: null,
+          ...options,
+        })
+      );
+    },
+    release(peer, name, token) {
+      return step(() =>
+        engine.release(now(), { sessionId: peer.sessionId, requestId: 2, name, token })
+      );
     },
   };
 }
