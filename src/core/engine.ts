@@ -10,15 +10,17 @@ import {
   SESSIONS_MAX_DEFAULT,
   WAITERS_PER_LOCK_MAX_DEFAULT,
 } from "../limits.ts";
-import { limitProblem, mayGrant, modeChangeProblem } from "./grant_policy.ts";
+import { type KindDecision, limitProblem, mayGrant, modeChangeProblem } from "./grant_policy.ts";
 import { checkInvariants } from "./invariants.ts";
 import { LockQueries } from "./lock_queries.ts";
 import { lockNameProblem } from "./lock_name.ts";
-import { type Claim, newClaim, newLock, type Session } from "./lock_state.ts";
+import { type Claim, type LockState, newClaim, newLock, type Session } from "./lock_state.ts";
 import { LockTable } from "./lock_table.ts";
+import { orderKeyProblem, restoreConflict, restoreProblem } from "./restore_checks.ts";
 import type { TokenSource } from "./tokens.ts";
 import type {
   AcquireOptions,
+  ClaimMode,
   CloseCause,
   EngineEvent,
   EngineStats,
@@ -26,9 +28,15 @@ import type {
   GrantBlock,
   Instant,
   KindRuleLookup,
+  MoveClaimsOptions,
+  MoveOutcome,
   Peer,
   Rejection,
   ReleaseOptions,
+  ReserveOptions,
+  RestoreOutcome,
+  RestoreOwnershipOptions,
+  RestoreWaiterOptions,
   SetModeOptions,
   SetValueOptions,
 } from "./types.ts";
@@ -172,39 +180,9 @@ export class LockEngine {
     const mode = options.mode ?? "exclusive";
     const limit = options.limit ?? 0;
     const session = this.#requireSession(options.sessionId);
-    const problem = lockNameProblem(name) ??
-      (limit === 0 || limit === 1 ? null : limitProblem(name, limit)) ??
-      (options.value == null ? null : this.#valueProblem("acquire", name, options.value));
-    if (problem !== null) {
-      return this.#reject(session, requestId, name, { reason: "invalid_argument", problem });
-    }
-    const existing = session.claims.get(name);
-    if (existing !== undefined) {
-      return this.#reject(session, requestId, name, {
-        reason: "duplicate_claim",
-        owned: existing.state === "owned",
-      });
-    }
-    const block = this.grantBlock;
-    if (block !== null) {
-      return this.#reject(session, requestId, name, {
-        reason: "grants_blocked",
-        block,
-        detail: this.blockDetail(block),
-      });
-    }
-    if (session.claims.size >= this.#claimsPerSessionMax) {
-      return this.#reject(session, requestId, name, {
-        reason: "limit_exceeded",
-        limit: "claims_per_session",
-        max: this.#claimsPerSessionMax,
-      });
-    }
     let lock = this.#table.locks.get(name);
-    const kind = this.#table.admit(name, lock, mode, limit);
-    if (typeof kind === "string") {
-      return this.#reject(session, requestId, name, { reason: "invalid_argument", problem: kind });
-    }
+    const kind = this.#checkNewClaim(session, requestId, name, lock, mode, limit, options.value);
+    if (Array.isArray(kind)) return kind;
     const grantable = lock === undefined ||
       (lock.queueLength === 0 && lock.holds === null && mayGrant(lock, mode));
     const events: EngineEvent[] = [];
@@ -422,6 +400,267 @@ export class LockEngine {
     return { status: "ok", events };
   }
 
+  // ---- cluster mode: order keys, restores, reservations, moved claims -----------
+
+  /**
+   * The term new claims take as the first part of their order key (cluster mode: the leader's
+   * term; 0 on a single node). Terms only grow; sequence numbers keep growing across terms.
+   */
+  setOrderTerm(term: number): void {
+    if (!Number.isSafeInteger(term) || term < this.#orderTerm) {
+      throw new RangeError(`Cannot set the order term to ${term}: it is ${this.#orderTerm}`);
+    }
+    this.#orderTerm = term;
+  }
+
+  /**
+   * Reinstates an ownership reclaimed after a fail-over, with its own token, mode, slot and value
+   * and a fresh lease: a `granted` event with `restored: true` (not counted in acquiresTotal;
+   * in reclaimsTotal). Only beside owners it can share the lock with, in a free slot, on a lock
+   * of its kind and limit (else `void`). A reservation counts it and ends with its last one.
+   * Lock-delays and reservations do not hold a restore back: it is not a new grant.
+   */
+  restoreOwnership(now: Instant, options: RestoreOwnershipOptions): RestoreOutcome {
+    const { requestId, name, token } = options;
+    const mode = options.mode ?? "exclusive";
+    const limit = options.limit ?? 0;
+    const slot = options.slot ?? 0;
+    const writeGeneration = mode === "shared" ? options.writeGeneration ?? 0 : 0;
+    const session = this.#requireSession(options.sessionId);
+    const refused = (rejection: Rejection): RestoreOutcome => ({ status: "refused", rejection });
+    const problem = lockNameProblem(name) ?? limitProblem(name, limit) ??
+      this.#valueProblem("acquire", name, options.value) ??
+      restoreProblem(name, token, slot, writeGeneration);
+    if (problem !== null) return refused({ reason: "invalid_argument", problem });
+    const existing = session.claims.get(name);
+    if (existing !== undefined) {
+      return refused({ reason: "duplicate_claim", owned: existing.state === "owned" });
+    }
+    // A restore needs no new token: only the blocks that stop every ownership hold it back.
+    const block = this.grantBlock;
+    if (block !== null && block !== "token_store_unavailable") {
+      return refused({ reason: "grants_blocked", block, detail: this.blockDetail(block) });
+    }
+    if (session.claims.size >= this.#claimsPerSessionMax) {
+      return refused({
+        reason: "limit_exceeded",
+        limit: "claims_per_session",
+        max: this.#claimsPerSessionMax,
+      });
+    }
+    if (this.#table.claimCount >= this.#claimsMax) {
+      return refused({ reason: "limit_exceeded", limit: "claims", max: this.#claimsMax });
+    }
+    let lock = this.#table.locks.get(name);
+    const kind = this.#table.admit(name, lock, mode, limit);
+    if (typeof kind === "string") return { status: "void", problem: kind };
+    const conflict = lock === undefined ? null : restoreConflict(lock, kind, mode, slot, token);
+    if (conflict !== null) return { status: "void", problem: conflict };
+    if (token > this.#table.tokens.lastIssued) {
+      // Every later grant must be above it: only a source that can be told may restore it.
+      if (this.#table.tokens.observe === undefined) {
+        return {
+          status: "void",
+          problem: `Cannot restore lock "${name}": token ${token} is above every token issued here`,
+        };
+      }
+      this.#table.tokens.observe(token);
+    }
+    if (lock === undefined) {
+      lock = newLock(name);
+      this.#table.locks.set(name, lock);
+    }
+    this.#table.applyKind(lock, kind);
+    const claim = newClaim(
+      session,
+      lock,
+      requestId,
+      this.#clampLease(options.leaseMs),
+      mode,
+      copyValue(options.value),
+      this.#orderTerm,
+      0,
+      now,
+    );
+    session.claims.set(name, claim);
+    this.#table.restoreOwner(now, claim, token, slot, writeGeneration);
+    const events: EngineEvent[] = [this.#table.grantedEvent(claim, 0, true)];
+    const holds = lock.holds;
+    if (holds !== null && holds.reservedUntilMs !== 0 && --holds.reservedClaims <= 0) {
+      this.#table.endReservation(now, lock, events);
+    }
+    return { status: "restored", events };
+  }
+
+  /**
+   * Puts back a queued claim reclaimed after a fail-over at its original order key (walking
+   * back from the tail), answered as an ACQUIRE is: `queued` with `restored: true` and its
+   * position, or `granted` when it lands at the head of a lock that can take it. The order
+   * key must not be from a later term than the current one, nor be queued already.
+   */
+  restoreWaiter(now: Instant, options: RestoreWaiterOptions): EngineEvent[] {
+    const { requestId, name, waitMs, order } = options;
+    const mode = options.mode ?? "exclusive";
+    const limit = options.limit ?? 0;
+    const session = this.#requireSession(options.sessionId);
+    let lock = this.#table.locks.get(name);
+    const kind = this.#checkNewClaim(session, requestId, name, lock, mode, limit, options.value);
+    if (Array.isArray(kind)) return kind;
+    const orderProblem = orderKeyProblem(name, order, lock, this.#orderTerm);
+    if (orderProblem !== null) {
+      return this.#reject(session, requestId, name, {
+        reason: "invalid_argument",
+        problem: orderProblem,
+      });
+    }
+    const ahead = lock?.head ?? null;
+    const grantable = lock === undefined ||
+      ((ahead === null || ahead.orderTerm > order.term ||
+        (ahead.orderTerm === order.term && ahead.orderSeq > order.seq)) &&
+        lock.holds === null && mayGrant(lock, mode));
+    if (!grantable && waitMs === 0) {
+      return [{
+        type: "wait_ended",
+        peer: session.peer,
+        requestId,
+        releaseRequestId: 0,
+        name,
+        cause: "timeout",
+        waitedMs: 0,
+      }];
+    }
+    if (!grantable && lock!.queueLength >= this.#waitersPerLockMax) {
+      return this.#reject(session, requestId, name, {
+        reason: "limit_exceeded",
+        limit: "waiters_per_lock",
+        max: this.#waitersPerLockMax,
+      });
+    }
+    const refusal = this.#claimsRefusal(session, requestId, name);
+    if (refusal !== null) return refusal;
+    if (lock === undefined) {
+      lock = newLock(name);
+      this.#table.locks.set(name, lock);
+    }
+    this.#table.applyKind(lock, kind);
+    if (order.term === this.#orderTerm && order.seq > this.#orderSeq) this.#orderSeq = order.seq;
+    const claim = newClaim(
+      session,
+      lock,
+      requestId,
+      this.#clampLease(options.leaseMs),
+      mode,
+      copyValue(options.value),
+      order.term,
+      order.seq,
+      now,
+    );
+    session.claims.set(name, claim);
+    const position = this.#table.insertQueued(claim);
+    const events: EngineEvent[] = [];
+    if (grantable) {
+      this.#table.grantHeads(now, lock, events);
+      if (claim.state === "queued") {
+        this.#table.dropClaim(claim);
+        return this.#reject(session, requestId, name, {
+          reason: "grants_blocked",
+          block: "token_store_unavailable",
+          detail: this.blockDetail("token_store_unavailable"),
+        });
+      }
+      return events;
+    }
+    if (waitMs !== null) this.#table.deadlines.update(claim, now.monoMs + waitMs);
+    events.push({
+      type: "queued",
+      peer: session.peer,
+      requestId,
+      name,
+      position,
+      mode,
+      orderTerm: order.term,
+      orderSeq: order.seq,
+      restored: true,
+    });
+    return events;
+  }
+
+  /**
+   * Holds a lock back from new grants (cluster mode: a lock the last term may have left held,
+   * until its holders reclaimed it): until `untilMs`, `liftReservation`, or `claims` restored
+   * ownerships. Queued claims wait meanwhile; restores go ahead. A reserved idle lock is kept.
+   */
+  reserve(options: ReserveOptions): void {
+    const { name, untilMs } = options;
+    const claims = options.claims ?? 1;
+    const problem = lockNameProblem(name);
+    if (problem !== null) throw new RangeError(`Cannot reserve lock "${name}": ${problem}`);
+    if (!(claims >= 1) || !Number.isFinite(untilMs)) {
+      throw new RangeError(`Cannot reserve lock "${name}" until ${untilMs} for ${claims} claims`);
+    }
+    let lock = this.#table.locks.get(name);
+    if (lock === undefined) {
+      lock = newLock(name);
+      this.#table.locks.set(name, lock);
+    }
+    this.#table.reserve(lock, untilMs, claims);
+  }
+
+  /** Ends a lock's reservation now: its queue head is granted (an idle lock is forgotten). */
+  liftReservation(now: Instant, name: string): EngineEvent[] {
+    const events: EngineEvent[] = [];
+    const lock = this.#table.locks.get(name);
+    if (lock !== undefined) this.#table.endReservation(now, lock, events);
+    return events;
+  }
+
+  /**
+   * A same-term RESUME: every claim of `fromSessionId` moves to `toSessionId` with its state,
+   * token, slot, value and queue place, renumbered by `requestIds` (by lock name); an owned
+   * one's lease is renewed (its client just proved it is alive). One `claim_moved` event per
+   * claim. Refused, changing nothing, when the new session already has a claim on one of the
+   * locks or would pass its claim limit. The old session stays open with no claims.
+   */
+  moveClaims(now: Instant, options: MoveClaimsOptions): MoveOutcome {
+    const from = this.#requireSession(options.fromSessionId);
+    const to = this.#requireSession(options.toSessionId);
+    const why =
+      `Cannot move the claims of session ${from.peer.sessionId} to session ${to.peer.sessionId}`;
+    if (from === to) return { status: "refused", problem: `${why}: it is the same session` };
+    for (const name of from.claims.keys()) {
+      if (to.claims.has(name)) {
+        return { status: "refused", problem: `${why}: it has a claim on lock "${name}" already` };
+      }
+    }
+    if (from.claims.size + to.claims.size > this.#claimsPerSessionMax) {
+      return {
+        status: "refused",
+        problem: `${why}: it would have more than ${this.#claimsPerSessionMax} claims`,
+      };
+    }
+    const events: EngineEvent[] = [];
+    for (const [name, claim] of from.claims) {
+      const previousRequestId = claim.requestId;
+      claim.session = to;
+      claim.requestId = options.requestIds?.get(name) ?? previousRequestId;
+      to.claims.set(name, claim);
+      if (claim.state === "owned") claim.leaseExpiresAtMs = now.monoMs + claim.leaseMs;
+      events.push({
+        type: "claim_moved",
+        peer: to.peer,
+        fromSessionId: from.peer.sessionId,
+        requestId: claim.requestId,
+        previousRequestId,
+        name,
+        state: claim.state === "owned" ? "owned" : "queued",
+        token: claim.token,
+      });
+    }
+    from.claims.clear();
+    if (events.length > 0) this.#table.viewVersion++;
+    return { status: "moved", events };
+  }
+
   // ---- grant blocks ---------------------------------------------------------
 
   /**
@@ -590,6 +829,54 @@ export class LockEngine {
       claim: claim === undefined ? "none" : claim.state === "queued" ? "queued" : "owned",
       token,
     });
+  }
+
+  /**
+   * The checks a new claim passes before anything is decided (ACQUIRE, a restored waiter), in
+   * the order the protocol answers them: the refusal, or the lock's kind once the claim joins.
+   */
+  #checkNewClaim(
+    session: Session,
+    requestId: number,
+    name: string,
+    lock: LockState | undefined,
+    mode: ClaimMode,
+    limit: number,
+    value: Uint8Array | null | undefined,
+  ): KindDecision | EngineEvent[] {
+    const problem = lockNameProblem(name) ??
+      (limit === 0 || limit === 1 ? null : limitProblem(name, limit)) ??
+      (value == null ? null : this.#valueProblem("acquire", name, value));
+    if (problem !== null) {
+      return this.#reject(session, requestId, name, { reason: "invalid_argument", problem });
+    }
+    const existing = session.claims.get(name);
+    if (existing !== undefined) {
+      return this.#reject(session, requestId, name, {
+        reason: "duplicate_claim",
+        owned: existing.state === "owned",
+      });
+    }
+    const block = this.grantBlock;
+    if (block !== null) {
+      return this.#reject(session, requestId, name, {
+        reason: "grants_blocked",
+        block,
+        detail: this.blockDetail(block),
+      });
+    }
+    if (session.claims.size >= this.#claimsPerSessionMax) {
+      return this.#reject(session, requestId, name, {
+        reason: "limit_exceeded",
+        limit: "claims_per_session",
+        max: this.#claimsPerSessionMax,
+      });
+    }
+    const kind = this.#table.admit(name, lock, mode, limit);
+    if (typeof kind === "string") {
+      return this.#reject(session, requestId, name, { reason: "invalid_argument", problem: kind });
+    }
+    return kind;
   }
 
   /** The `limit_exceeded` refusal when storing one more claim passes -max-claims, or null. */

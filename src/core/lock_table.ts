@@ -149,12 +149,6 @@ export class LockTable {
     this.dropIfIdle(claim.lock);
   }
 
-  /** Adds a restored owner (in token order) and counts it. */
-  addRestoredOwner(claim: Claim): void {
-    insertOwner(claim);
-    this.#ownerAdded(claim.lock);
-  }
-
   #ownerAdded(lock: LockState): void {
     if (lock.ownerCount === 1) this.stats.locksHeld++;
     const owners = this.stats.owners;
@@ -211,6 +205,40 @@ export class LockTable {
       // An exclusive owner admits nobody beside it: no need to look at the next head.
       if (lock.exclusiveOwners !== 0) return;
     }
+  }
+
+  /**
+   * Makes a claim restored after a fail-over an owner with its own token, slot and write
+   * generation (no new grant: reclaimsTotal counts it). The engine checked it may join.
+   */
+  restoreOwner(
+    now: Instant,
+    claim: Claim,
+    token: number,
+    slot: number,
+    writeGeneration: number,
+  ): void {
+    const lock = claim.lock;
+    claim.state = "owned";
+    claim.token = token;
+    claim.slot = slot;
+    lock.slots?.take(slot);
+    if (lock.kind !== "semaphore") {
+      // What the lock knows of its last writer can only grow: an exclusive owner is one, a
+      // reader saw one (no writer came after it while it held the lock).
+      if (claim.mode === "shared") claim.writeGeneration = writeGeneration;
+      const known = claim.mode === "exclusive" ? token : writeGeneration;
+      if (known > lock.writeGeneration) lock.writeGeneration = known;
+    }
+    claim.sinceMs = now.monoMs;
+    claim.sinceWallMs = now.wallMs;
+    claim.leaseExpiresAtMs = now.monoMs + claim.leaseMs;
+    if (token > lock.tokenMax) lock.tokenMax = token;
+    insertOwner(claim);
+    this.#ownerAdded(lock);
+    this.stats.reclaimsTotal++;
+    this.viewVersion++;
+    this.deadlines.update(claim, claim.leaseExpiresAtMs);
   }
 
   /** Makes the head of its queue an owner with a new token. */

@@ -489,3 +489,23 @@ export interface MoveClaimsOptions {
   /** The new request id per lock name; a claim whose name is absent keeps its request id. */
   readonly requestIds?: ReadonlyMap<string, number>;
 }
+
+/**
+ * How `restoreOwnership` turned out:
+ * - `restored`: the ownership is back with its token (a `granted` event with `restored: true`,
+ *   then whatever the end of a reservation granted);
+ * - `refused`: the request itself is wrong or cannot be served now (as an ACQUIRE would be:
+ *   invalid argument, duplicate claim, a limit, grants blocked); nothing changed;
+ * - `void`: the ownership cannot be carried over: the lock now has an owner it cannot share
+ *   with, the slot is taken, the lock's kind or limit differs, or the token is not one this
+ *   server can stand behind (cluster mode answers CLAIM_VOID). Nothing changed.
+ */
+export type RestoreOutcome =
+  | { readonly status: "restored"; readonly events: EngineEvent[] }
+  | { readonly status: "refused"; readonly rejection: Rejection }
+  | { readonly status: "void"; readonly problem: string };
+
+/** How `moveClaims` turned out: `refused` changes nothing and says why. */
+export type MoveOutcome =
+  | { readonly status: "moved"; readonly events: EngineEvent[] }
+  | { readonly status: "refused"; readonly problem: string };
