@@ -454,7 +454,7 @@ export class LockEngine {
     let lock = this.#table.locks.get(name);
     const kind = this.#table.admit(name, lock, mode, limit);
     if (typeof kind === "string") return { status: "void", problem: kind };
-    const conflict = lock === undefined ? null : restoreConflict(lock, kind, mode, slot, token);
+    const conflict = restoreConflict(name, lock, kind, mode, slot, token);
     if (conflict !== null) return { status: "void", problem: conflict };
     if (token > this.#table.tokens.lastIssued) {
       // Every later grant must be above it: only a source that can be told may restore it.

@@ -26,23 +26,26 @@ export function restoreProblem(
 }
 
 /**
- * Why a restored owner cannot join `lock` (which it is admitted to, as `kind`), or null: an
- * owner it cannot share the lock with, a slot outside the limit or taken, its token in use.
+ * Why a restored owner cannot join lock `name` (stored as `lock`, or not at all), which admits
+ * it as `kind`, or null: a slot outside the limit or taken, an owner it cannot share the lock
+ * with, its token in use.
  */
 export function restoreConflict(
-  lock: LockState,
+  name: string,
+  lock: LockState | undefined,
   kind: KindDecision,
   mode: ClaimMode,
   slot: number,
   token: number,
 ): string | null {
-  const what = `Cannot restore lock "${lock.name}"`;
+  const what = `Cannot restore lock "${name}"`;
   if (kind.kind === "semaphore") {
     if (slot >= kind.limit) return `${what}: slot ${slot} is not below its limit ${kind.limit}`;
-    if (lock.slots !== null && lock.slots.has(slot)) return `${what}: slot ${slot} is taken`;
+    if (lock?.slots?.has(slot)) return `${what}: slot ${slot} is taken`;
   } else if (slot !== 0) {
     return `${what}: slot ${slot} on a lock without slots`;
   }
+  if (lock === undefined) return null;
   if (!mayGrant(lock, mode)) return `${what}: its owners cannot share it with this claim`;
   for (let owner = lock.ownersHead; owner !== null; owner = owner.next) {
     if (owner.token === token) return `${what}: token ${token} is in use`;

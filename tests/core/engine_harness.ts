@@ -148,3 +148,96 @@ export function seededRandom(seed: number): (n: number) => number {
     return ((t ^ (t >>> 14)) >>> 0) % n;
   };
 }
+
+interface ModelOwner {
+  sessionId: number;
+  mode: string;
+  slot: number;
+  value: string;
+}
+
+/**
+ * What a watcher knows of every lock from the engine's events alone: owners (token, session,
+ * mode, slot, value) and waiting sessions. `check` compares it with the engine's views, so a
+ * change that no event reports fails the test.
+ */
+export class EventModel {
+  readonly owners = new Map<string, Map<number, ModelOwner>>();
+  readonly waiting = new Map<string, Set<number>>();
+
+  apply(events: EngineEvent[]): void {
+    for (const e of events) {
+      const owners = this.#owners(e.name);
+      const waiting = this.#waiting(e.name);
+      switch (e.type) {
+        case "granted":
+          waiting.delete(e.peer.sessionId);
+          owners.set(e.token, {
+            sessionId: e.peer.sessionId,
+            mode: e.mode,
+            slot: e.slot,
+            value: text(e.value),
+          });
+          break;
+        case "queued":
+          waiting.add(e.peer.sessionId);
+          break;
+        case "ended":
+          owners.delete(e.token);
+          break;
+        case "wait_ended":
+          waiting.delete(e.peer.sessionId);
+          break;
+        case "value_changed":
+          owners.get(e.token)!.value = text(e.value);
+          break;
+        case "mode_changed":
+          owners.get(e.token)!.mode = e.mode;
+          break;
+        case "claim_moved":
+          if (e.state === "owned") owners.get(e.token)!.sessionId = e.peer.sessionId;
+          else {
+            waiting.delete(e.fromSessionId);
+            waiting.add(e.peer.sessionId);
+          }
+          break;
+      }
+    }
+  }
+
+  /** Compares every lock the model or the engine knows with the engine's view. */
+  check(engine: LockEngine): void {
+    const names = new Set([...this.owners.keys(), ...engine.view.listLocks().map((l) => l.name)]);
+    for (const name of names) {
+      const view = engine.view.getLock(name);
+      const owners = [...(view?.holders ?? [])].map((o) =>
+        `${o.token}:s${o.sessionId}:${o.mode}:${o.slot}:${text(o.value)}`
+      );
+      const modelOwners = [...this.#owners(name)].sort(([a], [b]) => a - b).map(([token, o]) =>
+        `${token}:s${o.sessionId}:${o.mode}:${o.slot}:${o.value}`
+      );
+      assert.deepEqual(owners, modelOwners, `owners of "${name}" as the events told them`);
+      assert.deepEqual(
+        new Set(view?.waiters.map((w) => w.sessionId) ?? []),
+        this.#waiting(name),
+        `waiters of "${name}" as the events told them`,
+      );
+      if (view === undefined) {
+        this.owners.delete(name);
+        this.waiting.delete(name);
+      }
+    }
+  }
+
+  #owners(name: string): Map<number, ModelOwner> {
+    let owners = this.owners.get(name);
+    if (owners === undefined) this.owners.set(name, owners = new Map());
+    return owners;
+  }
+
+  #waiting(name: string): Set<number> {
+    let waiting = this.waiting.get(name);
+    if (waiting === undefined) this.waiting.set(name, waiting = new Set());
+    return waiting;
+  }
+}

@@ -189,6 +189,16 @@ Deno.test("a restore is void beside an owner it cannot share with, in a taken sl
     },
     {
       setup: () => {},
+      restore: { slot: 1 },
+      outcome: 'void: Cannot restore lock "k": slot 1 on a lock without slots',
+    },
+    {
+      setup: () => {},
+      restore: { limit: 3, slot: 3 },
+      outcome: 'void: Cannot restore lock "k": slot 3 is not below its limit 3',
+    },
+    {
+      setup: () => {},
       restore: { token: 0 },
       outcome: "refused: invalid_argument",
     },
