@@ -102,6 +102,9 @@ export class LockEngine {
   readonly #waitersPerLockMax: number;
   readonly #claimsMax: number;
   readonly #table: LockTable;
+  /** The table's maps, held here too: the hot path reads them on every request. */
+  readonly #locks: LockTable["locks"];
+  readonly #sessions: LockTable["sessions"];
   #nextSessionId = 1;
   #orderTerm = 0;
   #orderSeq = 0;
@@ -121,6 +124,8 @@ export class LockEngine {
     this.#waitersPerLockMax = options.waitersPerLockMax ?? WAITERS_PER_LOCK_MAX_DEFAULT;
     this.#claimsMax = options.claimsMax ?? CLAIMS_MAX_DEFAULT;
     this.#table = new LockTable(options.tokens, options.kindRule ?? null);
+    this.#locks = this.#table.locks;
+    this.#sessions = this.#table.sessions;
     this.stats = this.#table.stats;
     this.view = new LockQueries(this.#table, this);
   }
@@ -137,7 +142,7 @@ export class LockEngine {
 
   /** Registers a session; null when the session limit is reached. */
   openSession(now: Instant, identity: string, remoteAddr: string, clientName = ""): Peer | null {
-    if (this.#table.sessions.size >= this.#sessionsMax) return null;
+    if (this.#sessions.size >= this.#sessionsMax) return null;
     const peer: Peer = { sessionId: this.#nextSessionId++, identity, remoteAddr, clientName };
     const session: Session = {
       kind: "io",
@@ -148,7 +153,7 @@ export class LockEngine {
       atMs: 0,
       heapIndex: -1,
     };
-    this.#table.sessions.set(peer.sessionId, session);
+    this.#sessions.set(peer.sessionId, session);
     this.#table.sessionsByAddr.set(remoteAddr, session);
     this.#table.deadlines.update(session, session.lastSeenMs + this.ioTimeoutMs);
     this.stats.sessionsOpen++;
@@ -157,14 +162,14 @@ export class LockEngine {
 
   /** Records that a session sent something; its I/O deadline moves (lazily, see tick). */
   touch(nowMs: number, sessionId: number): void {
-    const session = this.#table.sessions.get(sessionId);
+    const session = this.#sessions.get(sessionId);
     if (session) session.lastSeenMs = nowMs;
   }
 
   /** Ends a session at the adapter's request: its ownerships end and its waits leave their queues. */
   closeSession(now: Instant, sessionId: number, cause: CloseCause): EngineEvent[] {
     const events: EngineEvent[] = [];
-    const session = this.#table.sessions.get(sessionId);
+    const session = this.#sessions.get(sessionId);
     if (session) this.#table.closeSession(now, session, cause, "", events);
     return events;
   }
@@ -180,7 +185,7 @@ export class LockEngine {
     const mode = options.mode ?? "exclusive";
     const limit = options.limit ?? 0;
     const session = this.#requireSession(options.sessionId);
-    let lock = this.#table.locks.get(name);
+    let lock = this.#locks.get(name);
     const kind = this.#checkNewClaim(session, requestId, name, lock, mode, limit, options.value);
     if (Array.isArray(kind)) return kind;
     const grantable = lock === undefined ||
@@ -209,7 +214,7 @@ export class LockEngine {
     if (refusal !== null) return refusal;
     if (lock === undefined) {
       lock = newLock(name);
-      this.#table.locks.set(name, lock);
+      this.#locks.set(name, lock);
     }
     this.#table.applyKind(lock, kind);
     const claim = newClaim(
@@ -367,7 +372,7 @@ export class LockEngine {
     options: ForceReleaseOptions,
   ): { status: ForceReleaseStatus; events: EngineEvent[] } {
     const events: EngineEvent[] = [];
-    const lock = this.#table.locks.get(options.name);
+    const lock = this.#locks.get(options.name);
     if (lock === undefined) return { status: "not_found", events };
     if (lock.ownerCount === 0) return { status: "no_owner", events };
     const sessions: Session[] = [];
@@ -390,7 +395,7 @@ export class LockEngine {
     remoteAddr: string,
   ): { status: "ok" | "not_found"; events: EngineEvent[] } {
     const events: EngineEvent[] = [];
-    const lock = this.#table.locks.get(name);
+    const lock = this.#locks.get(name);
     const claim = this.#table.sessionsByAddr.get(remoteAddr)?.claims.get(name);
     if (lock === undefined || claim === undefined || claim.state !== "queued") {
       return { status: "not_found", events };
@@ -451,7 +456,7 @@ export class LockEngine {
     if (this.#table.claimCount >= this.#claimsMax) {
       return refused({ reason: "limit_exceeded", limit: "claims", max: this.#claimsMax });
     }
-    let lock = this.#table.locks.get(name);
+    let lock = this.#locks.get(name);
     const kind = this.#table.admit(name, lock, mode, limit);
     if (typeof kind === "string") return { status: "void", problem: kind };
     const conflict = restoreConflict(name, lock, kind, mode, slot, token);
@@ -468,7 +473,7 @@ export class LockEngine {
     }
     if (lock === undefined) {
       lock = newLock(name);
-      this.#table.locks.set(name, lock);
+      this.#locks.set(name, lock);
     }
     this.#table.applyKind(lock, kind);
     const claim = newClaim(
@@ -503,7 +508,7 @@ export class LockEngine {
     const mode = options.mode ?? "exclusive";
     const limit = options.limit ?? 0;
     const session = this.#requireSession(options.sessionId);
-    let lock = this.#table.locks.get(name);
+    let lock = this.#locks.get(name);
     const kind = this.#checkNewClaim(session, requestId, name, lock, mode, limit, options.value);
     if (Array.isArray(kind)) return kind;
     const orderProblem = orderKeyProblem(name, order, lock, this.#orderTerm);
@@ -540,7 +545,7 @@ export class LockEngine {
     if (refusal !== null) return refusal;
     if (lock === undefined) {
       lock = newLock(name);
-      this.#table.locks.set(name, lock);
+      this.#locks.set(name, lock);
     }
     this.#table.applyKind(lock, kind);
     if (order.term === this.#orderTerm && order.seq > this.#orderSeq) this.#orderSeq = order.seq;
@@ -598,10 +603,10 @@ export class LockEngine {
     if (!(claims >= 1) || !Number.isFinite(untilMs)) {
       throw new RangeError(`Cannot reserve lock "${name}" until ${untilMs} for ${claims} claims`);
     }
-    let lock = this.#table.locks.get(name);
+    let lock = this.#locks.get(name);
     if (lock === undefined) {
       lock = newLock(name);
-      this.#table.locks.set(name, lock);
+      this.#locks.set(name, lock);
     }
     this.#table.reserve(lock, untilMs, claims);
   }
@@ -609,7 +614,7 @@ export class LockEngine {
   /** Ends a lock's reservation now: its queue head is granted (an idle lock is forgotten). */
   liftReservation(now: Instant, name: string): EngineEvent[] {
     const events: EngineEvent[] = [];
-    const lock = this.#table.locks.get(name);
+    const lock = this.#locks.get(name);
     if (lock !== undefined) this.#table.endReservation(now, lock, events);
     return events;
   }
@@ -787,8 +792,8 @@ export class LockEngine {
    */
   assertInvariants(): void {
     checkInvariants({
-      locks: this.#table.locks,
-      sessions: this.#table.sessions,
+      locks: this.#locks,
+      sessions: this.#sessions,
       sessionsByAddr: this.#table.sessionsByAddr,
       stats: this.stats,
       pendingGrants: this.#table.pendingGrants,
@@ -803,7 +808,7 @@ export class LockEngine {
   // ---- internals ----------------------------------------------------------
 
   #requireSession(sessionId: number): Session {
-    const session = this.#table.sessions.get(sessionId);
+    const session = this.#sessions.get(sessionId);
     if (session === undefined) throw new Error(`Unknown session ${sessionId}`);
     return session;
   }
