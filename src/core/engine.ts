@@ -30,6 +30,7 @@ import type {
   KindRuleLookup,
   MoveClaimsOptions,
   MoveOutcome,
+  OrderKey,
   Peer,
   Rejection,
   ReleaseOptions,
@@ -40,6 +41,26 @@ import type {
   SetModeOptions,
   SetValueOptions,
 } from "./types.ts";
+
+/** How the engine is built: its token source, bounds and server rules. */
+export interface EngineOptions {
+  tokens: TokenSource;
+  ioTimeoutMs?: number;
+  leaseDefaultMs?: number;
+  leaseMaxMs?: number;
+  sessionsMax?: number;
+  claimsPerSessionMax?: number;
+  waitersPerLockMax?: number;
+  /** Claims (owned or queued) stored at once, server-wide. */
+  claimsMax?: number;
+  /** Server rules: kind and limit per name, lock-delays (none by default). */
+  kindRule?: KindRuleLookup | null;
+  /** The largest value a holder may carry (`LOCK_VALUE_BYTES_MAX_DEFAULT`). */
+  valueBytesMax?: number;
+}
+
+/** How a command that only operators (or the cluster) issue turned out. */
+export type ForceReleaseStatus = "ok" | "not_found" | "no_owner" | "not_holder";
 
 /**
  * The lock engine: owners, FIFO queues, leases, fencing tokens and session deadlines, for
@@ -71,27 +92,22 @@ import type {
  *   a delay stays stored until it ends. Never after a graceful end.
  * - Values: an ownership may carry a value (at most `valueBytesMax` bytes); its holder replaces
  *   it with `setValue`; it ends with the ownership. A waiter's value becomes its holder's value
- *   at the grant.
+ *   at the grant. Every change a watcher needs is an event: `granted`, `ended`, `queued`,
+ *   `wait_ended`, `value_changed`, `mode_changed`, `claim_moved`.
+ *
+ * Cluster mode, milestone 2 (the engine's part of docs/cluster.md's reclaim):
+ * - Order keys: every claim has `[orderTerm, orderSeq]`; new claims take the current term (0 on
+ *   a single node) and the next sequence number, which keeps growing across terms; a queue is
+ *   sorted by it, so restored waiters of an earlier term go ahead of newer claims.
+ * - A restored ownership is not a new grant: it keeps its token (the token source is told it,
+ *   so new grants stay above), takes a fresh lease, and neither a lock-delay nor a reservation
+ *   holds it back. It is void (changes nothing) beside an owner it cannot share the lock with,
+ *   in a taken slot, or against the lock's kind and limit.
+ * - A reservation holds new grants back until its deadline, `liftReservation`, or as many
+ *   restored ownerships as it awaits (1 by default: the owner of an exclusive lock).
+ * - Moved claims (a same-term RESUME) keep everything but their session and request ids; an
+ *   owned one's lease is renewed, as a heartbeat would.
  */
-export interface EngineOptions {
-  tokens: TokenSource;
-  ioTimeoutMs?: number;
-  leaseDefaultMs?: number;
-  leaseMaxMs?: number;
-  sessionsMax?: number;
-  claimsPerSessionMax?: number;
-  waitersPerLockMax?: number;
-  /** Claims (owned or queued) stored at once, server-wide. */
-  claimsMax?: number;
-  /** Server rules: kind and limit per name, lock-delays (none by default). */
-  kindRule?: KindRuleLookup | null;
-  /** The largest value a holder may carry (`LOCK_VALUE_BYTES_MAX_DEFAULT`). */
-  valueBytesMax?: number;
-}
-
-/** How a command that only operators (or the cluster) issue turned out. */
-export type ForceReleaseStatus = "ok" | "not_found" | "no_owner" | "not_holder";
-
 export class LockEngine {
   readonly ioTimeoutMs: number;
   readonly leaseDefaultMs: number;
@@ -181,81 +197,16 @@ export class LockEngine {
    * queue (or fail at once when `waitMs` is 0).
    */
   acquire(now: Instant, options: AcquireOptions): EngineEvent[] {
-    const { requestId, name, waitMs } = options;
+    const { requestId, name } = options;
     const mode = options.mode ?? "exclusive";
     const limit = options.limit ?? 0;
     const session = this.#requireSession(options.sessionId);
-    let lock = this.#locks.get(name);
+    const lock = this.#locks.get(name);
     const kind = this.#checkNewClaim(session, requestId, name, lock, mode, limit, options.value);
     if (Array.isArray(kind)) return kind;
     const grantable = lock === undefined ||
       (lock.queueLength === 0 && lock.holds === null && mayGrant(lock, mode));
-    const events: EngineEvent[] = [];
-    if (!grantable && waitMs === 0) {
-      events.push({
-        type: "wait_ended",
-        peer: session.peer,
-        requestId,
-        releaseRequestId: 0,
-        name,
-        cause: "timeout",
-        waitedMs: 0,
-      });
-      return events;
-    }
-    if (!grantable && lock!.queueLength >= this.#waitersPerLockMax) {
-      return this.#reject(session, requestId, name, {
-        reason: "limit_exceeded",
-        limit: "waiters_per_lock",
-        max: this.#waitersPerLockMax,
-      });
-    }
-    const refusal = this.#claimsRefusal(session, requestId, name);
-    if (refusal !== null) return refusal;
-    if (lock === undefined) {
-      lock = newLock(name);
-      this.#locks.set(name, lock);
-    }
-    this.#table.applyKind(lock, kind);
-    const claim = newClaim(
-      session,
-      lock,
-      requestId,
-      this.#clampLease(options.leaseMs),
-      mode,
-      copyValue(options.value),
-      this.#orderTerm,
-      ++this.#orderSeq,
-      now,
-    );
-    session.claims.set(name, claim);
-    this.#table.enqueue(claim);
-    if (grantable) {
-      this.#table.grantHeads(now, lock, events, false);
-      if (claim.state === "queued") {
-        // The token reservation failed (grants are blocked now): leave nothing behind.
-        this.#table.dropClaim(claim);
-        return this.#reject(session, requestId, name, {
-          reason: "grants_blocked",
-          block: "token_store_unavailable",
-          detail: this.blockDetail("token_store_unavailable"),
-        });
-      }
-      return events;
-    }
-    if (waitMs !== null) this.#table.deadlines.update(claim, now.monoMs + waitMs);
-    events.push({
-      type: "queued",
-      peer: session.peer,
-      requestId,
-      name,
-      position: lock.queueLength,
-      mode,
-      orderTerm: claim.orderTerm,
-      orderSeq: claim.orderSeq,
-      restored: false,
-    });
-    return events;
+    return this.#enter(now, session, options, lock, kind, mode, grantable, null);
   }
 
   /** RELEASE: ends an ownership with its token, or cancels a queued claim (token 0). */
@@ -504,11 +455,11 @@ export class LockEngine {
    * key must not be from a later term than the current one, nor be queued already.
    */
   restoreWaiter(now: Instant, options: RestoreWaiterOptions): EngineEvent[] {
-    const { requestId, name, waitMs, order } = options;
+    const { requestId, name, order } = options;
     const mode = options.mode ?? "exclusive";
     const limit = options.limit ?? 0;
     const session = this.#requireSession(options.sessionId);
-    let lock = this.#locks.get(name);
+    const lock = this.#locks.get(name);
     const kind = this.#checkNewClaim(session, requestId, name, lock, mode, limit, options.value);
     if (Array.isArray(kind)) return kind;
     const orderProblem = orderKeyProblem(name, order, lock, this.#orderTerm);
@@ -523,71 +474,7 @@ export class LockEngine {
       ((ahead === null || ahead.orderTerm > order.term ||
         (ahead.orderTerm === order.term && ahead.orderSeq > order.seq)) &&
         lock.holds === null && mayGrant(lock, mode));
-    if (!grantable && waitMs === 0) {
-      return [{
-        type: "wait_ended",
-        peer: session.peer,
-        requestId,
-        releaseRequestId: 0,
-        name,
-        cause: "timeout",
-        waitedMs: 0,
-      }];
-    }
-    if (!grantable && lock!.queueLength >= this.#waitersPerLockMax) {
-      return this.#reject(session, requestId, name, {
-        reason: "limit_exceeded",
-        limit: "waiters_per_lock",
-        max: this.#waitersPerLockMax,
-      });
-    }
-    const refusal = this.#claimsRefusal(session, requestId, name);
-    if (refusal !== null) return refusal;
-    if (lock === undefined) {
-      lock = newLock(name);
-      this.#locks.set(name, lock);
-    }
-    this.#table.applyKind(lock, kind);
-    if (order.term === this.#orderTerm && order.seq > this.#orderSeq) this.#orderSeq = order.seq;
-    const claim = newClaim(
-      session,
-      lock,
-      requestId,
-      this.#clampLease(options.leaseMs),
-      mode,
-      copyValue(options.value),
-      order.term,
-      order.seq,
-      now,
-    );
-    session.claims.set(name, claim);
-    const position = this.#table.insertQueued(claim);
-    const events: EngineEvent[] = [];
-    if (grantable) {
-      this.#table.grantHeads(now, lock, events);
-      if (claim.state === "queued") {
-        this.#table.dropClaim(claim);
-        return this.#reject(session, requestId, name, {
-          reason: "grants_blocked",
-          block: "token_store_unavailable",
-          detail: this.blockDetail("token_store_unavailable"),
-        });
-      }
-      return events;
-    }
-    if (waitMs !== null) this.#table.deadlines.update(claim, now.monoMs + waitMs);
-    events.push({
-      type: "queued",
-      peer: session.peer,
-      requestId,
-      name,
-      position,
-      mode,
-      orderTerm: order.term,
-      orderSeq: order.seq,
-      restored: true,
-    });
-    return events;
+    return this.#enter(now, session, options, lock, kind, mode, grantable, order);
   }
 
   /**
@@ -882,6 +769,95 @@ export class LockEngine {
       return this.#reject(session, requestId, name, { reason: "invalid_argument", problem: kind });
     }
     return kind;
+  }
+
+  /**
+   * A new claim that passed `#checkNewClaim` enters its lock: granted at once when `grantable`
+   * (nobody waits ahead of it and the lock can take it), else queued at the tail with a new
+   * order key (an ACQUIRE) or at its own key (`order`: a restored waiter), or, for a try-lock,
+   * answered `timeout` with nothing stored.
+   */
+  #enter(
+    now: Instant,
+    session: Session,
+    options: AcquireOptions | RestoreWaiterOptions,
+    existing: LockState | undefined,
+    kind: KindDecision,
+    mode: ClaimMode,
+    grantable: boolean,
+    order: OrderKey | null,
+  ): EngineEvent[] {
+    const { requestId, name, waitMs } = options;
+    const events: EngineEvent[] = [];
+    if (!grantable && waitMs === 0) {
+      events.push({
+        type: "wait_ended",
+        peer: session.peer,
+        requestId,
+        releaseRequestId: 0,
+        name,
+        cause: "timeout",
+        waitedMs: 0,
+      });
+      return events;
+    }
+    if (!grantable && existing!.queueLength >= this.#waitersPerLockMax) {
+      return this.#reject(session, requestId, name, {
+        reason: "limit_exceeded",
+        limit: "waiters_per_lock",
+        max: this.#waitersPerLockMax,
+      });
+    }
+    const refusal = this.#claimsRefusal(session, requestId, name);
+    if (refusal !== null) return refusal;
+    let lock = existing;
+    if (lock === undefined) {
+      lock = newLock(name);
+      this.#locks.set(name, lock);
+    }
+    this.#table.applyKind(lock, kind);
+    if (order !== null && order.term === this.#orderTerm && order.seq > this.#orderSeq) {
+      this.#orderSeq = order.seq;
+    }
+    const claim = newClaim(
+      session,
+      lock,
+      requestId,
+      this.#clampLease(options.leaseMs),
+      mode,
+      copyValue(options.value),
+      order === null ? this.#orderTerm : order.term,
+      order === null ? ++this.#orderSeq : order.seq,
+      now,
+    );
+    session.claims.set(name, claim);
+    const position = order === null ? this.#table.enqueue(claim) : this.#table.insertQueued(claim);
+    if (grantable) {
+      this.#table.grantHeads(now, lock, events, order !== null);
+      if (claim.state === "queued") {
+        // The token reservation failed (grants are blocked now): leave nothing behind.
+        this.#table.dropClaim(claim);
+        return this.#reject(session, requestId, name, {
+          reason: "grants_blocked",
+          block: "token_store_unavailable",
+          detail: this.blockDetail("token_store_unavailable"),
+        });
+      }
+      return events;
+    }
+    if (waitMs !== null) this.#table.deadlines.update(claim, now.monoMs + waitMs);
+    events.push({
+      type: "queued",
+      peer: session.peer,
+      requestId,
+      name,
+      position,
+      mode,
+      orderTerm: claim.orderTerm,
+      orderSeq: claim.orderSeq,
+      restored: order !== null,
+    });
+    return events;
   }
 
   /** The `limit_exceeded` refusal when storing one more claim passes -max-claims, or null. */

@@ -115,12 +115,13 @@ export class LockTable {
     lock.kind = kind;
   }
 
-  /** Appends a new claim at the tail of its lock's queue. */
-  enqueue(claim: Claim): void {
+  /** Appends a new claim at the tail of its lock's queue; returns its position (its length). */
+  enqueue(claim: Claim): number {
     appendToQueue(claim);
     this.stats.waiters++;
     this.claimCount++;
     this.viewVersion++;
+    return claim.lock.queueLength;
   }
 
   /** Puts a restored claim into its queue by its order key; returns its position (1 = head). */
