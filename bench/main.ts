@@ -384,12 +384,24 @@ function engineRemoval(lengths: number[]): Record<number, number> {
       waitersPerLockMax: len + 10,
     });
     const owner = engine.openSession(now(), "", "10.0.0.1:1")!;
-    engine.acquire(now(), owner.sessionId, 1, "deep", 0, null);
+    engine.acquire(now(), {
+      sessionId: owner.sessionId,
+      requestId: 1,
+      name: "deep",
+      leaseMs: 0,
+      waitMs: null,
+    });
     const addrs: string[] = [];
     for (let i = 0; i < len; i++) {
       const addr = `10.1.${i >> 16}.${i & 0xffff}:${1000 + (i % 50000)}`;
       const p = engine.openSession(now(), "", addr)!;
-      engine.acquire(now(), p.sessionId, 1, "deep", 0, null);
+      engine.acquire(now(), {
+        sessionId: p.sessionId,
+        requestId: 1,
+        name: "deep",
+        leaseMs: 0,
+        waitMs: null,
+      });
       addrs.push(addr);
     }
     // Remove 50 waiters around the middle; median time per removal.

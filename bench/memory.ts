@@ -57,7 +57,13 @@ function claimBytes(count: number, perLock: number, name: (i: number) => string)
   let requestId = 1;
   for (const lockName of names) {
     for (const sessionId of sessions) {
-      engine.acquire(now, sessionId, requestId++, lockName, 0, null);
+      engine.acquire(now, {
+        sessionId,
+        requestId: requestId++,
+        name: lockName,
+        leaseMs: 0,
+        waitMs: null,
+      });
     }
   }
   const after = usedBytes();

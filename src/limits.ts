@@ -70,6 +70,18 @@ export const WAITERS_PER_LOCK_MAX_DEFAULT = 65_536;
  */
 export const CLAIMS_MAX_DEFAULT = 262_144;
 /**
+ * The largest semaphore limit N a claim or a rule may ask for. Owners are stored claims (bounded
+ * by -max-claims) either way; this bound keeps a mistyped limit from meaning "no limit" and the
+ * slot index within what one lock can have (as many as its queue may hold).
+ */
+export const SEMAPHORE_LIMIT_MAX = WAITERS_PER_LOCK_MAX_DEFAULT;
+/**
+ * A holder's value (issue 23: the leader's address, a small JSON document), 1 KiB by default:
+ * every owner and waiter may carry one, so the memory budget of -max-claims grows by at most
+ * this much per claim.
+ */
+export const LOCK_VALUE_BYTES_MAX_DEFAULT = 1024;
+/**
  * Connections that have not completed their HELLO, at once; a new one past it closes the
  * oldest (LIMIT_EXCEEDED). Correct clients send HELLO at once, so only a flood of silent or
  * slow connections fills it; each costs about 7 KiB. Counted apart from `-max-sessions`, so

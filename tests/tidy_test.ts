@@ -11,6 +11,8 @@
  * 3. No file is longer than FILE_LINES_MAX lines (the largest today is about 890): past that, a
  *    file has more than one responsibility and should be split.
  * 4. Only `main.ts` exits the process (tests/cli/serve_test.ts checks it).
+ * 5. The core is pure in its code too: no `Deno`, global object, clock, timer or randomness
+ *    in `src/core/` (the engine takes every reading of the clock as an argument).
  */
 
 import assert from "node:assert/strict";
@@ -50,6 +52,52 @@ Deno.test("tidy: src/core imports nothing outside src/core except src/limits.ts"
     for (const specifier of importsOf(await read(file))) {
       const inCore = specifier.startsWith("./") && !specifier.includes("..");
       if (!inCore && specifier !== "../limits.ts") offenders.push(`${file}: ${specifier}`);
+    }
+  }
+  assert.deepEqual(offenders, []);
+});
+
+/**
+ * Names that reach the outside world or a clock: the engine takes the time as an argument and
+ * does no I/O, so none of these may appear in src/core's code (comments aside).
+ */
+const IMPURE_NAMES = [
+  "Deno",
+  "globalThis",
+  "window",
+  "self",
+  "Date",
+  "performance",
+  "setTimeout",
+  "setInterval",
+  "clearTimeout",
+  "clearInterval",
+  "queueMicrotask",
+  "requestAnimationFrame",
+  "fetch",
+  "crypto",
+  "process",
+  "Math.random",
+];
+
+/** A file's text without its comments (line numbers kept). */
+function withoutComments(text: string): string {
+  return text
+    .replace(/\/\*[\s\S]*?\*\//g, (comment) => comment.replace(/[^\n]/g, ""))
+    .replace(/(^|[^:"'`\\])\/\/.*$/gm, "$1");
+}
+
+Deno.test("tidy: src/core is pure: no Deno, globals, clocks, timers or randomness in its code", async () => {
+  const offenders: string[] = [];
+  const pattern = new RegExp(
+    `(?<![\\w.$])(${IMPURE_NAMES.map((n) => n.replace(".", "\\.")).join("|")})(?![\\w$])`,
+    "g",
+  );
+  for (const file of await tsFiles("src/core")) {
+    for (const [line, text] of withoutComments(await read(file)).split("\n").entries()) {
+      for (const match of text.matchAll(pattern)) {
+        offenders.push(`${file}:${line + 1}: ${match[1]}`);
+      }
     }
   }
   assert.deepEqual(offenders, []);

@@ -24,7 +24,7 @@
  */
 
 import type { Scheduler, Timer } from "../clock.ts";
-import type { LockEngineView } from "../core/engine.ts";
+import type { LockEngineView } from "../core/lock_queries.ts";
 import { problemResponse } from "../http/problem.ts";
 import type { SnapshotJson } from "./history.ts";
 

@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { LockPageQuery, LockSort } from "../core/engine.ts";
+import type { LockPageQuery, LockSort } from "../core/lock_queries.ts";
 import { escapeInvisible, lockNameProblem } from "../core/lock_name.ts";
 import { ADMIN_HISTORY_INTERVAL_MS, ADMIN_LOCKS_LIMIT_MAX } from "../limits.ts";
 import type { Actor } from "../log/audit.ts";

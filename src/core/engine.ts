@@ -6,40 +6,43 @@ import {
   LEASE_MS_DEFAULT,
   LEASE_MS_MAX_DEFAULT,
   LEASE_MS_MIN,
+  LOCK_VALUE_BYTES_MAX_DEFAULT,
   SESSIONS_MAX_DEFAULT,
   WAITERS_PER_LOCK_MAX_DEFAULT,
 } from "../limits.ts";
-import { DeadlineHeap, type DeadlineNode } from "./deadline_heap.ts";
+import { type KindDecision, limitProblem, mayGrant, modeChangeProblem } from "./grant_policy.ts";
+import { checkInvariants } from "./invariants.ts";
+import { LockQueries } from "./lock_queries.ts";
 import { lockNameProblem } from "./lock_name.ts";
+import { type Claim, type LockState, newClaim, newLock, type Session } from "./lock_state.ts";
+import { LockTable } from "./lock_table.ts";
+import { orderKeyProblem, restoreConflict, restoreProblem } from "./restore_checks.ts";
 import type { TokenSource } from "./tokens.ts";
-import {
-  type CloseCause,
-  END_REASON_OF_CLOSE,
-  type EndReason,
-  type EngineEvent,
-  type EngineStats,
-  type GrantBlock,
-  type HolderView,
-  type Instant,
-  type LockView,
-  type Peer,
-  type Rejection,
-  type WaitEndCause,
-  type WaiterView,
+import type {
+  AcquireOptions,
+  ClaimMode,
+  CloseCause,
+  EngineEvent,
+  EngineStats,
+  ForceReleaseOptions,
+  GrantBlock,
+  Instant,
+  KindRuleLookup,
+  MoveClaimsOptions,
+  MoveOutcome,
+  OrderKey,
+  Peer,
+  Rejection,
+  ReleaseOptions,
+  ReserveOptions,
+  RestoreOutcome,
+  RestoreOwnershipOptions,
+  RestoreWaiterOptions,
+  SetModeOptions,
+  SetValueOptions,
 } from "./types.ts";
 
-/**
- * The lock engine: owners, FIFO queues, leases, fencing tokens and session
- * deadlines. It does no I/O and reads no clock: every operation that depends
- * on time takes the caller's one reading of it (an {@link Instant}). Every
- * operation returns the events it caused, in order; the service carries them
- * out (audit records, frames, connection closes).
- *
- * Claim states and their only transitions:
- *   queued → owned     (head of the queue when the owner leaves, or a free lock)
- *   queued → gone      (wait timeout, cancel, session closed, kicked)
- *   owned  → gone      (release, lease expiry, session closed, force-release)
- */
+/** How the engine is built: its token source, bounds and server rules. */
 export interface EngineOptions {
   tokens: TokenSource;
   ioTimeoutMs?: number;
@@ -50,129 +53,105 @@ export interface EngineOptions {
   waitersPerLockMax?: number;
   /** Claims (owned or queued) stored at once, server-wide. */
   claimsMax?: number;
+  /** Server rules: kind and limit per name, lock-delays (none by default). */
+  kindRule?: KindRuleLookup | null;
+  /** The largest value a holder may carry (`LOCK_VALUE_BYTES_MAX_DEFAULT`). */
+  valueBytesMax?: number;
 }
 
-type ClaimState = "queued" | "owned" | "gone";
-
-interface Session extends DeadlineNode {
-  readonly kind: "io";
-  readonly peer: Peer;
-  readonly claims: Map<string, Claim>;
-  lastSeenMs: number;
-  open: boolean;
-}
-
-interface Claim {
-  readonly session: Session;
-  readonly lock: LockState;
-  readonly requestId: number;
-  readonly leaseMs: number;
-  state: ClaimState;
-  // queue links (while queued)
-  prev: Claim | null;
-  next: Claim | null;
-  queuedAtMs: number;
-  queuedAtWallMs: number;
-  // ownership (while owned)
-  token: number;
-  sinceMs: number;
-  sinceWallMs: number;
-  leaseExpiresAtMs: number;
-  readonly leaseNode: ClaimDeadline;
-  readonly waitNode: ClaimDeadline;
-}
-
-interface ClaimDeadline extends DeadlineNode {
-  readonly kind: "lease" | "wait";
-  readonly claim: Claim;
-}
-
-type Deadline = Session | ClaimDeadline;
-
-interface LockState {
-  readonly name: string;
-  owner: Claim | null;
-  head: Claim | null;
-  tail: Claim | null;
-  queueLength: number;
-}
+/** How a command that only operators (or the cluster) issue turned out. */
+export type ForceReleaseStatus = "ok" | "not_found" | "no_owner" | "not_holder";
 
 /**
- * The engine as readers see it (admin API, metrics, tests): nothing here changes state.
- * Every change goes through the LockService.
+ * The lock engine: owners, FIFO queues, leases, fencing tokens and session deadlines, for
+ * every kind of lock (exclusive, shared read/write, semaphore; see grant_policy.ts). It does no
+ * I/O and reads no clock: every operation that depends on time takes the caller's one reading
+ * of it (an {@link Instant}). Every operation returns the events it caused, in order; the
+ * service carries them out (audit records, frames, connection closes). The read side (views,
+ * lists, pages) is `view` (lock_queries.ts); the state records are in lock_state.ts.
+ *
+ * Decisions (issue 22; the docs are written from here):
+ * - Tokens: every grant gets its own token, larger than every token issued before, whatever the
+ *   kind (semaphore owners too: the token orders grants; a resource that must reject stale
+ *   holders of a slot keeps the last token per slot, and the grant says its slot). A lock's
+ *   tokens grow in grant order.
+ * - Semaphore slots: a grant takes the lowest free slot (0 to N − 1), so a resource with N
+ *   places can index them by it.
+ * - Write generation: a shared grant carries the token of the lock's last exclusive grant while
+ *   the lock has been stored (0: none). It is not remembered once a lock is idle and dropped:
+ *   remembering every name ever written would grow without bound, and a fail-over forgets it
+ *   anyway, so a reader must treat 0 as "unknown" in every case; a non-zero value is exact
+ *   (two reads with the same non-zero generation had no writer between them).
+ * - Downgrade: an exclusive owner of a limit-1 lock may become shared in place (`setMode`), with
+ *   the same token; waiting readers at the head are granted beside it. Upgrade is refused
+ *   (two readers upgrading at once would deadlock): release, then acquire exclusive.
+ * - Lock-delay: after a non-graceful end (`expired`, `io_timeout`, `force`, and `failover`: the
+ *   holder did not let go and may still be acting on the resource) of an ownership of a lock
+ *   whose rule gives a lock-delay, the lock grants nothing until the delay has passed (a
+ *   semaphore's remaining owners keep their slots; no new one is granted). An idle lock under
+ *   a delay stays stored until it ends. Never after a graceful end.
+ * - Values: an ownership may carry a value (at most `valueBytesMax` bytes); its holder replaces
+ *   it with `setValue`; it ends with the ownership. A waiter's value becomes its holder's value
+ *   at the grant. Every change a watcher needs is an event: `granted`, `ended`, `queued`,
+ *   `wait_ended`, `value_changed`, `mode_changed`, `claim_moved`.
+ *
+ * Cluster mode, milestone 2 (the engine's part of docs/cluster.md's reclaim):
+ * - Order keys: every claim has `[orderTerm, orderSeq]`; new claims take the current term (0 on
+ *   a single node) and the next sequence number, which keeps growing across terms; a queue is
+ *   sorted by it, so restored waiters of an earlier term go ahead of newer claims.
+ * - A restored ownership is not a new grant: it keeps its token (the token source is told it,
+ *   so new grants stay above), takes a fresh lease, and neither a lock-delay nor a reservation
+ *   holds it back. It is void (changes nothing) beside an owner it cannot share the lock with,
+ *   in a taken slot, or against the lock's kind and limit.
+ * - A reservation holds new grants back until its deadline, `liftReservation`, or as many
+ *   restored ownerships as it awaits (1 by default: the owner of an exclusive lock).
+ * - Moved claims (a same-term RESUME) keep everything but their session and request ids; an
+ *   owned one's lease is renewed, as a heartbeat would.
  */
-export type LockEngineView = Pick<
-  LockEngine,
-  | "listLocks"
-  | "getLock"
-  | "holderOf"
-  | "queueLengthOf"
-  | "oldestQueuedAtMs"
-  | "findWaiter"
-  | "lockCount"
-  | "pageLocks"
-  | "viewVersion"
-  | "sessionIds"
-  | "ownedLeaseMaxMs"
-  | "lastToken"
-  | "stats"
-  | "grantBlock"
-  | "isBlocked"
-  | "blockDetail"
-  | "nextDeadlineMs"
-  | "assertInvariants"
-  | "ioTimeoutMs"
-  | "leaseDefaultMs"
-  | "leaseMaxMs"
->;
-
 export class LockEngine {
-  readonly #tokens: TokenSource;
   readonly ioTimeoutMs: number;
   readonly leaseDefaultMs: number;
   readonly leaseMaxMs: number;
+  readonly valueBytesMax: number;
   readonly #sessionsMax: number;
   readonly #claimsPerSessionMax: number;
   readonly #waitersPerLockMax: number;
   readonly #claimsMax: number;
-
-  readonly #locks = new Map<string, LockState>();
-  readonly #sessions = new Map<number, Session>();
-  readonly #sessionsByAddr = new Map<string, Session>();
-  readonly #deadlines = new DeadlineHeap<Deadline>();
-  /** Locks with waiters but no owner (grants blocked, see GrantBlock). */
-  readonly #ownerless = new Set<LockState>();
-  /** Why grants are blocked; none while empty. */
-  readonly #blocks = new Set<GrantBlock>();
-  /** The last token-store error while `token_store_unavailable` holds. */
-  #tokenFailure = "";
+  readonly #table: LockTable;
+  /** The table's maps, held here too: the hot path reads them on every request. */
+  readonly #locks: LockTable["locks"];
+  readonly #sessions: LockTable["sessions"];
   #nextSessionId = 1;
-  /** Grows whenever an owner or a queue changes (see viewVersion). */
-  #viewVersion = 0;
+  #orderTerm = 0;
+  #orderSeq = 0;
 
-  readonly stats: EngineStats = {
-    sessionsOpen: 0,
-    locksHeld: 0,
-    waiters: 0,
-    acquiresTotal: 0,
-    handoffsTotal: 0,
-    heartbeatsTotal: 0,
-    releasesTotal: { graceful: 0, expired: 0, io_timeout: 0, force: 0, failover: 0 },
-    waitSecondsSum: 0,
-    waitSecondsCount: 0,
-    holdSecondsSum: 0,
-    holdSecondsCount: 0,
-  };
+  /** Counters and gauges, exact after every operation; `/metrics` reads them at scrape time. */
+  readonly stats: EngineStats;
+  /** The read side: views, lists, pages and lookups (admin API, console, metrics, tests). */
+  readonly view: LockQueries;
 
   constructor(options: EngineOptions) {
-    this.#tokens = options.tokens;
     this.ioTimeoutMs = options.ioTimeoutMs ?? IO_TIMEOUT_MS_DEFAULT;
     this.leaseMaxMs = options.leaseMaxMs ?? LEASE_MS_MAX_DEFAULT;
     this.leaseDefaultMs = Math.min(options.leaseDefaultMs ?? LEASE_MS_DEFAULT, this.leaseMaxMs);
+    this.valueBytesMax = options.valueBytesMax ?? LOCK_VALUE_BYTES_MAX_DEFAULT;
     this.#sessionsMax = options.sessionsMax ?? SESSIONS_MAX_DEFAULT;
     this.#claimsPerSessionMax = options.claimsPerSessionMax ?? CLAIMS_PER_SESSION_MAX_DEFAULT;
     this.#waitersPerLockMax = options.waitersPerLockMax ?? WAITERS_PER_LOCK_MAX_DEFAULT;
     this.#claimsMax = options.claimsMax ?? CLAIMS_MAX_DEFAULT;
+    this.#table = new LockTable(options.tokens, options.kindRule ?? null);
+    this.#locks = this.#table.locks;
+    this.#sessions = this.#table.sessions;
+    this.stats = this.#table.stats;
+    this.view = new LockQueries(this.#table, this);
+  }
+
+  /**
+   * Replaces the server rules (a reload). A lock keeps the kind it has while it has claims; the
+   * next first claim and the next non-graceful end read the new rules.
+   */
+  setKindRule(kindRule: KindRuleLookup | null): void {
+    this.#table.kindRule = kindRule;
   }
 
   // ---- sessions -----------------------------------------------------------
@@ -191,8 +170,8 @@ export class LockEngine {
       heapIndex: -1,
     };
     this.#sessions.set(peer.sessionId, session);
-    this.#sessionsByAddr.set(remoteAddr, session);
-    this.#deadlines.update(session, session.lastSeenMs + this.ioTimeoutMs);
+    this.#table.sessionsByAddr.set(remoteAddr, session);
+    this.#table.deadlines.update(session, session.lastSeenMs + this.ioTimeoutMs);
     this.stats.sessionsOpen++;
     return peer;
   }
@@ -207,27 +186,559 @@ export class LockEngine {
   closeSession(now: Instant, sessionId: number, cause: CloseCause): EngineEvent[] {
     const events: EngineEvent[] = [];
     const session = this.#sessions.get(sessionId);
-    if (session) this.#closeSession(now, session, cause, "", events);
+    if (session) this.#table.closeSession(now, session, cause, "", events);
     return events;
   }
 
   // ---- requests -----------------------------------------------------------
 
   /**
-   * ACQUIRE: grant at once when free, else queue (or fail at once when
-   * `waitMs` is 0). `leaseMs` 0 means the default; `waitMs` null means forever.
+   * ACQUIRE: grant at once when the lock admits the claim and nobody waits ahead of it, else
+   * queue (or fail at once when `waitMs` is 0).
    */
-  acquire(
+  acquire(now: Instant, options: AcquireOptions): EngineEvent[] {
+    const { requestId, name } = options;
+    const mode = options.mode ?? "exclusive";
+    const limit = options.limit ?? 0;
+    const session = this.#requireSession(options.sessionId);
+    const lock = this.#locks.get(name);
+    const kind = this.#checkNewClaim(session, requestId, name, lock, mode, limit, options.value);
+    if (Array.isArray(kind)) return kind;
+    const grantable = lock === undefined ||
+      (lock.queueLength === 0 && lock.holds === null && mayGrant(lock, mode));
+    return this.#enter(now, session, options, lock, kind, mode, grantable, null);
+  }
+
+  /** RELEASE: ends an ownership with its token, or cancels a queued claim (token 0). */
+  release(now: Instant, options: ReleaseOptions): EngineEvent[] {
+    const { requestId, name, token } = options;
+    const events: EngineEvent[] = [];
+    const session = this.#requireSession(options.sessionId);
+    const claim = session.claims.get(name);
+    if (claim !== undefined && claim.state === "owned" && claim.token === token) {
+      this.#table.endOwnership(now, claim, "graceful", requestId, events);
+      return events;
+    }
+    if (claim !== undefined && claim.state === "queued" && token === 0) {
+      this.#table.endWait(now, claim, "cancelled", requestId, events);
+      return events;
+    }
+    return this.#notOwner(session, requestId, name, claim, token);
+  }
+
+  /** HEARTBEAT: renews every ownership of the session; returns how many. */
+  heartbeat(nowMs: number, sessionId: number): number {
+    const session = this.#requireSession(sessionId);
+    session.lastSeenMs = nowMs;
+    let renewed = 0;
+    for (const claim of session.claims.values()) {
+      if (claim.state !== "owned") continue;
+      // The heap node is re-keyed lazily when it comes due (see tick).
+      claim.leaseExpiresAtMs = nowMs + claim.leaseMs;
+      renewed++;
+    }
+    this.stats.heartbeatsTotal++;
+    return renewed;
+  }
+
+  /**
+   * SET_VALUE: replaces the value of the session's ownership with `token`. A stale or unknown
+   * token is refused `not_owner`; a value over `valueBytesMax` `invalid_argument`.
+   */
+  setValue(_now: Instant, options: SetValueOptions): EngineEvent[] {
+    const { requestId, name, token } = options;
+    const session = this.#requireSession(options.sessionId);
+    const problem = this.#valueProblem("set the value of", name, options.value);
+    if (problem !== null) {
+      return this.#reject(session, requestId, name, { reason: "invalid_argument", problem });
+    }
+    const claim = session.claims.get(name);
+    if (claim === undefined || claim.state !== "owned" || claim.token !== token) {
+      return this.#notOwner(session, requestId, name, claim, token);
+    }
+    claim.value = copyValue(options.value);
+    this.#table.viewVersion++;
+    return [{
+      type: "value_changed",
+      peer: session.peer,
+      requestId,
+      name,
+      token,
+      value: claim.value,
+    }];
+  }
+
+  /**
+   * Changes the mode of the session's ownership with `token`. `shared` downgrades an exclusive
+   * owner in place (same token) and grants the readers waiting at the head beside it;
+   * `exclusive` on a shared owner is refused (an upgrade deadlocks). The mode it already has
+   * answers `mode_changed` with `changed: false`.
+   */
+  setMode(now: Instant, options: SetModeOptions): EngineEvent[] {
+    const { requestId, name, token, mode } = options;
+    const session = this.#requireSession(options.sessionId);
+    const claim = session.claims.get(name);
+    if (claim === undefined || claim.state !== "owned" || claim.token !== token) {
+      return this.#notOwner(session, requestId, name, claim, token);
+    }
+    const lock = claim.lock;
+    const problem = modeChangeProblem(name, lock, claim.mode, mode);
+    if (problem !== null) {
+      return this.#reject(session, requestId, name, { reason: "invalid_argument", problem });
+    }
+    const events: EngineEvent[] = [];
+    const changed = claim.mode !== mode;
+    if (changed) {
+      // Exclusive → shared: the lock becomes a read/write lock if it was not one yet.
+      if (lock.kind === "exclusive") this.#table.changeKind(lock, "shared");
+      lock.exclusiveOwners--;
+      claim.mode = "shared";
+      claim.writeGeneration = lock.writeGeneration;
+      this.#table.viewVersion++;
+    }
+    events.push({
+      type: "mode_changed",
+      peer: session.peer,
+      requestId,
+      name,
+      token,
+      mode: claim.mode,
+      changed,
+      writeGeneration: claim.writeGeneration,
+    });
+    if (changed) this.#table.grantHeads(now, lock, events);
+    return events;
+  }
+
+  // ---- operator actions ---------------------------------------------------
+
+  /**
+   * Force-release: the owner's session is closed (ERROR 0x02 first), all its ownerships end
+   * with reason force, and the head waiter is granted at once. Without `token`, every owner's
+   * session is closed (oldest first); with it, only the session of the owner holding it
+   * (`not_holder` when none does).
+   */
+  forceRelease(
     now: Instant,
-    sessionId: number,
-    requestId: number,
+    options: ForceReleaseOptions,
+  ): { status: ForceReleaseStatus; events: EngineEvent[] } {
+    const events: EngineEvent[] = [];
+    const lock = this.#locks.get(options.name);
+    if (lock === undefined) return { status: "not_found", events };
+    if (lock.ownerCount === 0) return { status: "no_owner", events };
+    const sessions: Session[] = [];
+    for (let owner = lock.ownersHead; owner !== null; owner = owner.next) {
+      if (options.token === undefined || owner.token === options.token) {
+        sessions.push(owner.session);
+      }
+    }
+    if (sessions.length === 0) return { status: "not_holder", events };
+    for (const session of sessions) {
+      this.#table.closeSession(now, session, "admin", options.name, events);
+    }
+    return { status: "ok", events };
+  }
+
+  /** Removes the waiter with exactly this remote address; its session is closed like a force-release. */
+  kickWaiter(
+    now: Instant,
     name: string,
-    leaseMs: number,
-    waitMs: number | null,
+    remoteAddr: string,
+  ): { status: "ok" | "not_found"; events: EngineEvent[] } {
+    const events: EngineEvent[] = [];
+    const lock = this.#locks.get(name);
+    const claim = this.#table.sessionsByAddr.get(remoteAddr)?.claims.get(name);
+    if (lock === undefined || claim === undefined || claim.state !== "queued") {
+      return { status: "not_found", events };
+    }
+    this.#table.endWait(now, claim, "kicked", 0, events);
+    this.#table.closeSession(now, claim.session, "admin", name, events);
+    return { status: "ok", events };
+  }
+
+  // ---- cluster mode: order keys, restores, reservations, moved claims -----------
+
+  /**
+   * The term new claims take as the first part of their order key (cluster mode: the leader's
+   * term; 0 on a single node). Terms only grow; sequence numbers keep growing across terms.
+   */
+  setOrderTerm(term: number): void {
+    if (!Number.isSafeInteger(term) || term < this.#orderTerm) {
+      throw new RangeError(`Cannot set the order term to ${term}: it is ${this.#orderTerm}`);
+    }
+    this.#orderTerm = term;
+  }
+
+  /**
+   * Reinstates an ownership reclaimed after a fail-over, with its own token, mode, slot and value
+   * and a fresh lease: a `granted` event with `restored: true` (not counted in acquiresTotal;
+   * in reclaimsTotal). Only beside owners it can share the lock with, in a free slot, on a lock
+   * of its kind and limit (else `void`). A reservation counts it and ends with its last one.
+   * Lock-delays and reservations do not hold a restore back: it is not a new grant.
+   */
+  restoreOwnership(now: Instant, options: RestoreOwnershipOptions): RestoreOutcome {
+    const { requestId, name, token } = options;
+    const mode = options.mode ?? "exclusive";
+    const limit = options.limit ?? 0;
+    const slot = options.slot ?? 0;
+    const writeGeneration = mode === "shared" ? options.writeGeneration ?? 0 : 0;
+    const session = this.#requireSession(options.sessionId);
+    const refused = (rejection: Rejection): RestoreOutcome => ({ status: "refused", rejection });
+    const problem = lockNameProblem(name) ?? limitProblem(name, limit) ??
+      this.#valueProblem("acquire", name, options.value) ??
+      restoreProblem(name, token, slot, writeGeneration);
+    if (problem !== null) return refused({ reason: "invalid_argument", problem });
+    const existing = session.claims.get(name);
+    if (existing !== undefined) {
+      return refused({ reason: "duplicate_claim", owned: existing.state === "owned" });
+    }
+    // A restore needs no new token: only the blocks that stop every ownership hold it back.
+    const block = this.grantBlock;
+    if (block !== null && block !== "token_store_unavailable") {
+      return refused({ reason: "grants_blocked", block, detail: this.blockDetail(block) });
+    }
+    if (session.claims.size >= this.#claimsPerSessionMax) {
+      return refused({
+        reason: "limit_exceeded",
+        limit: "claims_per_session",
+        max: this.#claimsPerSessionMax,
+      });
+    }
+    if (this.#table.claimCount >= this.#claimsMax) {
+      return refused({ reason: "limit_exceeded", limit: "claims", max: this.#claimsMax });
+    }
+    let lock = this.#locks.get(name);
+    const kind = this.#table.admit(name, lock, mode, limit);
+    if (typeof kind === "string") return { status: "void", problem: kind };
+    const conflict = restoreConflict(name, lock, kind, mode, slot, token);
+    if (conflict !== null) return { status: "void", problem: conflict };
+    if (token > this.#table.tokens.lastIssued) {
+      // Every later grant must be above it: only a source that can be told may restore it.
+      if (this.#table.tokens.observe === undefined) {
+        return {
+          status: "void",
+          problem: `Cannot restore lock "${name}": token ${token} is above every token issued here`,
+        };
+      }
+      this.#table.tokens.observe(token);
+    }
+    if (lock === undefined) {
+      lock = newLock(name);
+      this.#locks.set(name, lock);
+    }
+    this.#table.applyKind(lock, kind);
+    const claim = newClaim(
+      session,
+      lock,
+      requestId,
+      this.#clampLease(options.leaseMs),
+      mode,
+      copyValue(options.value),
+      this.#orderTerm,
+      0,
+      now,
+    );
+    session.claims.set(name, claim);
+    this.#table.restoreOwner(now, claim, token, slot, writeGeneration);
+    const events: EngineEvent[] = [this.#table.grantedEvent(claim, 0, true)];
+    const holds = lock.holds;
+    if (holds !== null && holds.reservedUntilMs !== 0 && --holds.reservedClaims <= 0) {
+      this.#table.endReservation(now, lock, events);
+    }
+    return { status: "restored", events };
+  }
+
+  /**
+   * Puts back a queued claim reclaimed after a fail-over at its original order key (walking
+   * back from the tail), answered as an ACQUIRE is: `queued` with `restored: true` and its
+   * position, or `granted` when it lands at the head of a lock that can take it. The order
+   * key must not be from a later term than the current one, nor be queued already.
+   */
+  restoreWaiter(now: Instant, options: RestoreWaiterOptions): EngineEvent[] {
+    const { requestId, name, order } = options;
+    const mode = options.mode ?? "exclusive";
+    const limit = options.limit ?? 0;
+    const session = this.#requireSession(options.sessionId);
+    const lock = this.#locks.get(name);
+    const kind = this.#checkNewClaim(session, requestId, name, lock, mode, limit, options.value);
+    if (Array.isArray(kind)) return kind;
+    const orderProblem = orderKeyProblem(name, order, lock, this.#orderTerm);
+    if (orderProblem !== null) {
+      return this.#reject(session, requestId, name, {
+        reason: "invalid_argument",
+        problem: orderProblem,
+      });
+    }
+    const ahead = lock?.head ?? null;
+    const grantable = lock === undefined ||
+      ((ahead === null || ahead.orderTerm > order.term ||
+        (ahead.orderTerm === order.term && ahead.orderSeq > order.seq)) &&
+        lock.holds === null && mayGrant(lock, mode));
+    return this.#enter(now, session, options, lock, kind, mode, grantable, order);
+  }
+
+  /**
+   * Holds a lock back from new grants (cluster mode: a lock the last term may have left held,
+   * until its holders reclaimed it): until `untilMs`, `liftReservation`, or `claims` restored
+   * ownerships. Queued claims wait meanwhile; restores go ahead. A reserved idle lock is kept.
+   */
+  reserve(options: ReserveOptions): void {
+    const { name, untilMs } = options;
+    const claims = options.claims ?? 1;
+    const problem = lockNameProblem(name);
+    if (problem !== null) throw new RangeError(`Cannot reserve lock "${name}": ${problem}`);
+    if (!(claims >= 1) || !Number.isFinite(untilMs)) {
+      throw new RangeError(`Cannot reserve lock "${name}" until ${untilMs} for ${claims} claims`);
+    }
+    let lock = this.#locks.get(name);
+    if (lock === undefined) {
+      lock = newLock(name);
+      this.#locks.set(name, lock);
+    }
+    this.#table.reserve(lock, untilMs, claims);
+  }
+
+  /** Ends a lock's reservation now: its queue head is granted (an idle lock is forgotten). */
+  liftReservation(now: Instant, name: string): EngineEvent[] {
+    const events: EngineEvent[] = [];
+    const lock = this.#locks.get(name);
+    if (lock !== undefined) this.#table.endReservation(now, lock, events);
+    return events;
+  }
+
+  /**
+   * A same-term RESUME: every claim of `fromSessionId` moves to `toSessionId` with its state,
+   * token, slot, value and queue place, renumbered by `requestIds` (by lock name); an owned
+   * one's lease is renewed (its client just proved it is alive). One `claim_moved` event per
+   * claim. Refused, changing nothing, when the new session already has a claim on one of the
+   * locks or would pass its claim limit. The old session stays open with no claims.
+   */
+  moveClaims(now: Instant, options: MoveClaimsOptions): MoveOutcome {
+    const from = this.#requireSession(options.fromSessionId);
+    const to = this.#requireSession(options.toSessionId);
+    const why =
+      `Cannot move the claims of session ${from.peer.sessionId} to session ${to.peer.sessionId}`;
+    if (from === to) return { status: "refused", problem: `${why}: it is the same session` };
+    for (const name of from.claims.keys()) {
+      if (to.claims.has(name)) {
+        return { status: "refused", problem: `${why}: it has a claim on lock "${name}" already` };
+      }
+    }
+    if (from.claims.size + to.claims.size > this.#claimsPerSessionMax) {
+      return {
+        status: "refused",
+        problem: `${why}: it would have more than ${this.#claimsPerSessionMax} claims`,
+      };
+    }
+    const events: EngineEvent[] = [];
+    for (const [name, claim] of from.claims) {
+      const previousRequestId = claim.requestId;
+      claim.session = to;
+      claim.requestId = options.requestIds?.get(name) ?? previousRequestId;
+      to.claims.set(name, claim);
+      if (claim.state === "owned") claim.leaseExpiresAtMs = now.monoMs + claim.leaseMs;
+      events.push({
+        type: "claim_moved",
+        peer: to.peer,
+        fromSessionId: from.peer.sessionId,
+        requestId: claim.requestId,
+        previousRequestId,
+        name,
+        state: claim.state === "owned" ? "owned" : "queued",
+        token: claim.token,
+      });
+    }
+    from.claims.clear();
+    if (events.length > 0) this.#table.viewVersion++;
+    return { status: "moved", events };
+  }
+
+  // ---- grant blocks ---------------------------------------------------------
+
+  /**
+   * Blocks grants for a reason the shell sees (the audit log failed, shutdown began):
+   * ACQUIRE is refused with it and hand-offs wait until every block is lifted.
+   */
+  blockGrants(block: "audit_unavailable" | "shutting_down" | "not_leader"): void {
+    this.#table.blocks.add(block);
+  }
+
+  /** Lifts a block; when none is left, every queue whose head waits for a grant is granted. */
+  unblockGrants(
+    now: Instant,
+    block: "audit_unavailable" | "shutting_down" | "not_leader",
   ): EngineEvent[] {
     const events: EngineEvent[] = [];
-    const session = this.#requireSession(sessionId);
-    const problem = lockNameProblem(name);
+    this.#table.blocks.delete(block);
+    if (this.#table.blocks.size === 0) this.#table.grantPending(now, events);
+    return events;
+  }
+
+  /**
+   * Tries the token store again after a failed reservation (the shell calls it with
+   * back-off). On success the block is lifted and waiting queues are granted.
+   */
+  retryTokenStore(now: Instant): EngineEvent[] {
+    const events: EngineEvent[] = [];
+    if (!this.#table.blocks.has("token_store_unavailable")) return events;
+    try {
+      this.#table.tokens.prepare();
+    } catch (error) {
+      this.#table.tokenFailure = errorText(error);
+      return events;
+    }
+    this.#table.blocks.delete("token_store_unavailable");
+    this.#table.tokenFailure = "";
+    if (this.#table.blocks.size === 0) this.#table.grantPending(now, events);
+    return events;
+  }
+
+  /** The block that refuses ACQUIRE now (the most fundamental first), or null when granting. */
+  get grantBlock(): GrantBlock | null {
+    if (this.#table.blocks.size === 0) return null;
+    for (const block of GRANT_BLOCK_ORDER) if (this.#table.blocks.has(block)) return block;
+    return null;
+  }
+
+  /** Whether `block` holds now (several can at once). */
+  isBlocked(block: GrantBlock): boolean {
+    return this.#table.blocks.has(block);
+  }
+
+  /** What is known of a block's cause (the token store's last error), or "". */
+  blockDetail(block: GrantBlock): string {
+    return block === "token_store_unavailable" ? this.#table.tokenFailure : "";
+  }
+
+  // ---- time ---------------------------------------------------------------
+
+  /** The earliest pending deadline (monotonic ms), or undefined. The adapter arms one timer for it. */
+  nextDeadlineMs(): number | undefined {
+    return this.#table.deadlines.peek()?.atMs;
+  }
+
+  /**
+   * Handles every deadline due at `now`: lease expiries, wait timeouts, I/O timeouts, the ends
+   * of lock-delays and reservations.
+   */
+  tick(now: Instant): EngineEvent[] {
+    const events: EngineEvent[] = [];
+    const nowMs = now.monoMs;
+    for (let handled = 0; handled < DEADLINES_PER_TICK_MAX; handled++) {
+      const node = this.#table.deadlines.peek();
+      if (node === undefined || node.atMs > nowMs) break;
+      switch (node.kind) {
+        case "io": {
+          const dueMs = node.lastSeenMs + this.ioTimeoutMs;
+          if (dueMs > nowMs) this.#table.deadlines.update(node, dueMs);
+          else this.#table.closeSession(now, node, "io_timeout", "", events);
+          break;
+        }
+        case "claim":
+          if (node.state === "queued") this.#table.endWait(now, node, "timeout", 0, events);
+          else if (node.leaseExpiresAtMs > nowMs) {
+            // Renewed by a heartbeat since: re-keyed now that it came due.
+            this.#table.deadlines.update(node, node.leaseExpiresAtMs);
+          } else this.#table.endOwnership(now, node, "expired", 0, events);
+          break;
+        case "delay":
+          this.#table.endDelay(now, node.lock, events);
+          break;
+        case "reserve":
+          this.#table.endReservation(now, node.lock, events);
+          break;
+      }
+    }
+    return events;
+  }
+
+  // ---- introspection ------------------------------------------------------
+
+  /**
+   * A number that grows whenever a lock gets or loses an owner or a waiter, or a holder's mode
+   * or value changes: readers that show locks (the console's event stream) compare it to tell
+   * whether anything changed.
+   */
+  get viewVersion(): number {
+    return this.#table.viewVersion;
+  }
+
+  /** The largest token issued so far. */
+  get lastToken(): number {
+    return this.#table.tokens.lastIssued;
+  }
+
+  /** The order term new claims take (0 on a single node). */
+  get orderTerm(): number {
+    return this.#orderTerm;
+  }
+
+  /**
+   * Checks the engine's invariants; throws on a breach. Tests call it after every step; it is
+   * O(state) so production code does not.
+   */
+  assertInvariants(): void {
+    checkInvariants({
+      locks: this.#locks,
+      sessions: this.#sessions,
+      sessionsByAddr: this.#table.sessionsByAddr,
+      stats: this.stats,
+      pendingGrants: this.#table.pendingGrants,
+      grantsBlocked: this.#table.blocks.size > 0,
+      lastToken: this.#table.tokens.lastIssued,
+      orderTerm: this.#orderTerm,
+      orderSeq: this.#orderSeq,
+      valueBytesMax: this.valueBytesMax,
+    });
+  }
+
+  // ---- internals ----------------------------------------------------------
+
+  #requireSession(sessionId: number): Session {
+    const session = this.#sessions.get(sessionId);
+    if (session === undefined) throw new Error(`Unknown session ${sessionId}`);
+    return session;
+  }
+
+  #reject(
+    session: Session,
+    requestId: number,
+    name: string,
+    rejection: Rejection,
+  ): EngineEvent[] {
+    return [{ type: "rejected", peer: session.peer, requestId, name, rejection }];
+  }
+
+  #notOwner(
+    session: Session,
+    requestId: number,
+    name: string,
+    claim: Claim | undefined,
+    token: number,
+  ): EngineEvent[] {
+    return this.#reject(session, requestId, name, {
+      reason: "not_owner",
+      claim: claim === undefined ? "none" : claim.state === "queued" ? "queued" : "owned",
+      token,
+    });
+  }
+
+  /**
+   * The checks a new claim passes before anything is decided (ACQUIRE, a restored waiter), in
+   * the order the protocol answers them: the refusal, or the lock's kind once the claim joins.
+   */
+  #checkNewClaim(
+    session: Session,
+    requestId: number,
+    name: string,
+    lock: LockState | undefined,
+    mode: ClaimMode,
+    limit: number,
+    value: Uint8Array | null | undefined,
+  ): KindDecision | EngineEvent[] {
+    const problem = lockNameProblem(name) ??
+      (limit === 0 || limit === 1 ? null : limitProblem(name, limit)) ??
+      (value == null ? null : this.#valueProblem("acquire", name, value));
     if (problem !== null) {
       return this.#reject(session, requestId, name, { reason: "invalid_argument", problem });
     }
@@ -253,9 +764,32 @@ export class LockEngine {
         max: this.#claimsPerSessionMax,
       });
     }
-    let lock = this.#locks.get(name);
-    const free = lock === undefined || (lock.owner === null && lock.queueLength === 0);
-    if (!free && waitMs === 0) {
+    const kind = this.#table.admit(name, lock, mode, limit);
+    if (typeof kind === "string") {
+      return this.#reject(session, requestId, name, { reason: "invalid_argument", problem: kind });
+    }
+    return kind;
+  }
+
+  /**
+   * A new claim that passed `#checkNewClaim` enters its lock: granted at once when `grantable`
+   * (nobody waits ahead of it and the lock can take it), else queued at the tail with a new
+   * order key (an ACQUIRE) or at its own key (`order`: a restored waiter), or, for a try-lock,
+   * answered `timeout` with nothing stored.
+   */
+  #enter(
+    now: Instant,
+    session: Session,
+    options: AcquireOptions | RestoreWaiterOptions,
+    existing: LockState | undefined,
+    kind: KindDecision,
+    mode: ClaimMode,
+    grantable: boolean,
+    order: OrderKey | null,
+  ): EngineEvent[] {
+    const { requestId, name, waitMs } = options;
+    const events: EngineEvent[] = [];
+    if (!grantable && waitMs === 0) {
       events.push({
         type: "wait_ended",
         peer: session.peer,
@@ -267,37 +801,42 @@ export class LockEngine {
       });
       return events;
     }
-    if (!free && lock!.queueLength >= this.#waitersPerLockMax) {
+    if (!grantable && existing!.queueLength >= this.#waitersPerLockMax) {
       return this.#reject(session, requestId, name, {
         reason: "limit_exceeded",
         limit: "waiters_per_lock",
         max: this.#waitersPerLockMax,
       });
     }
-    // Checked last, where a claim would be stored (a try-lock of a held lock stores none).
-    // Every stored claim is an owner or a waiter: memory stays within the documented budget.
-    if (this.stats.locksHeld + this.stats.waiters >= this.#claimsMax) {
-      return this.#reject(session, requestId, name, {
-        reason: "limit_exceeded",
-        limit: "claims",
-        max: this.#claimsMax,
-      });
-    }
+    const refusal = this.#claimsRefusal(session, requestId, name);
+    if (refusal !== null) return refusal;
+    let lock = existing;
     if (lock === undefined) {
-      lock = { name, owner: null, head: null, tail: null, queueLength: 0 };
+      lock = newLock(name);
       this.#locks.set(name, lock);
     }
-    const claim = this.#newClaim(session, lock, requestId, this.#clampLease(leaseMs), now);
+    this.#table.applyKind(lock, kind);
+    if (order !== null && order.term === this.#orderTerm && order.seq > this.#orderSeq) {
+      this.#orderSeq = order.seq;
+    }
+    const claim = newClaim(
+      session,
+      lock,
+      requestId,
+      this.#clampLease(options.leaseMs),
+      mode,
+      copyValue(options.value),
+      order === null ? this.#orderTerm : order.term,
+      order === null ? ++this.#orderSeq : order.seq,
+      now,
+    );
     session.claims.set(name, claim);
-    this.#enqueue(claim);
-    if (free) {
-      this.#grantHead(now, lock, events, false);
+    const position = order === null ? this.#table.enqueue(claim) : this.#table.insertQueued(claim);
+    if (grantable) {
+      this.#table.grantHeads(now, lock, events, order !== null);
       if (claim.state === "queued") {
         // The token reservation failed (grants are blocked now): leave nothing behind.
-        this.#leaveQueue(claim);
-        claim.state = "gone";
-        session.claims.delete(name);
-        this.#dropIfIdle(lock);
+        this.#table.dropClaim(claim);
         return this.#reject(session, requestId, name, {
           reason: "grants_blocked",
           block: "token_store_unavailable",
@@ -306,611 +845,51 @@ export class LockEngine {
       }
       return events;
     }
-    if (waitMs !== null) {
-      this.#deadlines.update(claim.waitNode, now.monoMs + waitMs);
-    }
+    if (waitMs !== null) this.#table.deadlines.update(claim, now.monoMs + waitMs);
     events.push({
       type: "queued",
       peer: session.peer,
       requestId,
       name,
-      position: lock.queueLength,
+      position,
+      mode,
+      orderTerm: claim.orderTerm,
+      orderSeq: claim.orderSeq,
+      restored: order !== null,
     });
     return events;
   }
 
-  /** RELEASE: ends an ownership with its token, or cancels a queued claim (token 0). */
-  release(
-    now: Instant,
-    sessionId: number,
-    requestId: number,
-    name: string,
-    token: number,
-  ): EngineEvent[] {
-    const events: EngineEvent[] = [];
-    const session = this.#requireSession(sessionId);
-    const claim = session.claims.get(name);
-    if (claim !== undefined && claim.state === "owned" && claim.token === token) {
-      this.#endOwnership(now, claim, "graceful", requestId, events);
-      return events;
-    }
-    if (claim !== undefined && claim.state === "queued" && token === 0) {
-      this.#endWait(now, claim, "cancelled", requestId, events);
-      return events;
-    }
+  /** The `limit_exceeded` refusal when storing one more claim passes -max-claims, or null. */
+  #claimsRefusal(session: Session, requestId: number, name: string): EngineEvent[] | null {
+    // Checked last, where a claim would be stored (a try-lock of a held lock stores none).
+    // Every stored claim is an owner or a waiter: memory stays within the documented budget.
+    if (this.#table.claimCount < this.#claimsMax) return null;
     return this.#reject(session, requestId, name, {
-      reason: "not_owner",
-      claim: claim === undefined ? "none" : claim.state === "queued" ? "queued" : "owned",
-      token,
+      reason: "limit_exceeded",
+      limit: "claims",
+      max: this.#claimsMax,
     });
   }
 
-  /** HEARTBEAT: renews every ownership of the session; returns how many. */
-  heartbeat(nowMs: number, sessionId: number): number {
-    const session = this.#requireSession(sessionId);
-    session.lastSeenMs = nowMs;
-    let renewed = 0;
-    for (const claim of session.claims.values()) {
-      if (claim.state !== "owned") continue;
-      // The heap node is re-keyed lazily when it comes due (see tick).
-      claim.leaseExpiresAtMs = nowMs + claim.leaseMs;
-      renewed++;
-    }
-    this.stats.heartbeatsTotal++;
-    return renewed;
-  }
-
-  // ---- operator actions ---------------------------------------------------
-
-  /**
-   * Force-release: the owner's session is closed (ERROR 0x02 first), all its
-   * ownerships end with reason force, and the head waiter is granted at once.
-   */
-  forceRelease(
-    now: Instant,
+  #valueProblem(
+    action: string,
     name: string,
-  ): { status: "ok" | "not_found" | "no_owner"; events: EngineEvent[] } {
-    const events: EngineEvent[] = [];
-    const lock = this.#locks.get(name);
-    if (lock === undefined) return { status: "not_found", events };
-    if (lock.owner === null) return { status: "no_owner", events };
-    this.#closeSession(now, lock.owner.session, "admin", name, events);
-    return { status: "ok", events };
-  }
-
-  /** Removes the waiter with exactly this remote address; its session is closed like a force-release. */
-  kickWaiter(
-    now: Instant,
-    name: string,
-    remoteAddr: string,
-  ): { status: "ok" | "not_found"; events: EngineEvent[] } {
-    const events: EngineEvent[] = [];
-    const lock = this.#locks.get(name);
-    const claim = this.#sessionsByAddr.get(remoteAddr)?.claims.get(name);
-    if (lock === undefined || claim === undefined || claim.state !== "queued") {
-      return { status: "not_found", events };
-    }
-    this.#endWait(now, claim, "kicked", 0, events);
-    this.#closeSession(now, claim.session, "admin", name, events);
-    return { status: "ok", events };
-  }
-
-  // ---- grant blocks ---------------------------------------------------------
-
-  /**
-   * Blocks grants for a reason the shell sees (the audit log failed, shutdown began):
-   * ACQUIRE is refused with it and hand-offs wait until every block is lifted.
-   */
-  blockGrants(block: "audit_unavailable" | "shutting_down" | "not_leader"): void {
-    this.#blocks.add(block);
-  }
-
-  /** Lifts a block; when none is left, every queue left without an owner is granted. */
-  unblockGrants(
-    now: Instant,
-    block: "audit_unavailable" | "shutting_down" | "not_leader",
-  ): EngineEvent[] {
-    const events: EngineEvent[] = [];
-    this.#blocks.delete(block);
-    if (this.#blocks.size === 0) this.#grantOwnerless(now, events);
-    return events;
-  }
-
-  /**
-   * Tries the token store again after a failed reservation (the shell calls it with
-   * back-off). On success the block is lifted and waiting queues are granted.
-   */
-  retryTokenStore(now: Instant): EngineEvent[] {
-    const events: EngineEvent[] = [];
-    if (!this.#blocks.has("token_store_unavailable")) return events;
-    try {
-      this.#tokens.prepare();
-    } catch (error) {
-      this.#tokenFailure = errorText(error);
-      return events;
-    }
-    this.#blocks.delete("token_store_unavailable");
-    this.#tokenFailure = "";
-    if (this.#blocks.size === 0) this.#grantOwnerless(now, events);
-    return events;
-  }
-
-  /** The block that refuses ACQUIRE now (the most fundamental first), or null when granting. */
-  get grantBlock(): GrantBlock | null {
-    if (this.#blocks.size === 0) return null;
-    for (const block of GRANT_BLOCK_ORDER) if (this.#blocks.has(block)) return block;
-    return null;
-  }
-
-  /** Whether `block` holds now (several can at once). */
-  isBlocked(block: GrantBlock): boolean {
-    return this.#blocks.has(block);
-  }
-
-  // ---- time ---------------------------------------------------------------
-
-  /** The earliest pending deadline (monotonic ms), or undefined. The adapter arms one timer for it. */
-  nextDeadlineMs(): number | undefined {
-    return this.#deadlines.peek()?.atMs;
-  }
-
-  /** Handles every deadline due at `now`: lease expiries, wait timeouts, I/O timeouts. */
-  tick(now: Instant): EngineEvent[] {
-    const events: EngineEvent[] = [];
-    const nowMs = now.monoMs;
-    for (let handled = 0; handled < DEADLINES_PER_TICK_MAX; handled++) {
-      const node = this.#deadlines.peek();
-      if (node === undefined || node.atMs > nowMs) break;
-      if (node.kind === "io") {
-        const dueMs = node.lastSeenMs + this.ioTimeoutMs;
-        if (dueMs > nowMs) this.#deadlines.update(node, dueMs);
-        else this.#closeSession(now, node, "io_timeout", "", events);
-      } else if (node.kind === "lease") {
-        const claim = node.claim;
-        if (claim.leaseExpiresAtMs > nowMs) this.#deadlines.update(node, claim.leaseExpiresAtMs);
-        else this.#endOwnership(now, claim, "expired", 0, events);
-      } else {
-        this.#endWait(now, node.claim, "timeout", 0, events);
-      }
-    }
-    return events;
-  }
-
-  // ---- introspection ------------------------------------------------------
-
-  /** Locks with an owner or waiters, sorted by name, optionally filtered. */
-  listLocks(
-    filter?: { prefix?: string; matches?: (name: string) => boolean },
-    waitersMax = Infinity,
-  ): LockView[] {
-    const prefix = filter?.prefix ?? "";
-    const names: string[] = [];
-    for (const name of this.#locks.keys()) {
-      if (prefix !== "" && !name.startsWith(prefix)) continue;
-      if (filter?.matches && !filter.matches(name)) continue;
-      names.push(name);
-    }
-    names.sort(compareNames);
-    return names.map((name) => this.#view(this.#locks.get(name)!, waitersMax));
-  }
-
-  /** One lock with its full queue, or undefined when idle or unknown. */
-  getLock(name: string, waitersMax = Infinity): LockView | undefined {
-    const lock = this.#locks.get(name);
-    return lock === undefined ? undefined : this.#view(lock, waitersMax);
-  }
-
-  /**
-   * The owner of a lock in O(1): a HolderView, null for a queue without an owner,
-   * undefined when the lock is idle or unknown.
-   */
-  holderOf(name: string): HolderView | null | undefined {
-    const lock = this.#locks.get(name);
-    if (lock === undefined) return undefined;
-    return lock.owner === null ? null : holderView(lock.owner);
-  }
-
-  /** How many claims wait for a lock (0 when idle or unknown). */
-  queueLengthOf(name: string): number {
-    return this.#locks.get(name)?.queueLength ?? 0;
-  }
-
-  /**
-   * When the longest-waiting current waiter was queued (monotonic ms), or null when nobody
-   * waits. A queue's head is its oldest claim, so this is one pass over the stored locks, and
-   * none while nobody waits (the console's history asks once a second).
-   */
-  oldestQueuedAtMs(): number | null {
-    if (this.stats.waiters === 0) return null;
-    let oldestMs = Infinity;
-    for (const lock of this.#locks.values()) {
-      const head = lock.head;
-      if (head !== null && head.queuedAtMs < oldestMs) oldestMs = head.queuedAtMs;
-    }
-    return oldestMs === Infinity ? null : oldestMs;
-  }
-
-  /** The waiter with exactly this remote address in a lock's queue, in O(1). */
-  findWaiter(name: string, remoteAddr: string): WaiterView | undefined {
-    const claim = this.#sessionsByAddr.get(remoteAddr)?.claims.get(name);
-    return claim !== undefined && claim.state === "queued" ? waiterView(claim) : undefined;
-  }
-
-  /**
-   * One page of the locks `listLocks` would list, ordered by `sort` (ties by name, ascending),
-   * and how many match in all. Only the page's views are built, so a page of 50 out of 20,000
-   * locks costs one pass, one sort and 50 views.
-   */
-  pageLocks(query: LockPageQuery): { total: number; locks: LockView[] } {
-    const prefix = query.prefix ?? "";
-    const selected: LockState[] = [];
-    for (const lock of this.#locks.values()) {
-      if (prefix !== "" && !lock.name.startsWith(prefix)) continue;
-      if (query.matches && !query.matches(lock.name)) continue;
-      selected.push(lock);
-    }
-    const direction = query.descending ? -1 : 1;
-    const key = SORT_KEYS[query.sort];
-    selected.sort((a, b) =>
-      (key === null ? compareNames(a.name, b.name) : key(a) - key(b)) * direction ||
-      compareNames(a.name, b.name)
-    );
-    const page = selected.slice(query.offset, query.offset + query.limit);
-    const waitersMax = query.waitersMax ?? Infinity;
-    return { total: selected.length, locks: page.map((lock) => this.#view(lock, waitersMax)) };
-  }
-
-  /**
-   * A number that grows whenever a lock gets or loses an owner or a waiter: readers that show
-   * locks (the console's event stream) compare it to tell whether anything changed.
-   */
-  get viewVersion(): number {
-    return this.#viewVersion;
-  }
-
-  /** How many locks have an owner or waiters (idle locks are not stored). */
-  get lockCount(): number {
-    return this.#locks.size;
-  }
-
-  /** Peers of all open sessions (for shutdown). */
-  sessionIds(): number[] {
-    return [...this.#sessions.keys()];
-  }
-
-  /**
-   * The longest lease among the locks a session owns (0 when it owns none): how far a
-   * HEARTBEAT_ACK to it promises ownership (cluster mode checks it against the leader's lease).
-   */
-  ownedLeaseMaxMs(sessionId: number): number {
-    let longest = 0;
-    for (const claim of this.#sessions.get(sessionId)?.claims.values() ?? []) {
-      if (claim.state === "owned" && claim.leaseMs > longest) longest = claim.leaseMs;
-    }
-    return longest;
-  }
-
-  /** The largest token issued so far. */
-  get lastToken(): number {
-    return this.#tokens.lastIssued;
-  }
-
-  /**
-   * Checks the engine's invariants; throws on a breach. Tests call it after
-   * every step; it is O(state) so production code does not.
-   */
-  assertInvariants(): void {
-    let held = 0;
-    let waiting = 0;
-    for (const [name, lock] of this.#locks) {
-      assert(lock.name === name, "lock stored under its own name");
-      assert(lock.owner !== null || lock.queueLength > 0, `idle lock "${name}" is stored`);
-      if (lock.owner !== null) {
-        held++;
-        assert(lock.owner.state === "owned", "owner claim is owned");
-        assert(lock.owner.session.claims.get(name) === lock.owner, "owner claim is in its session");
-      }
-      let count = 0;
-      let previous: Claim | null = null;
-      for (let claim = lock.head; claim !== null; claim = claim.next) {
-        assert(claim.state === "queued", "queued claim is queued");
-        assert(claim.prev === previous, "queue links are consistent");
-        assert(claim.session.claims.get(name) === claim, "waiter is in its session");
-        previous = claim;
-        count++;
-      }
-      assert(lock.tail === previous, "queue tail is the last claim");
-      assert(count === lock.queueLength, "queue length is exact");
-      waiting += count;
-    }
-    assert(held === this.stats.locksHeld, "locks_held gauge is exact");
-    assert(waiting === this.stats.waiters, "waiters gauge is exact");
-    assert(this.#sessions.size === this.stats.sessionsOpen, "sessions gauge is exact");
-    for (const session of this.#sessions.values()) {
-      for (const [name, claim] of session.claims) {
-        assert(claim.state !== "gone", "a session keeps no ended claims");
-        assert(this.#locks.get(name) === claim.lock, "a claim's lock is stored");
-      }
-    }
-  }
-
-  // ---- internals ----------------------------------------------------------
-
-  #requireSession(sessionId: number): Session {
-    const session = this.#sessions.get(sessionId);
-    if (session === undefined) throw new Error(`Unknown session ${sessionId}`);
-    return session;
-  }
-
-  #reject(
-    session: Session,
-    requestId: number,
-    name: string,
-    rejection: Rejection,
-  ): EngineEvent[] {
-    return [{ type: "rejected", peer: session.peer, requestId, name, rejection }];
-  }
-
-  /** What is known of a block's cause (the token store's last error), or "". */
-  blockDetail(block: GrantBlock): string {
-    return block === "token_store_unavailable" ? this.#tokenFailure : "";
+    value: Uint8Array | null | undefined,
+  ): string | null {
+    if (value === undefined || value === null || value.length <= this.valueBytesMax) return null;
+    return `Cannot ${action} lock "${name}": its value is ${value.length} bytes, more than the server's limit of ${this.valueBytesMax}`;
   }
 
   #clampLease(leaseMs: number): number {
     if (leaseMs === 0) return this.leaseDefaultMs;
     return Math.min(this.leaseMaxMs, Math.max(LEASE_MS_MIN, leaseMs));
   }
-
-  #newClaim(
-    session: Session,
-    lock: LockState,
-    requestId: number,
-    leaseMs: number,
-    now: Instant,
-  ): Claim {
-    const claim = {
-      session,
-      lock,
-      requestId,
-      leaseMs,
-      state: "queued" as ClaimState,
-      prev: null,
-      next: null,
-      queuedAtMs: now.monoMs,
-      queuedAtWallMs: now.wallMs,
-      token: 0,
-      sinceMs: 0,
-      sinceWallMs: 0,
-      leaseExpiresAtMs: 0,
-    } as Omit<Claim, "leaseNode" | "waitNode"> as Claim;
-    (claim as { leaseNode: ClaimDeadline }).leaseNode = {
-      kind: "lease",
-      claim,
-      atMs: 0,
-      heapIndex: -1,
-    };
-    (claim as { waitNode: ClaimDeadline }).waitNode = {
-      kind: "wait",
-      claim,
-      atMs: 0,
-      heapIndex: -1,
-    };
-    return claim;
-  }
-
-  #enqueue(claim: Claim): void {
-    const lock = claim.lock;
-    claim.prev = lock.tail;
-    claim.next = null;
-    if (lock.tail === null) lock.head = claim;
-    else lock.tail.next = claim;
-    lock.tail = claim;
-    lock.queueLength++;
-    this.stats.waiters++;
-    this.#viewVersion++;
-  }
-
-  /** Unlinks a queued claim (O(1)); the rest of the queue keeps its order. */
-  #leaveQueue(claim: Claim): void {
-    const lock = claim.lock;
-    if (claim.prev === null) lock.head = claim.next;
-    else claim.prev.next = claim.next;
-    if (claim.next === null) lock.tail = claim.prev;
-    else claim.next.prev = claim.prev;
-    claim.prev = null;
-    claim.next = null;
-    lock.queueLength--;
-    this.stats.waiters--;
-    this.#viewVersion++;
-    this.#deadlines.remove(claim.waitNode);
-  }
-
-  /**
-   * Grants the head of the queue when the lock has no owner. `handoff` is false only for the
-   * grant of a free lock to the claim that just asked for it.
-   */
-  #grantHead(now: Instant, lock: LockState, events: EngineEvent[], handoff = true): void {
-    const claim = lock.head;
-    if (lock.owner !== null || claim === null) return;
-    if (this.#blocks.size > 0) {
-      this.#ownerless.add(lock);
-      return;
-    }
-    let token: number;
-    try {
-      token = this.#tokens.next();
-    } catch (error) {
-      // Nothing is granted until the store works again: the shell retries with back-off.
-      this.#blocks.add("token_store_unavailable");
-      this.#tokenFailure = errorText(error);
-      this.#ownerless.add(lock);
-      return;
-    }
-    this.#ownerless.delete(lock);
-    this.#leaveQueue(claim);
-    claim.state = "owned";
-    claim.token = token;
-    claim.sinceMs = now.monoMs;
-    claim.sinceWallMs = now.wallMs;
-    claim.leaseExpiresAtMs = now.monoMs + claim.leaseMs;
-    lock.owner = claim;
-    this.#deadlines.update(claim.leaseNode, claim.leaseExpiresAtMs);
-    const waitedMs = now.monoMs - claim.queuedAtMs;
-    this.stats.locksHeld++;
-    this.stats.acquiresTotal++;
-    if (handoff) this.stats.handoffsTotal++;
-    this.stats.waitSecondsSum += waitedMs / 1000;
-    this.stats.waitSecondsCount++;
-    events.push({
-      type: "granted",
-      peer: claim.session.peer,
-      requestId: claim.requestId,
-      name: lock.name,
-      token,
-      leaseMs: claim.leaseMs,
-      waitedMs,
-      sinceWallMs: claim.sinceWallMs,
-    });
-  }
-
-  #grantOwnerless(now: Instant, events: EngineEvent[]): void {
-    for (const lock of [...this.#ownerless]) {
-      this.#ownerless.delete(lock);
-      this.#grantHead(now, lock, events);
-    }
-  }
-
-  #endOwnership(
-    now: Instant,
-    claim: Claim,
-    reason: EndReason,
-    releaseRequestId: number,
-    events: EngineEvent[],
-  ): void {
-    const lock = claim.lock;
-    assert(lock.owner === claim && claim.state === "owned", "only the owner's claim ends");
-    const heldMs = now.monoMs - claim.sinceMs;
-    claim.state = "gone";
-    lock.owner = null;
-    claim.session.claims.delete(lock.name);
-    this.#deadlines.remove(claim.leaseNode);
-    this.stats.locksHeld--;
-    this.#viewVersion++;
-    this.stats.releasesTotal[reason]++;
-    this.stats.holdSecondsSum += heldMs / 1000;
-    this.stats.holdSecondsCount++;
-    events.push({
-      type: "ended",
-      peer: claim.session.peer,
-      acquireRequestId: claim.requestId,
-      releaseRequestId,
-      name: lock.name,
-      token: claim.token,
-      reason,
-      heldMs,
-    });
-    this.#grantHead(now, lock, events);
-    this.#dropIfIdle(lock);
-  }
-
-  #endWait(
-    now: Instant,
-    claim: Claim,
-    cause: WaitEndCause,
-    releaseRequestId: number,
-    events: EngineEvent[],
-  ): void {
-    assert(claim.state === "queued", "only a queued claim stops waiting");
-    const lock = claim.lock;
-    const wasHead = lock.head === claim;
-    this.#leaveQueue(claim);
-    claim.state = "gone";
-    claim.session.claims.delete(lock.name);
-    events.push({
-      type: "wait_ended",
-      peer: claim.session.peer,
-      requestId: claim.requestId,
-      releaseRequestId,
-      name: lock.name,
-      cause,
-      waitedMs: now.monoMs - claim.queuedAtMs,
-    });
-    // A head leaving an ownerless queue lets the next one be tried.
-    if (wasHead && lock.owner === null) this.#grantHead(now, lock, events);
-    if (lock.head === null) this.#ownerless.delete(lock);
-    this.#dropIfIdle(lock);
-  }
-
-  #closeSession(
-    now: Instant,
-    session: Session,
-    cause: CloseCause,
-    name: string,
-    events: EngineEvent[],
-  ): void {
-    if (!session.open) return;
-    session.open = false;
-    // Waits leave first, so a closing session never receives a grant it cannot use.
-    for (const claim of [...session.claims.values()]) {
-      if (claim.state === "queued") this.#endWait(now, claim, "session_closed", 0, events);
-    }
-    const reason = END_REASON_OF_CLOSE[cause];
-    for (const claim of [...session.claims.values()]) {
-      if (claim.state === "owned") this.#endOwnership(now, claim, reason, 0, events);
-    }
-    this.#sessions.delete(session.peer.sessionId);
-    if (this.#sessionsByAddr.get(session.peer.remoteAddr) === session) {
-      this.#sessionsByAddr.delete(session.peer.remoteAddr);
-    }
-    this.#deadlines.remove(session);
-    this.stats.sessionsOpen--;
-    events.push({ type: "session_closed", peer: session.peer, cause, name });
-  }
-
-  #dropIfIdle(lock: LockState): void {
-    if (lock.owner === null && lock.queueLength === 0 && this.#locks.get(lock.name) === lock) {
-      this.#locks.delete(lock.name);
-      this.#ownerless.delete(lock);
-    }
-  }
-
-  /** A lock's view with the first `waitersMax` waiters of its queue (a long queue costs that). */
-  #view(lock: LockState, waitersMax = Infinity): LockView {
-    const waiters: WaiterView[] = [];
-    for (let claim = lock.head; claim !== null && waiters.length < waitersMax; claim = claim.next) {
-      waiters.push(waiterView(claim));
-    }
-    return {
-      name: lock.name,
-      holder: lock.owner === null ? null : holderView(lock.owner),
-      waiters,
-      queueLength: lock.queueLength,
-    };
-  }
 }
 
-function holderView(owner: Claim): HolderView {
-  return {
-    identity: owner.session.peer.identity,
-    remoteAddr: owner.session.peer.remoteAddr,
-    sessionId: owner.session.peer.sessionId,
-    clientName: owner.session.peer.clientName,
-    sinceWallMs: owner.sinceWallMs,
-    sinceMs: owner.sinceMs,
-    leaseMs: owner.leaseMs,
-    token: owner.token,
-  };
-}
-
-function waiterView(claim: Claim): WaiterView {
-  return {
-    identity: claim.session.peer.identity,
-    remoteAddr: claim.session.peer.remoteAddr,
-    sessionId: claim.session.peer.sessionId,
-    clientName: claim.session.peer.clientName,
-    queuedAtWallMs: claim.queuedAtWallMs,
-    queuedAtMs: claim.queuedAtMs,
-  };
+/** The engine's own copy of a value (empty: none), so no caller's buffer is kept. */
+function copyValue(value: Uint8Array | null | undefined): Uint8Array | null {
+  return value === undefined || value === null || value.length === 0 ? null : value.slice();
 }
 
 /** Grant blocks in the order ACQUIRE names them: the most fundamental cause first. */
@@ -923,37 +902,4 @@ const GRANT_BLOCK_ORDER: readonly GrantBlock[] = [
 
 function errorText(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
-}
-
-/** What `pageLocks` can sort by. */
-export type LockSort = "name" | "held_for" | "waiters";
-
-/** A `pageLocks` query: the `listLocks` filter plus order and window. */
-export interface LockPageQuery {
-  readonly prefix?: string;
-  readonly matches?: (name: string) => boolean;
-  readonly sort: LockSort;
-  readonly descending: boolean;
-  readonly offset: number;
-  readonly limit: number;
-  /** Waiters in each view, from the head of the queue (all by default). */
-  readonly waitersMax?: number;
-}
-
-/**
- * Numeric sort keys (null: by name). Held for: an earlier start is longer held; a lock without
- * an owner has held for nothing, below every held one.
- */
-const SORT_KEYS: Readonly<Record<LockSort, ((lock: LockState) => number) | null>> = {
-  name: null,
-  held_for: (lock) => lock.owner === null ? -Infinity : -lock.owner.sinceMs,
-  waiters: (lock) => lock.queueLength,
-};
-
-function compareNames(a: string, b: string): number {
-  return a < b ? -1 : a > b ? 1 : 0;
-}
-
-function assert(condition: boolean, what: string): asserts condition {
-  if (!condition) throw new Error(`lockd invariant broken: ${what}`);
 }

@@ -11,6 +11,13 @@ export interface TokenSource {
   prepare(): void;
   /** Returns the next token; throws when none can be issued (the engine blocks grants). */
   next(): number;
+  /**
+   * A token issued elsewhere (an ownership restored after a fail-over) is in use: every later
+   * `next()` must be above it. Optional: a source whose new tokens are always above every
+   * restorable token (cluster mode starts each term above the stored mark) need not have it;
+   * the engine then refuses to restore a token above `lastIssued`.
+   */
+  observe?(token: number): void;
 }
 
 /**
@@ -64,7 +71,7 @@ export class TokenIssuer implements TokenSource {
       );
     }
     if (token > this.#reservedThrough) {
-      const highWater = Math.min(TOKEN_MAX, this.#reservedThrough + this.#blockSize);
+      const highWater = Math.min(TOKEN_MAX, this.#last + this.#blockSize);
       this.#reserve(highWater);
       this.#reservedThrough = highWater;
     }
@@ -74,6 +81,17 @@ export class TokenIssuer implements TokenSource {
   next(): number {
     this.prepare();
     return ++this.#last;
+  }
+
+  /**
+   * Every later token is above `token` (a restored ownership's). The next `next()` reserves a
+   * new block first when `token` passed the reserved mark.
+   */
+  observe(token: number): void {
+    if (!Number.isSafeInteger(token) || token < 0 || token > TOKEN_MAX) {
+      throw new RangeError(`Invalid token ${token}`);
+    }
+    if (token > this.#last) this.#last = token;
   }
 }
 

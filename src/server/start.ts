@@ -137,7 +137,7 @@ function serverContext(parts: Parts, listenAddr: string, shutdown: Shutdown): Se
   const { scheduler, engine, cluster } = parts;
   return {
     config: parts.config,
-    engine,
+    engine: engine.view,
     service: parts.service,
     counters: parts.counters,
     audit: parts.audit,

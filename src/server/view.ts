@@ -9,7 +9,7 @@
 import type { ClusterNode } from "../cluster/cluster_node.ts";
 import type { Scheduler } from "../clock.ts";
 import type { ServerConfig } from "../config.ts";
-import type { LockEngineView } from "../core/engine.ts";
+import type { LockEngineView } from "../core/lock_queries.ts";
 import type { AuditLog } from "../log/audit.ts";
 import type { ServerCounters } from "../counters.ts";
 import type { LockService } from "../service/lock_service.ts";

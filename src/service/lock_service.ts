@@ -215,15 +215,27 @@ export class LockService {
       );
       return;
     }
+    // Version 1 asks for a plain lock (limit 1): it never joins a semaphore or shares a lock
+    // with readers, so "acquired" keeps meaning "alone" for its clients.
     this.#apply(
-      this.#engine.acquire(this.now(), peer.sessionId, requestId, name, leaseMs, waitMs),
+      this.#engine.acquire(this.now(), {
+        sessionId: peer.sessionId,
+        requestId,
+        name,
+        leaseMs,
+        waitMs,
+        mode: "exclusive",
+        limit: 1,
+      }),
     );
   }
 
   /** RELEASE: ends an ownership (its token) or cancels a queued claim (token 0). */
   release(peer: Peer, requestId: number, name: string, token: number): void {
     if (this.#deferRequest(peer, () => this.release(peer, requestId, name, token))) return;
-    this.#apply(this.#engine.release(this.now(), peer.sessionId, requestId, name, token));
+    this.#apply(
+      this.#engine.release(this.now(), { sessionId: peer.sessionId, requestId, name, token }),
+    );
   }
 
   /** HEARTBEAT: renews every ownership of the session; the ACK says how many. */
@@ -239,7 +251,7 @@ export class LockService {
       return;
     }
     // The gate may answer later: keep the ACK's place in the session's reply order.
-    this.#promiseOwnership(port.hold(), ack, this.#engine.ownedLeaseMaxMs(peer.sessionId));
+    this.#promiseOwnership(port.hold(), ack, this.#engine.view.ownedLeaseMaxMs(peer.sessionId));
   }
 
   /**
@@ -273,13 +285,13 @@ export class LockService {
    */
   forceRelease(name: string, actor: Actor, expectedToken?: number): ForceReleaseResult {
     if (this.#gate !== undefined && !this.#gate.mayAct()) return { status: "not_leader" };
-    const holder = this.#engine.holderOf(name);
+    const holder = this.#engine.view.holderOf(name);
     if (holder === undefined) return { status: "lock_not_found" };
     if (holder === null) {
       const block = this.#engine.grantBlock;
       return {
         status: "no_owner",
-        waiters: this.#engine.queueLengthOf(name),
+        waiters: this.#engine.view.queueLengthOf(name),
         block,
         detail: block === null ? "" : this.#engine.blockDetail(block),
       };
@@ -296,7 +308,7 @@ export class LockService {
       session: holder.sessionId,
       actor,
     });
-    this.#apply(this.#engine.forceRelease(this.now(), name).events);
+    this.#apply(this.#engine.forceRelease(this.now(), { name }).events);
     adminLogger.info("admin force-released a lock", {
       lock: name,
       token: holder.token,
@@ -310,8 +322,8 @@ export class LockService {
   /** Removes one waiter: the audit record first, then its session is closed like a force-release. */
   kickWaiter(name: string, remoteAddr: string, actor: Actor): KickWaiterResult {
     if (this.#gate !== undefined && !this.#gate.mayAct()) return { status: "not_leader" };
-    if (this.#engine.holderOf(name) === undefined) return { status: "lock_not_found" };
-    const waiter = this.#engine.findWaiter(name, remoteAddr);
+    if (this.#engine.view.holderOf(name) === undefined) return { status: "lock_not_found" };
+    const waiter = this.#engine.view.findWaiter(name, remoteAddr);
     if (waiter === undefined) return { status: "waiter_not_found" };
     this.#audit.append({
       event: "kick_waiter",
@@ -376,7 +388,7 @@ export class LockService {
   beginShutdown(): void {
     this.#engine.blockGrants("shutting_down");
     const now = this.now();
-    for (const sessionId of this.#engine.sessionIds()) {
+    for (const sessionId of this.#engine.view.sessionIds()) {
       this.#apply(this.#engine.closeSession(now, sessionId, "shutdown"));
     }
     this.#releaseHeldSessions();
@@ -398,7 +410,7 @@ export class LockService {
     this.#deferredRequests = 0;
     const now = this.now();
     const finalError = notLeaderError(leaderAddr, why);
-    for (const sessionId of this.#engine.sessionIds()) {
+    for (const sessionId of this.#engine.view.sessionIds()) {
       this.#apply(this.#engine.closeSession(now, sessionId, "failover"), { sessionId, finalError });
     }
     this.#releaseHeldSessions();

@@ -10,7 +10,7 @@
 
 import assert from "node:assert/strict";
 import type { ServerConfig } from "../../src/config.ts";
-import type { LockEngineView } from "../../src/core/engine.ts";
+import type { LockEngineView } from "../../src/core/lock_queries.ts";
 import type { LockService } from "../../src/service/lock_service.ts";
 import { WIRE_CODES, type WireCodeName } from "../../src/wire/codes.ts";
 import { type ClientMessage, type ServerMessage, WAIT_FOREVER } from "../../src/wire/messages.ts";

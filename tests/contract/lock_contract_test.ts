@@ -137,7 +137,7 @@ const serviceTransport: ContractTransport = {
     };
     return Promise.resolve({
       identity: "",
-      engine,
+      engine: engine.view,
       service,
       open() {
         const client = open();

@@ -105,17 +105,42 @@ Deno.test("-max-claims bounds owned and queued claims of all sessions together; 
   const now = { monoMs: 1_000, wallMs: Date.UTC(2026, 0, 1) };
   const a = engine.openSession(now, "", "127.0.0.1:1")!.sessionId;
   const b = engine.openSession(now, "", "127.0.0.1:2")!.sessionId;
-  assert.equal(engine.acquire(now, a, 1, "x", 0, null)[0].type, "granted");
-  assert.equal(engine.acquire(now, a, 2, "y", 0, null)[0].type, "granted");
-  assert.equal(engine.acquire(now, b, 1, "x", 0, null)[0].type, "queued");
-  const refused = engine.acquire(now, b, 2, "z", 0, null);
+  assert.equal(
+    engine.acquire(now, { sessionId: a, requestId: 1, name: "x", leaseMs: 0, waitMs: null })[0]
+      .type,
+    "granted",
+  );
+  assert.equal(
+    engine.acquire(now, { sessionId: a, requestId: 2, name: "y", leaseMs: 0, waitMs: null })[0]
+      .type,
+    "granted",
+  );
+  assert.equal(
+    engine.acquire(now, { sessionId: b, requestId: 1, name: "x", leaseMs: 0, waitMs: null })[0]
+      .type,
+    "queued",
+  );
+  const refused = engine.acquire(now, {
+    sessionId: b,
+    requestId: 2,
+    name: "z",
+    leaseMs: 0,
+    waitMs: null,
+  });
   assert.deepEqual(refused.map((e) => e.type === "rejected" && e.rejection), [
     { reason: "limit_exceeded", limit: "claims", max: 3 },
   ]);
   // A try-lock of a held lock stores nothing and is answered as usual.
-  assert.equal(engine.acquire(now, b, 3, "y", 0, 0)[0].type, "wait_ended");
-  const token = engine.getLock("y")!.holder!.token;
-  engine.release(now, a, 3, "y", token);
-  assert.equal(engine.acquire(now, b, 4, "z", 0, null)[0].type, "granted");
+  assert.equal(
+    engine.acquire(now, { sessionId: b, requestId: 3, name: "y", leaseMs: 0, waitMs: 0 })[0].type,
+    "wait_ended",
+  );
+  const token = engine.view.getLock("y")!.holder!.token;
+  engine.release(now, { sessionId: a, requestId: 3, name: "y", token });
+  assert.equal(
+    engine.acquire(now, { sessionId: b, requestId: 4, name: "z", leaseMs: 0, waitMs: null })[0]
+      .type,
+    "granted",
+  );
   engine.assertInvariants();
 });
