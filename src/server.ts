@@ -531,6 +531,7 @@ async function startClusterNode(
     tls: { caCert, cert, key },
     requestTimeoutMs: config.clusterTtlMs / 2,
     observe: (op, seconds, ok) => node?.recordEtcd(op, seconds, ok),
+    scheduler,
   });
   // The addresses are known once the listeners are bound (start() sets them).
   const advertise = config.advertise ?? config.listen;
@@ -541,7 +542,7 @@ async function startClusterNode(
     node: { name: config.clusterNode ?? advertise, advertise, admin: config.advertiseAdmin },
     ttlMs: config.clusterTtlMs,
     audit,
-    probe: leaderProbe(protocolTls),
+    probe: leaderProbe(protocolTls, scheduler),
   });
   return node;
 }

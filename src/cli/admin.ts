@@ -83,7 +83,7 @@ export interface AdminIo {
   stderr(text: string): void;
   /** Watch mode redraws the screen on a terminal, and prints changes only otherwise. */
   isTerminal: boolean;
-  /** Watch mode's clock and timers. */
+  /** The clock and timers: each request's timeout, watch mode's interval and timestamps. */
   scheduler: Scheduler;
   /** Ends watch mode (the CLI aborts it on SIGINT). */
   signal?: AbortSignal;
@@ -267,7 +267,7 @@ export async function adminCommand(
 
   const requestOne = async (url: string, addr: string, redirects = 0): Promise<Reply> => {
     const controller = new AbortController();
-    const timer = setTimeout(() => controller.abort(), ADMIN_REQUEST_TIMEOUT_MS);
+    const timer = out.scheduler.setTimer(() => controller.abort(), ADMIN_REQUEST_TIMEOUT_MS);
     try {
       const response = await out.fetch(url, {
         method,
@@ -278,7 +278,7 @@ export async function adminCommand(
       const location = response.headers.get("location");
       if (response.status === 307 && location !== null && redirects < 2) {
         await response.body?.cancel();
-        clearTimeout(timer);
+        timer.cancel();
         const target = URL.canParse(location, url) ? new URL(location, url) : null;
         if (target === null || !listed.has(target.origin)) {
           return { failure: refusedRedirectText(addr, location, target, adminAddrs), final: true };
@@ -308,7 +308,7 @@ export async function adminCommand(
           : describeFetchError(error, target, ADMIN_REQUEST_TIMEOUT_MS),
       };
     } finally {
-      clearTimeout(timer);
+      timer.cancel();
     }
   };
 
