@@ -1,6 +1,6 @@
 import type { ServerConfig } from "../../src/config.ts";
 import { type ServerDeps, type ServerHandle, startServer } from "../../src/server.ts";
-import type { Actor } from "../../src/log/audit.ts";
+import type { Actor } from "../../src/log/audit_records.ts";
 import { MemorySink } from "./memory_sink.ts";
 
 /** The operator of admin actions that tests take through the service directly. */
