@@ -21,7 +21,8 @@ import { BenchConn } from "./bench_client.ts";
 import { type ServerProc, startServerProc } from "./server_proc.ts";
 import { type Client, type Lock, LockdError, type LockLostError } from "../mod.ts";
 import { connectWith } from "../src/client/client.ts";
-import { type ClientSocket, dialNodeSocket } from "../src/client/transport.ts";
+import { type ClientSocket, type Dial, nodeSocketDial } from "../src/client/transport.ts";
+import { systemScheduler } from "../src/clock.ts";
 import { EtcdLink } from "../tests/helpers/etcd.ts";
 
 function flag(name: string, fallback: string): string {
@@ -305,8 +306,9 @@ function noteGrant(lock: string, token: number, client: number, atMs: number): H
 
 /** A dial whose writes can be swallowed: a client whose heartbeats stop reaching the server. */
 function stallableDial(state: { stalled: boolean }) {
-  return async (...args: Parameters<typeof dialNodeSocket>): Promise<ClientSocket> => {
-    const socket = await dialNodeSocket(...args);
+  const dial = nodeSocketDial(systemScheduler);
+  return async (...args: Parameters<Dial>): Promise<ClientSocket> => {
+    const socket = await dial(...args);
     return {
       write: (bytes) => {
         if (!state.stalled) socket.write(bytes);

@@ -90,6 +90,25 @@ export const systemScheduler: Scheduler = {
   },
 };
 
+/**
+ * Runs `callback` in a later turn of the event loop, once the I/O events already delivered have
+ * been handled (`setTimeout(0)`). It is an order, not a time: work that must wait for the end of
+ * a burst of socket events (the TLS transport's read-queue check) uses it, and a manual clock
+ * must not hold it back, so it is not a {@link Scheduler}'s timer.
+ */
+export function afterIoTurn(callback: () => void): Timer {
+  let handle: ReturnType<typeof setTimeout> | undefined = setTimeout(() => {
+    handle = undefined;
+    callback();
+  }, 0);
+  return {
+    cancel() {
+      if (handle !== undefined) clearTimeout(handle);
+      handle = undefined;
+    },
+  };
+}
+
 interface ManualTimer {
   readonly atMs: number;
   readonly seq: number;

@@ -11,7 +11,12 @@
  * 3. No file is longer than FILE_LINES_MAX lines (the largest today is about 890): past that, a
  *    file has more than one responsibility and should be split.
  * 4. Only `main.ts` exits the process (tests/cli/serve_test.ts checks it).
- * 5. The core is pure in its code too: no `Deno`, global object, clock, timer or randomness
+ * 5. Time only through the scheduler: no `Date.now`, `performance.now`, `setTimeout`,
+ *    `setInterval` (nor their clear*, `AbortSignal.timeout`, `new Date()`) outside the files of
+ *    RAW_TIME_ALLOWED; `systemScheduler` only as the default of an injected scheduler, but for the
+ *    files of SYSTEM_CLOCK_ALLOWED; none of them at all in `src/core/`, nor `Deno.` or
+ *    `globalThis`.
+ * 6. The core is pure in its code too: no `Deno`, global object, clock, timer or randomness
  *    in `src/core/` (the engine takes every reading of the clock as an argument).
  */
 
@@ -138,4 +143,81 @@ Deno.test(`tidy: no TypeScript file is longer than ${FILE_LINES_MAX} lines`, asy
     }
   }
   assert.deepEqual(long, []);
+});
+
+/**
+ * The only files of `src/` that may read the process clock or set a timer of their own; every
+ * other file takes a `Scheduler` (src/clock.ts), so tests drive its time by hand. Entries only
+ * shrink. Not checked: the operator console (`src/admin/console/*.js`), which runs in the browser,
+ * where no Scheduler exists (its refresh, reconnect and chart timers are the page's own, and the
+ * browser test drives it in real time).
+ */
+const RAW_TIME_ALLOWED: Readonly<Record<string, string>> = {
+  "src/clock.ts": "the clock itself: systemScheduler (performance.now, Date.now, setTimeout in " +
+    "steps) and afterIoTurn (setTimeout 0: an order after the I/O events of a turn, not a time)",
+  "src/ops/runtime.ts": "the event-loop lag probe measures the real event loop: an unref'd " +
+    "setInterval (Deno.unrefTimer needs the raw timer; a Scheduler's timer keeps the process " +
+    "alive) read with performance.now; on a manual clock it would measure nothing",
+};
+
+/**
+ * Files of `src/` that use the process clock (`systemScheduler`) other than as the default of an
+ * injected scheduler or reading (`?? systemScheduler`): each reads real time on purpose. Entries
+ * only shrink.
+ */
+const SYSTEM_CLOCK_ALLOWED: Readonly<Record<string, string>> = {
+  "src/clock.ts": "defines it",
+  "src/cli/admin.ts":
+    "the standard IO of `lockd admin` (tests pass their own, with a manual clock)",
+  "src/http/backend.ts": "a socket directory's age compares the kernel's mtime with the real " +
+    "wall clock, never with a server's (manual) scheduler",
+};
+
+/** Reads of the process clock and timers outside a Scheduler. */
+const RAW_TIME =
+  /\b(?:Date\.now|performance\.now|setTimeout|setInterval|clearTimeout|clearInterval|AbortSignal\.timeout)\b|\bnew Date\(\)/g;
+
+Deno.test("tidy: time only through the scheduler: raw clock reads and timers only in the listed files of src/", async () => {
+  const offenders: string[] = [];
+  const used = new Set<string>();
+  for (const file of await tsFiles("src")) {
+    const found = [...new Set(withoutComments(await read(file)).match(RAW_TIME) ?? [])];
+    if (found.length === 0) continue;
+    if (file in RAW_TIME_ALLOWED) used.add(file);
+    else offenders.push(`${file}: ${found.join(", ")}`);
+  }
+  assert.deepEqual(offenders, []);
+  assert.deepEqual(Object.keys(RAW_TIME_ALLOWED).filter((f) => !used.has(f)), [], "stale entries");
+});
+
+Deno.test("tidy: the process clock (systemScheduler) only as the default of an injected scheduler, but for the listed files", async () => {
+  const offenders: string[] = [];
+  const used = new Set<string>();
+  for (const file of await tsFiles("src")) {
+    const code = withoutComments(await read(file))
+      .replace(/^import\b[^;]*;/gms, "")
+      .replace(/\?\?\s*systemScheduler\b/g, "");
+    if (!/\bsystemScheduler\b/.test(code)) continue;
+    if (file in SYSTEM_CLOCK_ALLOWED) used.add(file);
+    else offenders.push(file);
+  }
+  assert.deepEqual(offenders, []);
+  assert.deepEqual(
+    Object.keys(SYSTEM_CLOCK_ALLOWED).filter((f) => !used.has(f)),
+    [],
+    "stale entries",
+  );
+});
+
+Deno.test("tidy: src/core reads no clock, sets no timer and touches neither Deno nor globalThis", async () => {
+  const offenders: string[] = [];
+  for (const file of await tsFiles("src/core")) {
+    const code = withoutComments(await read(file));
+    const found = [
+      ...(code.match(RAW_TIME) ?? []),
+      ...(code.match(/\bDeno\.|\bglobalThis\b|\bsystemScheduler\b|\bqueueMicrotask\b/g) ?? []),
+    ];
+    if (found.length > 0) offenders.push(`${file}: ${[...new Set(found)].join(", ")}`);
+  }
+  assert.deepEqual(offenders, []);
 });

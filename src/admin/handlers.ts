@@ -9,7 +9,7 @@
 import type { LockPageQuery, LockSort } from "../core/lock_queries.ts";
 import { escapeInvisible, lockNameProblem } from "../core/lock_name.ts";
 import { ADMIN_HISTORY_INTERVAL_MS, ADMIN_LOCKS_LIMIT_MAX } from "../limits.ts";
-import type { Actor } from "../log/audit.ts";
+import type { Actor } from "../log/audit_records.ts";
 import type { GrantBlock, LockView } from "../core/types.ts";
 import { jsonResponse, problemResponse, type ProblemSlug } from "../http/problem.ts";
 import type { RouteMatch } from "../http/router.ts";

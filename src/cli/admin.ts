@@ -1,5 +1,8 @@
 /**
- * `lockd admin`: a small client of the admin HTTP API.
+ * `lockd admin`: a small client of the admin HTTP API, as one table of subcommands
+ * ({@link ADMIN_SUBCOMMANDS}: operands, flags, the request, what an answer prints, watch mode)
+ * from which the usage, the checks of the command line and the dispatch follow, like `main.ts`'s
+ * table of commands.
  *
  * ```
  * lockd admin [-admin ADDR] [-token-file F] [-json] info
@@ -23,16 +26,19 @@
  * @module
  */
 
-import type { HolderJson, InfoJson, LockJson, WaiterJson } from "../admin/views.ts";
+import type { InfoJson, LockJson } from "../admin/views.ts";
 import { rfc3339, type Scheduler, systemScheduler } from "../clock.ts";
 import { formatHostPort, parseHostPort } from "../host_port.ts";
+import { WATCH_INTERVAL_MS_DEFAULT, WATCH_INTERVAL_MS_MIN } from "../limits.ts";
+import { type AdminRequest, adminRequester, type Answer, type Reply } from "./admin_request.ts";
 import {
-  ADMIN_REQUEST_TIMEOUT_MS,
-  WATCH_INTERVAL_MS_DEFAULT,
-  WATCH_INTERVAL_MS_MIN,
-} from "../limits.ts";
+  formatDurationMs,
+  formatInfo,
+  formatLock,
+  formatLockList,
+  formatReleased,
+} from "./admin_text.ts";
 import { FlagError, type FlagSpec, formatFlagHelp, HelpRequested, parseFlags } from "./flags.ts";
-import { describeFetchError } from "./http_errors.ts";
 
 /** Default admin API address (matches the documented `-admin-listen`). */
 const ADMIN_ADDR_DEFAULT = "127.0.0.1:7401";
@@ -65,25 +71,137 @@ const FLAGS: readonly FlagSpec[] = [
   },
 ];
 
+/** What the flags of one subcommand alone (`-match`, `-token`) said. */
+interface SubcommandOptions {
+  readonly match?: string;
+  readonly fencingToken?: string;
+}
+
+/** One `lockd admin` subcommand: a row of {@link ADMIN_SUBCOMMANDS}. */
+interface AdminSubcommand {
+  /** Its operands, as the usage names them. */
+  readonly operands: readonly string[];
+  /** The flags of some subcommands only that it takes; each is refused by the others. */
+  readonly flags: readonly ("match" | "token")[];
+  /** The usage's synopsis after the operands (its own flags). */
+  readonly synopsisFlags?: string;
+  /** What the usage says it does; further lines continue under the first. */
+  readonly summary: readonly string[];
+  /** The admin API request it makes. */
+  request(operands: readonly string[], options: SubcommandOptions): AdminRequest;
+  /** What a successful answer prints (without -json). */
+  print(body: string, operands: readonly string[]): string;
+  /** With -watch (only the subcommands that have this): how each answer is shown. */
+  readonly watch?: {
+    /** The view of a successful answer's body; `durations`: with held and waiting times. */
+    text(body: string, durations: boolean): string;
+    /** The body to show for an answer that is a state rather than an error, or null. */
+    idle?(answer: Answer, operands: readonly string[]): string | null;
+  };
+}
+
+const lockPath = (name: string) => `/api/locks/${encodeURIComponent(name)}`;
+
+/** Every `lockd admin` subcommand, in the order of the usage. */
+const ADMIN_SUBCOMMANDS: Readonly<Record<string, AdminSubcommand>> = {
+  info: {
+    operands: [],
+    flags: [],
+    summary: ["version, uptime, configuration, counts"],
+    request: () => ({ method: "GET", path: "/api/info" }),
+    print: (body) => formatInfo(JSON.parse(body) as InfoJson),
+  },
+  locks: {
+    operands: [],
+    flags: ["match"],
+    synopsisFlags: "[-match GLOB]",
+    summary: ["locks with an owner or waiters"],
+    request: (_, { match }) => ({
+      method: "GET",
+      path: match === undefined ? "/api/locks" : `/api/locks?match=${encodeURIComponent(match)}`,
+    }),
+    print: (body) => formatLockList((JSON.parse(body) as { locks: LockJson[] }).locks),
+    watch: {
+      text: (body) => formatLockList((JSON.parse(body) as { locks: LockJson[] }).locks),
+    },
+  },
+  show: {
+    operands: ["NAME"],
+    flags: [],
+    summary: ["one lock: holder and waiters (FIFO)"],
+    request: ([name]) => ({ method: "GET", path: lockPath(name) }),
+    print: (body) => formatLock(JSON.parse(body) as LockJson),
+    watch: {
+      text: (body, durations) => formatLock(JSON.parse(body) as LockJson, durations),
+      // In watch mode an idle lock is a state to show, not an error.
+      idle: (answer, [name]) =>
+        answer.status === 404 && /lock-not-found/.test(answer.body)
+          ? JSON.stringify({ name, holder: null, waiters: [] } satisfies LockJson)
+          : null,
+    },
+  },
+  release: {
+    operands: ["NAME"],
+    flags: ["token"],
+    synopsisFlags: "[-token T]",
+    summary: ["force-release: disconnect the holder", "(with -token: only the holder of token T)"],
+    // The precondition: the server answers 409 when the holder is not the one of this token.
+    request: ([name], { fencingToken }) => ({
+      method: "POST",
+      path: `${lockPath(name)}/release${
+        fencingToken === undefined ? "" : `?token=${fencingToken}`
+      }`,
+    }),
+    print: (body) => formatReleased(JSON.parse(body) as LockJson),
+  },
+  kick: {
+    operands: ["NAME", "REMOTE_ADDR"],
+    flags: [],
+    summary: ["remove one waiter (REMOTE_ADDR as shown)"],
+    request: ([name, remoteAddr]) => ({
+      method: "DELETE",
+      path: `${lockPath(name)}/waiters/${encodeURIComponent(remoteAddr)}`,
+    }),
+    print: (_, [name, remoteAddr]) =>
+      `removed waiter ${remoteAddr} from lock "${name}"; a standard client reconnects and joins ` +
+      `the tail of the queue again under a new address (same client name): stop or fix the ` +
+      `client first if it should not come back\n`,
+  },
+};
+
+/** The usage's lines for the subcommands, with the line for -watch after the last that has it. */
+function subcommandUsage(): string {
+  const names = Object.keys(ADMIN_SUBCOMMANDS);
+  const watchable = names.filter((name) => ADMIN_SUBCOMMANDS[name].watch !== undefined);
+  const rows: [string, readonly string[]][] = [];
+  for (const name of names) {
+    const { operands, synopsisFlags, summary } = ADMIN_SUBCOMMANDS[name];
+    rows.push([[name, ...operands, ...(synopsisFlags ? [synopsisFlags] : [])].join(" "), summary]);
+    if (name === watchable.at(-1)) {
+      rows.push([`${watchable.join("|")} ... -watch`, ["the same, redrawn as locks change"]]);
+    }
+  }
+  const synopses = rows.map(([synopsis]) => `lockd admin [flags] ${synopsis}`);
+  const width = Math.max(...synopses.map((synopsis) => synopsis.length)) + 1;
+  return rows.map(([, [first, ...more]], i) =>
+    [`  ${synopses[i].padEnd(width)}${first}`, ...more.map((line) => " ".repeat(width + 2) + line)]
+      .join("\n")
+  ).join("\n");
+}
+
 export const ADMIN_USAGE = `Usage:
-  lockd admin [flags] info                    version, uptime, configuration, counts
-  lockd admin [flags] locks [-match GLOB]     locks with an owner or waiters
-  lockd admin [flags] show NAME               one lock: holder and waiters (FIFO)
-  lockd admin [flags] locks|show ... -watch   the same, redrawn as locks change
-  lockd admin [flags] release NAME [-token T] force-release: disconnect the holder
-                                              (with -token: only the holder of token T)
-  lockd admin [flags] kick NAME REMOTE_ADDR   remove one waiter (REMOTE_ADDR as shown)
+${subcommandUsage()}
 
 Flags (before or after the subcommand):
 ${formatFlagHelp(FLAGS)}`;
 
-/** Where `lockd admin` writes, and what watch mode runs on; tests replace them. */
+/** Where `lockd admin` writes, and the clock it runs on; tests replace them. */
 export interface AdminIo {
   stdout(text: string): void;
   stderr(text: string): void;
   /** Watch mode redraws the screen on a terminal, and prints changes only otherwise. */
   isTerminal: boolean;
-  /** Watch mode's clock and timers. */
+  /** The clock and timers: each request's timeout, watch mode's interval and timestamps. */
   scheduler: Scheduler;
   /** Ends watch mode (the CLI aborts it on SIGINT). */
   signal?: AbortSignal;
@@ -111,13 +229,20 @@ const STANDARD_IO: AdminIo = {
 /** Clears a terminal and moves the cursor home (what `watch` and `clear` send). */
 const CLEAR_SCREEN = "\x1b[H\x1b[2J";
 
-const SUBCOMMAND_ARITY: Readonly<Record<string, number>> = {
-  info: 0,
-  locks: 0,
-  show: 1,
-  release: 1,
-  kick: 2,
-};
+/** A command line of `lockd admin` that passed every check. */
+interface Invocation {
+  readonly name: string;
+  readonly subcommand: AdminSubcommand;
+  readonly operands: readonly string[];
+  readonly options: SubcommandOptions;
+  readonly json: boolean;
+  /** With -watch: the interval. */
+  readonly watchIntervalMs: number | null;
+  /** `-admin`, and the base URL of each address. */
+  readonly adminAddrs: readonly string[];
+  readonly baseUrls: readonly string[];
+  readonly tokenFile?: string;
+}
 
 /** Runs `lockd admin ARGS`; returns the exit code. */
 export async function adminCommand(
@@ -125,16 +250,6 @@ export async function adminCommand(
   io: Partial<AdminIo> = {},
 ): Promise<number> {
   const out = { ...STANDARD_IO, ...io };
-  let jsonErrors = false;
-  const usageError = (message: string) => {
-    out.stderr(
-      jsonErrors
-        ? jsonError(`${message} (lockd admin -h for the usage)`, null, null)
-        : `lockd admin: ${message}\n\n${ADMIN_USAGE}\n`,
-    );
-    return 2;
-  };
-
   let values: Map<string, string | number | boolean>;
   let positionals: string[];
   try {
@@ -144,237 +259,175 @@ export async function adminCommand(
       out.stdout(`${ADMIN_USAGE}\n`);
       return 0;
     }
-    if (error instanceof FlagError) return usageError(error.message);
+    if (error instanceof FlagError) return usageError(out, false, error.message);
     throw error;
   }
-  jsonErrors = values.get("json") === true;
-  const [subcommand, ...operands] = positionals;
-  if (subcommand === undefined) return usageError("missing subcommand");
-  const arity = SUBCOMMAND_ARITY[subcommand];
-  if (arity === undefined) return usageError(`unknown subcommand "${subcommand}"`);
+  const json = values.get("json") === true;
+  const invocation = parseInvocation(values, positionals);
+  if (typeof invocation === "string") return usageError(out, json, invocation);
+
+  const headers: Record<string, string> = {};
+  if (invocation.tokenFile !== undefined) {
+    const token = await readAdminToken(invocation.tokenFile);
+    if ("failure" in token) {
+      out.stderr(json ? jsonError(token.failure, null, null) : `lockd admin: ${token.failure}\n`);
+      return 1;
+    }
+    headers.authorization = `Bearer ${token.token}`;
+  }
+  const request = adminRequester(
+    out,
+    invocation.adminAddrs,
+    invocation.baseUrls,
+    invocation.subcommand.request(invocation.operands, invocation.options),
+    headers,
+  );
+  return invocation.watchIntervalMs === null
+    ? await askOnce(out, invocation, request)
+    : await watch(out, invocation, invocation.watchIntervalMs, request);
+}
+
+/** Prints a usage error (one JSON line with -json) and returns 2. */
+function usageError(io: AdminIo, json: boolean, message: string): number {
+  io.stderr(
+    json
+      ? jsonError(`${message} (lockd admin -h for the usage)`, null, null)
+      : `lockd admin: ${message}\n\n${ADMIN_USAGE}\n`,
+  );
+  return 2;
+}
+
+/** `-FLAG only applies to the X and Y subcommands`, naming those that take it. */
+function onlyAppliesTo(flag: string, takes: (subcommand: AdminSubcommand) => boolean): string {
+  const names = Object.keys(ADMIN_SUBCOMMANDS).filter((name) => takes(ADMIN_SUBCOMMANDS[name]));
+  return `-${flag} only applies to the ${names.join(" and ")} subcommand` +
+    (names.length === 1 ? "" : "s");
+}
+
+/** The checked command line, or the usage error to print. */
+function parseInvocation(
+  values: Map<string, string | number | boolean>,
+  positionals: readonly string[],
+): Invocation | string {
+  const [name, ...operands] = positionals;
+  if (name === undefined) return "missing subcommand";
+  const subcommand = Object.hasOwn(ADMIN_SUBCOMMANDS, name) ? ADMIN_SUBCOMMANDS[name] : undefined;
+  if (subcommand === undefined) return `unknown subcommand "${name}"`;
+  const arity = subcommand.operands.length;
   if (operands.length !== arity) {
-    return usageError(
-      `${subcommand} takes ${arity === 0 ? "no" : arity} argument${
-        arity === 1 ? "" : "s"
-      }, got ${operands.length}`,
-    );
+    return `${name} takes ${arity === 0 ? "no" : arity} argument${
+      arity === 1 ? "" : "s"
+    }, got ${operands.length}`;
   }
   const match = values.get("match") as string | undefined;
-  if (match !== undefined && subcommand !== "locks") {
-    return usageError("-match only applies to the locks subcommand");
+  if (match !== undefined && !subcommand.flags.includes("match")) {
+    return onlyAppliesTo("match", (s) => s.flags.includes("match"));
   }
   const fencingToken = values.get("token") as string | undefined;
-  if (fencingToken !== undefined && subcommand !== "release") {
-    return usageError("-token only applies to the release subcommand");
+  if (fencingToken !== undefined && !subcommand.flags.includes("token")) {
+    return onlyAppliesTo("token", (s) => s.flags.includes("token"));
   }
   if (fencingToken !== undefined && !/^[1-9][0-9]{0,19}$/.test(fencingToken)) {
-    return usageError(`-token must be a fencing token (a positive integer), got "${fencingToken}"`);
+    return `-token must be a fencing token (a positive integer), got "${fencingToken}"`;
   }
-  const json = values.get("json") === true;
   const watch = values.get("watch") === true;
   const intervalMs = (values.get("interval") as number | undefined) ?? WATCH_INTERVAL_MS_DEFAULT;
-  if (values.has("interval") && !watch) return usageError("-interval only applies with -watch");
-  if (watch && subcommand !== "locks" && subcommand !== "show") {
-    return usageError("-watch only applies to the locks and show subcommands");
+  if (values.has("interval") && !watch) return "-interval only applies with -watch";
+  if (watch && subcommand.watch === undefined) {
+    return onlyAppliesTo("watch", (s) => s.watch !== undefined);
   }
   if (intervalMs < WATCH_INTERVAL_MS_MIN) {
-    return usageError(`-interval must be at least ${WATCH_INTERVAL_MS_MIN}ms`);
+    return `-interval must be at least ${WATCH_INTERVAL_MS_MIN}ms`;
   }
-
   // Several admin addresses (a cluster): the first that answers for the leader is used.
   const adminAddrs = ((values.get("admin") as string | undefined) ?? ADMIN_ADDR_DEFAULT).split(",")
     .map((a) => a.trim()).filter((a) => a !== "");
-  if (adminAddrs.length === 0) return usageError("-admin needs at least one host:port");
+  if (adminAddrs.length === 0) return "-admin needs at least one host:port";
   const baseUrls: string[] = [];
   try {
     for (const addr of adminAddrs) baseUrls.push(`http://${dialAddress(addr)}`);
   } catch (error) {
-    if (error instanceof RangeError) return usageError(`-admin: ${error.message}`);
+    if (error instanceof RangeError) return `-admin: ${error.message}`;
     throw error;
   }
-  const adminAddr = adminAddrs.join(",");
-
-  const headers: Record<string, string> = {};
-  const tokenFile = values.get("token-file") as string | undefined;
-  if (tokenFile !== undefined) {
-    let token: string;
-    try {
-      token = (await Deno.readTextFile(tokenFile)).trim();
-    } catch (error) {
-      const text = `cannot read the token file "${tokenFile}" (-token-file): ${messageOf(error)}`;
-      out.stderr(jsonErrors ? jsonError(text, null, null) : `lockd admin: ${text}\n`);
-      return 1;
-    }
-    if (token === "") {
-      const text = `the token file "${tokenFile}" (-token-file) is empty`;
-      out.stderr(jsonErrors ? jsonError(text, null, null) : `lockd admin: ${text}\n`);
-      return 1;
-    }
-    headers.authorization = `Bearer ${token}`;
-  }
-
-  const lockPath = (name: string) => `/api/locks/${encodeURIComponent(name)}`;
-  let method = "GET";
-  let path: string;
-  switch (subcommand) {
-    case "info":
-      path = "/api/info";
-      break;
-    case "locks":
-      path = match === undefined ? "/api/locks" : `/api/locks?match=${encodeURIComponent(match)}`;
-      break;
-    case "show":
-      path = lockPath(operands[0]);
-      break;
-    case "release":
-      method = "POST";
-      // The precondition: the server answers 409 when the holder is not the one of this token.
-      path = `${lockPath(operands[0])}/release${
-        fencingToken === undefined ? "" : `?token=${fencingToken}`
-      }`;
-      break;
-    default: // kick
-      method = "DELETE";
-      path = `${lockPath(operands[0])}/waiters/${encodeURIComponent(operands[1])}`;
-      break;
-  }
-
-  /**
-   * One address after the other (the one that answered last first). A cluster standby answers
-   * lock views and actions with 307 to the leader's admin API: followed here, not by fetch, so
-   * the token goes along (fetch drops Authorization on a redirect to another origin), but only
-   * to an address of the -admin list (`listed`): a redirect elsewhere is refused, and the token
-   * never leaves the hosts the operator named. A node that cannot be reached, or says it is not
-   * the leader (503), hands over to the next address.
-   */
-  const listed = new Set(baseUrls.map((base) => new URL(base).origin));
-  let current = 0;
-  const request = async (): Promise<Reply> => {
-    let reply: Reply | null = null;
-    for (let i = 0; i < baseUrls.length; i++) {
-      const index = (current + i) % baseUrls.length;
-      reply = await requestOne(baseUrls[index] + path, adminAddrs[index]);
-      const tryNext = "failure" in reply
-        ? reply.final !== true
-        : reply.status === 503 && /not-leader/.test(reply.body);
-      if (!tryNext) {
-        current = index;
-        return reply;
-      }
-    }
-    return reply!;
+  return {
+    name,
+    subcommand,
+    operands,
+    options: { match, fencingToken },
+    json: values.get("json") === true,
+    watchIntervalMs: watch ? intervalMs : null,
+    adminAddrs,
+    baseUrls,
+    tokenFile: values.get("token-file") as string | undefined,
   };
+}
 
-  const requestOne = async (url: string, addr: string, redirects = 0): Promise<Reply> => {
-    const controller = new AbortController();
-    const timer = setTimeout(() => controller.abort(), ADMIN_REQUEST_TIMEOUT_MS);
-    try {
-      const response = await out.fetch(url, {
-        method,
-        headers,
-        signal: controller.signal,
-        redirect: "manual",
-      });
-      const location = response.headers.get("location");
-      if (response.status === 307 && location !== null && redirects < 2) {
-        await response.body?.cancel();
-        clearTimeout(timer);
-        const target = URL.canParse(location, url) ? new URL(location, url) : null;
-        if (target === null || !listed.has(target.origin)) {
-          return { failure: refusedRedirectText(addr, location, target, adminAddrs), final: true };
-        }
-        return await requestOne(target.href, target.host, redirects + 1);
-      }
-      return {
-        status: response.status,
-        statusText: response.statusText,
-        contentType: response.headers.get("content-type") ?? "",
-        body: await response.text(),
-      };
-    } catch (error) {
-      const target = {
-        what: "the admin API",
-        addr,
-        clientFlag: "-admin",
-        serverFlag: "-admin-listen",
-      };
-      return {
-        failure: controller.signal.aborted
-          ? describeFetchError(
-            new DOMException("timeout", "TimeoutError"),
-            target,
-            ADMIN_REQUEST_TIMEOUT_MS,
-          )
-          : describeFetchError(error, target, ADMIN_REQUEST_TIMEOUT_MS),
-      };
-    } finally {
-      clearTimeout(timer);
-    }
-  };
-
-  if (watch) {
-    const title = `lockd admin ${subcommand}${operands.map((o) => ` ${o}`).join("")}${
-      match === undefined ? "" : ` -match ${match}`
-    }`;
-    return await watchLoop(out, request, intervalMs, (reply) => {
-      // In watch mode an idle lock is a state to show, not an error.
-      if (subcommand === "show" && reply.status === 404 && /lock-not-found/.test(reply.body)) {
-        const idle: LockJson = { name: operands[0], holder: null, waiters: [] };
-        return { text: json ? `${JSON.stringify(idle)}\n` : formatLock(idle) };
-      }
-      if (reply.status < 200 || reply.status > 299) {
-        return {
-          error: describeFailure(reply.status, reply.statusText, reply.contentType, reply.body),
-        };
-      }
-      if (json) return { text: `${JSON.stringify(withoutDurations(JSON.parse(reply.body)))}\n` };
-      return {
-        text: subcommand === "locks"
-          ? formatLockList((JSON.parse(reply.body) as { locks: LockJson[] }).locks)
-          : formatLock(JSON.parse(reply.body) as LockJson, out.isTerminal),
-      };
-    }, `Every ${formatDurationMs(intervalMs)}: ${title} (admin API ${adminAddr})`);
+/** The bearer token from `-token-file`, or why it cannot be used. */
+async function readAdminToken(path: string): Promise<{ token: string } | { failure: string }> {
+  let token: string;
+  try {
+    token = (await Deno.readTextFile(path)).trim();
+  } catch (error) {
+    return { failure: `cannot read the token file "${path}" (-token-file): ${messageOf(error)}` };
   }
+  if (token === "") return { failure: `the token file "${path}" (-token-file) is empty` };
+  return { token };
+}
 
+/** One request; prints the answer (or why there was none) and returns the exit code. */
+async function askOnce(
+  io: AdminIo,
+  { subcommand, operands, json }: Invocation,
+  request: () => Promise<Reply>,
+): Promise<number> {
   const reply = await request();
   if ("failure" in reply) {
-    out.stderr(json ? jsonError(reply.failure, null, null) : `lockd admin: ${reply.failure}\n`);
+    io.stderr(json ? jsonError(reply.failure, null, null) : `lockd admin: ${reply.failure}\n`);
     return 1;
   }
   const { status, statusText, contentType, body } = reply;
   if (status < 200 || status > 299) {
     const text = describeFailure(status, statusText, contentType, body);
-    out.stderr(
+    io.stderr(
       json ? jsonError(text, status, problemOf(contentType, body)) : `lockd admin: ${text}\n`,
     );
     return 1;
   }
   if (json) {
-    if (body !== "") out.stdout(body.endsWith("\n") ? body : `${body}\n`);
+    if (body !== "") io.stdout(body.endsWith("\n") ? body : `${body}\n`);
     return 0;
   }
-  switch (subcommand) {
-    case "info":
-      out.stdout(formatInfo(JSON.parse(body) as InfoJson));
-      break;
-    case "locks":
-      out.stdout(formatLockList((JSON.parse(body) as { locks: LockJson[] }).locks));
-      break;
-    case "show":
-      out.stdout(formatLock(JSON.parse(body) as LockJson));
-      break;
-    case "release":
-      out.stdout(formatReleased(JSON.parse(body) as LockJson));
-      break;
-    default:
-      out.stdout(
-        `removed waiter ${operands[1]} from lock "${operands[0]}"; a standard client ` +
-          `reconnects and joins the tail of the queue again under a new address (same client ` +
-          `name): stop or fix the client first if it should not come back\n`,
-      );
-      break;
-  }
+  io.stdout(subcommand.print(body, operands));
   return 0;
+}
+
+/** Watch mode for `invocation` (its subcommand has `watch`): see {@link watchLoop}. */
+async function watch(
+  io: AdminIo,
+  invocation: Invocation,
+  intervalMs: number,
+  request: () => Promise<Reply>,
+): Promise<number> {
+  const { name, operands, options, json } = invocation;
+  const view = invocation.subcommand.watch!;
+  const title = `lockd admin ${name}${operands.map((o) => ` ${o}`).join("")}${
+    options.match === undefined ? "" : ` -match ${options.match}`
+  }`;
+  const header = `Every ${formatDurationMs(intervalMs)}: ${title} (admin API ${
+    invocation.adminAddrs.join(",")
+  })`;
+  return await watchLoop(io, request, intervalMs, (answer) => {
+    const body = view.idle?.(answer, operands) ??
+      (answer.status < 200 || answer.status > 299 ? null : answer.body);
+    if (body === null) {
+      return {
+        error: describeFailure(answer.status, answer.statusText, answer.contentType, answer.body),
+      };
+    }
+    if (json) return { text: `${JSON.stringify(withoutDurations(JSON.parse(body)))}\n` };
+    return { text: view.text(body, io.isTerminal) };
+  }, header);
 }
 
 /**
@@ -394,31 +447,6 @@ function problemOf(contentType: string, body: string): unknown {
   } catch {
     return null;
   }
-}
-
-/**
- * One answer of the admin API, or why there was none; a `final` failure is not handed over to
- * the next address.
- */
-type Reply =
-  | { status: number; statusText: string; contentType: string; body: string }
-  | { failure: string; final?: boolean };
-
-/** Why a 307 was not followed: its target is not an address of -admin (or not a URL at all). */
-function refusedRedirectText(
-  from: string,
-  location: string,
-  target: URL | null,
-  adminAddrs: readonly string[],
-): string {
-  const shown = JSON.stringify(location.slice(0, 200));
-  if (target === null) {
-    return `the admin API at ${from} redirected (307) to ${shown}, which is not a URL; not followed`;
-  }
-  const where = target.protocol === "http:" ? target.host : target.origin;
-  return `the admin API at ${from} redirected (307) to ${where} (${shown}), which is not in ` +
-    `-admin: not followed, so the admin token is not sent there. If ${where} is the admin ` +
-    `API of a node of your cluster, add it: -admin ${[...adminAddrs, where].join(",")}`;
 }
 
 /**
@@ -451,7 +479,7 @@ async function watchLoop(
   io: AdminIo,
   request: () => Promise<Reply>,
   intervalMs: number,
-  render: (reply: Exclude<Reply, { failure: string }>) => Frame,
+  render: (answer: Answer) => Frame,
   header: string,
 ): Promise<number> {
   const ownStop = io.signal === undefined ? new AbortController() : null;
@@ -519,158 +547,6 @@ function describeFailure(
   }
   const text = body.trim().split("\n")[0] ?? "";
   return `${status} ${statusText || "error"}${text === "" ? "" : `: ${text}`}`;
-}
-
-function orNone(value: string): string {
-  return value === "" ? "(none)" : value;
-}
-
-/** `key  value` lines, values aligned. */
-function keyValues(rows: [string, string][]): string {
-  const width = Math.max(...rows.map(([key]) => key.length)) + 2;
-  return rows.map(([key, value]) => `${key.padEnd(width)}${value}\n`).join("");
-}
-
-/** A table with a header row; columns separated by two spaces, the last one not padded. */
-function table(header: string[], rows: string[][]): string {
-  const all = [header, ...rows];
-  const widths = header.map((_, column) => Math.max(...all.map((row) => [...row[column]].length)));
-  return all.map((row) =>
-    row.map((cell, column) =>
-      column === row.length - 1 ? cell : cell + " ".repeat(widths[column] - [...cell].length + 2)
-    ).join("") + "\n"
-  ).join("");
-}
-
-function formatInfo(info: InfoJson): string {
-  const c = info.config;
-  return keyValues([
-    ["version", info.version],
-    ["uptime", formatDurationMs(info.uptime_ms)],
-    ["listen", c.listen],
-    ["ops_listen", orNone(c.ops_listen)],
-    ["tls", String(c.tls)],
-    ["mtls", String(c.mtls)],
-    ["acl_file", orNone(c.acl_file)],
-    ["audit_log", c.audit_log === "-" ? "- (standard output)" : c.audit_log],
-    ["io_timeout_ms", String(c.io_timeout_ms)],
-    ["locks", String(info.locks)],
-    ["sessions", String(info.sessions)],
-    ...clusterLines(info),
-  ]);
-}
-
-/** Cluster mode: the node's role, the leader, its lease and etcd's health. */
-function clusterLines(info: InfoJson): [string, string][] {
-  const k = info.cluster;
-  if (k === undefined) return [];
-  const leader = k.leader === null
-    ? "(none known)"
-    : `${k.leader.node} at ${k.leader.advertise} (term ${k.leader.term}, admin ${
-      k.leader.admin ?? "not advertised"
-    })`;
-  return [
-    ["cluster", `${k.name}, node ${k.node} at ${k.advertise}`],
-    ["role", `${k.role}${k.serving ? " (serving)" : ""}`],
-    ["term", String(k.term)],
-    ["leader", leader],
-    ["safe_until", k.safe_until_ms === null ? "(no lease)" : `in ${k.safe_until_ms} ms`],
-    ["ttl_ms", String(k.ttl_ms)],
-    ["token_high_water", String(k.token_high_water)],
-    ...k.etcd.map((e): [string, string] => [
-      "etcd",
-      `${e.endpoint} ${
-        e.healthy ? "healthy" : `unhealthy (${e.error ?? "no answer"})`
-      }, ${e.took_ms} ms`,
-    ]),
-  ];
-}
-
-function holderText(holder: HolderJson): string {
-  return holder.identity === "" ? holder.remote_addr : `${holder.remote_addr} (${holder.identity})`;
-}
-
-function formatLockList(locks: LockJson[]): string {
-  return table(
-    ["NAME", "HOLDER", "TOKEN", "SINCE", "WAITERS"],
-    locks.map((lock) => [
-      lock.name,
-      lock.holder === null ? "-" : holderText(lock.holder),
-      lock.holder === null ? "-" : String(lock.holder.token),
-      lock.holder === null ? "-" : lock.holder.since,
-      String(lock.waiters.length),
-    ]),
-  );
-}
-
-/**
- * One lock: the holder block and the waiters table, each record with the client name from
- * HELLO and the session id, so a client that rejoins the queue after a kick (new address, new
- * session) is recognised by its name. `durations` adds "held for" / "waiting for"; watch mode
- * into a pipe leaves them out, or every view would differ from the last.
- */
-function formatLock(lock: LockJson, durations = true): string {
-  const holder = lock.holder;
-  const rows: [string, string][] = [["name", lock.name]];
-  if (holder === null) {
-    rows.push(["holder", "(none)"]);
-  } else {
-    rows.push(
-      ["holder", holder.remote_addr],
-      ["client", orNone(holder.client_name ?? "")],
-      ["session", String(holder.session ?? "-")],
-      ["identity", orNone(holder.identity)],
-      [
-        "since",
-        durations && holder.held_for_ms !== undefined
-          ? `${holder.since} (held for ${formatDurationMs(holder.held_for_ms)})`
-          : holder.since,
-      ],
-      ["lease_ms", String(holder.lease_ms)],
-      ["token", String(holder.token)],
-    );
-  }
-  rows.push(["waiters", String(lock.waiters.length)]);
-  let text = keyValues(rows);
-  if (lock.waiters.length > 0) text += "\n" + formatWaiters(lock.waiters, durations);
-  return text;
-}
-
-function formatWaiters(waiters: WaiterJson[], durations: boolean): string {
-  const header = ["#", "REMOTE_ADDR", "CLIENT", "SESSION", "IDENTITY", "QUEUED_AT"];
-  if (durations) header.push("WAITING");
-  return table(
-    header,
-    waiters.map((waiter, i) => {
-      const row = [
-        String(i + 1),
-        waiter.remote_addr,
-        waiter.client_name ? waiter.client_name : "-",
-        String(waiter.session ?? "-"),
-        waiter.identity === "" ? "-" : waiter.identity,
-        waiter.queued_at,
-      ];
-      if (durations) row.push(formatDurationMs(waiter.waiting_for_ms ?? 0));
-      return row;
-    }),
-  );
-}
-
-function formatReleased(lock: LockJson): string {
-  if (lock.holder === null) return `released lock "${lock.name}"; it is now idle\n`;
-  return `released lock "${lock.name}"; new holder ${
-    holderText(lock.holder)
-  } with token ${lock.holder.token}, ${lock.waiters.length} waiting\n`;
-}
-
-/** `1h2m3s`, `4m5s`, `6.7s`. */
-function formatDurationMs(ms: number): string {
-  if (ms < 60_000) return `${Math.round(ms / 100) / 10}s`;
-  const totalSeconds = Math.floor(ms / 1000);
-  const hours = Math.floor(totalSeconds / 3600);
-  const minutes = Math.floor((totalSeconds % 3600) / 60);
-  const seconds = totalSeconds % 60;
-  return hours > 0 ? `${hours}h${minutes}m${seconds}s` : `${minutes}m${seconds}s`;
 }
 
 /** One line: the error lines of fetch can span several. */

@@ -1,3 +1,4 @@
+import { type Scheduler, systemScheduler } from "../clock.ts";
 import { formatHostPort, parseHostPort } from "../host_port.ts";
 import { HEALTH_RETRY_MS, HEALTH_TIMEOUT_MS } from "../limits.ts";
 import { FlagError, type FlagSpec, formatFlagHelp, HelpRequested, parseFlags } from "./flags.ts";
@@ -23,9 +24,11 @@ answers 200, 1 when it does not (the reason on standard error), 2 for a usage er
 Flags:
 ${formatFlagHelp(FLAGS)}`;
 
-/** Where `lockd health` writes; tests capture it. */
+/** Where `lockd health` writes, and the clock it waits on; tests replace them. */
 export interface HealthIo {
   stderr(text: string): void;
+  /** The clock and timers of `-wait`, the pause between probes and each probe's timeout. */
+  scheduler?: Scheduler;
 }
 
 /**
@@ -60,25 +63,29 @@ export async function healthCommand(
     }
     throw error;
   }
-  const deadline = performance.now() + waitMs;
+  const scheduler = io.scheduler ?? systemScheduler;
+  const deadline = scheduler.monotonicMs() + waitMs;
   for (;;) {
-    const failure = await probe(ops);
+    const failure = await probe(ops, scheduler);
     if (failure === null) return 0;
-    if (performance.now() + HEALTH_RETRY_MS > deadline) {
+    if (scheduler.monotonicMs() + HEALTH_RETRY_MS > deadline) {
       const after = waitMs > 0 ? `not healthy after -wait ${waitMs} ms: ` : "";
       io.stderr(`lockd health: ${after}${failure}\n`);
       return 1;
     }
-    await new Promise((resolve) => setTimeout(resolve, HEALTH_RETRY_MS));
+    await new Promise<void>((resolve) => scheduler.setTimer(resolve, HEALTH_RETRY_MS));
   }
 }
 
 /** null when /healthz answered 200, else why not. */
-async function probe(ops: string): Promise<string | null> {
+async function probe(ops: string, scheduler: Scheduler): Promise<string | null> {
+  const timeout = new AbortController();
+  const timer = scheduler.setTimer(
+    () => timeout.abort(new DOMException("timed out", "TimeoutError")),
+    HEALTH_TIMEOUT_MS,
+  );
   try {
-    const response = await fetch(`http://${ops}/healthz`, {
-      signal: AbortSignal.timeout(HEALTH_TIMEOUT_MS),
-    });
+    const response = await fetch(`http://${ops}/healthz`, { signal: timeout.signal });
     const body = (await response.text()).trim().split("\n")[0];
     if (response.status === 200) return null;
     return `the ops listener at ${ops} answered ${response.status}${body ? ` "${body}"` : ""}` +
@@ -90,5 +97,7 @@ async function probe(ops: string): Promise<string | null> {
       clientFlag: "-ops",
       serverFlag: "-ops-listen",
     }, HEALTH_TIMEOUT_MS);
+  } finally {
+    timer.cancel();
   }
 }

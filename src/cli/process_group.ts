@@ -17,6 +17,8 @@
  * @module
  */
 
+import type { Scheduler } from "../clock.ts";
+
 /** A process group led by a command started with {@link spawnInGroup}. */
 export class ProcessGroup {
   /** Process group id (the leader's pid). */
@@ -46,9 +48,11 @@ export class ProcessGroup {
     return members === null ? true : members > 0;
   }
 
-  /** Resolves once no process of the group is alive, polling every `pollMs`. */
-  async gone(pollMs = 10): Promise<void> {
-    while (this.alive()) await new Promise((resolve) => setTimeout(resolve, pollMs));
+  /** Resolves once no process of the group is alive, polling every `pollMs` on `scheduler`. */
+  async gone(scheduler: Scheduler, pollMs = 10): Promise<void> {
+    while (this.alive()) {
+      await new Promise<void>((resolve) => scheduler.setTimer(resolve, pollMs));
+    }
   }
 }
 

@@ -94,7 +94,10 @@ ${formatFlagHelp(RUN_FLAGS)}`;
 
 export interface RunIo {
   stderr: (line: string) => void;
-  /** The client's clock and timers, and the progress lines' (tests pass a manual one). */
+  /**
+   * The clock and timers of the client, the progress lines, the kill grace and the wait for the
+   * command's group (tests pass a manual one).
+   */
   scheduler?: Scheduler;
 }
 
@@ -185,7 +188,7 @@ export async function runCommand(
     } finally {
       progress.cancel();
     }
-    return await runHolding(lock, command, killGraceMs, io);
+    return await runHolding(lock, command, killGraceMs, scheduler, io);
   } finally {
     await client.close();
   }
@@ -202,6 +205,7 @@ async function runHolding(
   lock: Lock,
   command: string[],
   killGraceMs: number,
+  scheduler: Scheduler,
   io: RunIo,
 ): Promise<number> {
   if (lock.lost.aborted) {
@@ -222,11 +226,11 @@ async function runHolding(
     io.stderr(`lockd run: cannot run "${command[0]}": ${(error as Error).message}`);
     return RUN_EXIT.cannotRun.status;
   }
-  let killTimer: ReturnType<typeof setTimeout> | undefined;
+  let killTimer: Timer | undefined;
   let killed = false;
   const onLost = () => {
     group.signal("SIGTERM");
-    killTimer = setTimeout(() => {
+    killTimer = scheduler.setTimer(() => {
       killed = true;
       group.signal("SIGKILL");
     }, killGraceMs);
@@ -239,7 +243,7 @@ async function runHolding(
   for (const [signal, handler] of forwarded) Deno.addSignalListener(signal, handler);
   try {
     const status = await child.status;
-    await group.gone();
+    await group.gone(scheduler);
     if (lock.lost.aborted) {
       io.stderr(
         `lockd run: ${
@@ -252,7 +256,7 @@ async function runHolding(
     }
     return status.signal ? 128 + signalNumber(status.signal) : status.code;
   } finally {
-    clearTimeout(killTimer);
+    killTimer?.cancel();
     lock.lost.removeEventListener("abort", onLost);
     for (const [signal, handler] of forwarded) Deno.removeSignalListener(signal, handler);
     await lock.release().catch(() => {});

@@ -26,7 +26,7 @@ import {
   localDeadlineMs,
   reconnectDelayMs,
 } from "./timing.ts";
-import { type ClientTlsOptions, type Dial, dialNodeSocket } from "./transport.ts";
+import { type ClientTlsOptions, type Dial, nodeSocketDial } from "./transport.ts";
 
 export type { Lock } from "./lock_handle.ts";
 
@@ -87,7 +87,7 @@ export interface ConnectOptions {
   onProtocolError?: (error: ServerProtocolError) => void;
   /**
    * Testing hook: the clock and timers of the heartbeats, the lease deadlines, the wait bound,
-   * the reconnect back-off and the connect timeout. Default: the process clock with real
+   * the reconnect back-off, the connect timeout and the grace of a socket's close. Default: the process clock with real
    * timers. A test can pass a scheduler whose time it moves by hand.
    */
   scheduler?: Scheduler;
@@ -169,7 +169,7 @@ export async function connectWith(
     );
   }
   const scheduler = options.scheduler ?? systemScheduler;
-  const dial = internals.dial ?? dialNodeSocket;
+  const dial = internals.dial ?? nodeSocketDial(scheduler);
   const addrs = options.addrs ?? (options.addr === undefined ? [] : [options.addr]);
   if (addrs.length === 0 || (options.addr !== undefined && options.addrs !== undefined)) {
     throw new RangeError("connect() needs either addr or a non-empty addrs");

@@ -1,7 +1,7 @@
 /**
  * The client's one seam to the network: a byte stream to the server, plain TCP or TLS.
  *
- * The default, {@link dialNodeSocket}, uses `node:net` and `node:tls`, which Deno, Node and
+ * The default, {@link nodeSocketDial}, uses `node:net` and `node:tls`, which Deno, Node and
  * Bun all implement, so the client runs unchanged on each of them (no `Deno.*` call anywhere
  * in the client). Measured in Deno 2.9 against a lockd server, the client's CPU per HEARTBEAT
  * round trip was the same with `node:net` as with `Deno.connect` within the run-to-run noise
@@ -14,6 +14,7 @@
 
 import net from "node:net";
 import tls from "node:tls";
+import type { Scheduler } from "../clock.ts";
 import { CLIENT_CLOSE_GRACE_MS } from "../limits.ts";
 
 /** TLS settings of a client: PEM text, not paths (the CLI reads the files). */
@@ -62,8 +63,11 @@ export type Dial = (
   signal: AbortSignal,
 ) => Promise<ClientSocket>;
 
-/** {@link Dial} with `node:net` (TCP_NODELAY on) and `node:tls`. */
-export const dialNodeSocket: Dial = (target, events, signal) =>
+/**
+ * {@link Dial} with `node:net` (TCP_NODELAY on) and `node:tls`; the grace of a graceful close
+ * runs on `scheduler` (the client's).
+ */
+export const nodeSocketDial = (scheduler: Scheduler): Dial => (target, events, signal) =>
   new Promise<ClientSocket>((resolve, reject) => {
     if (signal.aborted) {
       reject(signal.reason);
@@ -105,8 +109,8 @@ export const dialNodeSocket: Dial = (target, events, signal) =>
           // as a failure (io_timeout) instead of a graceful end. A stalled path never answers,
           // so the socket is dropped after CLIENT_CLOSE_GRACE_MS.
           socket.end();
-          const timer = setTimeout(() => socket.destroy(), CLIENT_CLOSE_GRACE_MS);
-          socket.once("close", () => clearTimeout(timer));
+          const timer = scheduler.setTimer(() => socket.destroy(), CLIENT_CLOSE_GRACE_MS);
+          socket.once("close", () => timer.cancel());
         },
       });
     });

@@ -14,6 +14,7 @@
  * @module
  */
 
+import type { Scheduler, Timer } from "../clock.ts";
 import {
   type Compare,
   type EndpointHealth,
@@ -42,6 +43,8 @@ export interface EtcdHttpOptions {
   readonly requestTimeoutMs: number;
   /** Called after every request (not watches) with its operation, duration and outcome. */
   readonly observe?: (op: EtcdOp, seconds: number, ok: boolean) => void;
+  /** The clock and timers of request deadlines and of the durations measured (the server's). */
+  readonly scheduler: Scheduler;
 }
 
 /** Operation names, as used in the `op` label of the etcd latency metric. */
@@ -136,8 +139,9 @@ export class EtcdHttpClient implements Etcd {
   readonly endpoints: readonly string[];
   readonly #client: Deno.HttpClient;
   readonly #timeoutMs: number;
-  /** Timers of requests in flight (#deadline), cleared by close(). */
-  readonly #deadlineTimers = new Set<ReturnType<typeof setTimeout>>();
+  readonly #scheduler: Scheduler;
+  /** Timers of requests in flight (#deadline), cancelled by close(). */
+  readonly #deadlineTimers = new Set<Timer>();
   readonly #observe: EtcdHttpOptions["observe"];
   #current = 0;
   readonly #closing = new AbortController();
@@ -152,6 +156,7 @@ export class EtcdHttpClient implements Etcd {
     });
     this.#timeoutMs = options.requestTimeoutMs;
     this.#observe = options.observe;
+    this.#scheduler = options.scheduler;
   }
 
   /** The endpoint requests go to now. */
@@ -288,7 +293,7 @@ export class EtcdHttpClient implements Etcd {
   async health(options?: RequestOptions): Promise<EndpointHealth[]> {
     const timeoutMs = options?.timeoutMs ?? this.#timeoutMs;
     return await Promise.all(this.endpoints.map(async (endpoint) => {
-      const startMs = performance.now();
+      const startMs = this.#scheduler.monotonicMs();
       const deadline = this.#deadline(options?.signal, timeoutMs);
       try {
         const response = await fetch(`${endpoint}/health`, {
@@ -300,14 +305,14 @@ export class EtcdHttpClient implements Etcd {
         return {
           endpoint,
           healthy,
-          tookMs: performance.now() - startMs,
+          tookMs: this.#scheduler.monotonicMs() - startMs,
           ...(healthy ? {} : { error: body.reason ?? `HTTP ${response.status}` }),
         };
       } catch (error) {
         return {
           endpoint,
           healthy: false,
-          tookMs: performance.now() - startMs,
+          tookMs: this.#scheduler.monotonicMs() - startMs,
           error: messageOf(error),
         };
       } finally {
@@ -321,21 +326,22 @@ export class EtcdHttpClient implements Etcd {
     if (this.#closing.signal.aborted) return;
     this.#closing.abort();
     // Requests nobody awaits (a revoke at step-down) settle later: their timers go now.
-    for (const timer of this.#deadlineTimers) clearTimeout(timer);
+    for (const timer of this.#deadlineTimers) timer.cancel();
     this.#deadlineTimers.clear();
     this.#client.close();
   }
 
   /**
-   * A signal that aborts after `timeoutMs`, on close() or with the caller's; `done()` clears the
-   * timer (AbortSignal.timeout would leave one running after every quick answer).
+   * A signal that aborts after `timeoutMs` on the scheduler, on close() or with the caller's;
+   * `done()` cancels the timer (AbortSignal.timeout would leave one running after every quick
+   * answer, and would not follow a manual clock).
    */
   #deadline(
     signal: AbortSignal | undefined,
     timeoutMs: number,
   ): { signal: AbortSignal; done: () => void } {
     const timeout = new AbortController();
-    const timer = setTimeout(() => {
+    const timer = this.#scheduler.setTimer(() => {
       this.#deadlineTimers.delete(timer);
       timeout.abort(new DOMException("timed out", "TimeoutError"));
     }, timeoutMs);
@@ -345,7 +351,7 @@ export class EtcdHttpClient implements Etcd {
     return {
       signal: AbortSignal.any(signals),
       done: () => {
-        clearTimeout(timer);
+        timer.cancel();
         this.#deadlineTimers.delete(timer);
       },
     };
@@ -360,7 +366,7 @@ export class EtcdHttpClient implements Etcd {
 
   async #call(op: EtcdOp, path: string, body: Json, options?: RequestOptions): Promise<Json> {
     const endpoint = this.currentEndpoint;
-    const startMs = performance.now();
+    const startMs = this.#scheduler.monotonicMs();
     const deadline = this.#deadline(options?.signal, options?.timeoutMs ?? this.#timeoutMs);
     let ok = false;
     try {
@@ -398,7 +404,7 @@ export class EtcdHttpClient implements Etcd {
       return json;
     } finally {
       deadline.done();
-      this.#observe?.(op, (performance.now() - startMs) / 1000, ok);
+      this.#observe?.(op, (this.#scheduler.monotonicMs() - startMs) / 1000, ok);
     }
   }
 }

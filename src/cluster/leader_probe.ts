@@ -12,6 +12,7 @@
  * @module
  */
 
+import type { Scheduler } from "../clock.ts";
 import { parseHostPort } from "../host_port.ts";
 import { encodeFrame } from "../wire/frame.ts";
 import { PROTOCOL_VERSION } from "../wire/messages.ts";
@@ -19,16 +20,24 @@ import { PROTOCOL_VERSION } from "../wire/messages.ts";
 /** Probes `addr`; resolves true when the process behind it answered within `timeoutMs`. */
 export type LeaderProbe = (addr: string, timeoutMs: number) => Promise<boolean>;
 
-/** The probe for a plain TCP protocol listener (`tls` false) or a TLS one. */
-export function leaderProbe(tls: boolean): LeaderProbe {
-  return (addr, timeoutMs) => probe(addr, tls, timeoutMs);
+/**
+ * The probe for a plain TCP protocol listener (`tls` false) or a TLS one; its timeout runs on
+ * `scheduler` (the server's).
+ */
+export function leaderProbe(tls: boolean, scheduler: Scheduler): LeaderProbe {
+  return (addr, timeoutMs) => probe(addr, tls, timeoutMs, scheduler);
 }
 
-async function probe(addr: string, tls: boolean, timeoutMs: number): Promise<boolean> {
+async function probe(
+  addr: string,
+  tls: boolean,
+  timeoutMs: number,
+  scheduler: Scheduler,
+): Promise<boolean> {
   const { hostname, port } = parseHostPort(addr);
   const abort = new AbortController();
   let conn: Deno.Conn | null = null;
-  const timer = setTimeout(() => {
+  const timer = scheduler.setTimer(() => {
     abort.abort();
     try {
       conn?.close(); // ends a pending handshake or read
@@ -43,6 +52,8 @@ async function probe(addr: string, tls: boolean, timeoutMs: number): Promise<boo
       try {
         const secure = await Deno.startTls(conn as Deno.TcpConn, { hostname });
         conn = secure;
+        // startTls only wraps the socket: the handshake (the server's answer) happens here.
+        await secure.handshake();
         return !abort.signal.aborted;
       } catch (error) {
         // A certificate or handshake refusal came from a live server; a closed socket did not.
@@ -59,7 +70,7 @@ async function probe(addr: string, tls: boolean, timeoutMs: number): Promise<boo
   } catch {
     return false;
   } finally {
-    clearTimeout(timer);
+    timer.cancel();
     try {
       conn?.close();
     } catch {

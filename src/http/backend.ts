@@ -183,8 +183,11 @@ async function sweepStaleSocketDirs(ownDir: string, prefix: string): Promise<voi
       const dir = `${parent}/${entry.name}`;
       if (!entry.isDirectory || !entry.name.startsWith(prefix) || dir === ownDir) continue;
       try {
-        const mtimeMs = Deno.statSync(dir).mtime?.getTime() ?? Date.now();
-        if (Date.now() - mtimeMs < STALE_SOCKET_DIR_AGE_MS) continue;
+        // The kernel stamps mtime with the real wall clock: compare it with that, never with
+        // the server's scheduler (a manual clock in tests).
+        const nowMs = systemScheduler.wallMs();
+        const mtimeMs = Deno.statSync(dir).mtime?.getTime() ?? nowMs;
+        if (nowMs - mtimeMs < STALE_SOCKET_DIR_AGE_MS) continue;
         let live = false;
         for (const file of Deno.readDirSync(dir)) {
           if (!file.name.endsWith(".sock")) continue;

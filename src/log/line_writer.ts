@@ -5,6 +5,8 @@
  * @module
  */
 
+import { type Scheduler, systemScheduler } from "../clock.ts";
+
 /** Where lines go: an asynchronous write, and a synchronous one where no reader can stall it. */
 export interface LineSink {
   /** Resolves with how many bytes were written (at least 1), or rejects. */
@@ -23,6 +25,11 @@ export interface LineWriterOptions {
    * logs a line saying so, which comes through this writer like any other).
    */
   onDropped?: (lines: number) => void;
+  /**
+   * The timer of `flush`. Default: the process clock (the diagnostic log belongs to the process,
+   * and is flushed at exit, after any server's scheduler is gone).
+   */
+  scheduler?: Scheduler;
 }
 
 /**
@@ -81,9 +88,10 @@ export class LineWriter {
   flush(timeoutMs: number): Promise<boolean> {
     if (!this.#writing) return Promise.resolve(true);
     return new Promise((resolve) => {
-      const timer = setTimeout(() => resolve(false), timeoutMs);
+      const scheduler = this.#options.scheduler ?? systemScheduler;
+      const timer = scheduler.setTimer(() => resolve(false), timeoutMs);
       this.#idle.push(() => {
-        clearTimeout(timer);
+        timer.cancel();
         resolve(true);
       });
     });

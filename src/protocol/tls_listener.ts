@@ -16,7 +16,7 @@
 
 import type { Socket } from "node:net";
 import * as tls from "node:tls";
-import { type Scheduler, systemScheduler } from "../clock.ts";
+import { afterIoTurn, type Scheduler, systemScheduler, type Timer } from "../clock.ts";
 import { formatHostPort, type HostPort } from "../host_port.ts";
 import { TLS_FAILURE_LOG_LINES_PER_S, TLS_READ_QUEUE_BYTES_MAX } from "../limits.ts";
 import { WIRE_CODES } from "../wire/codes.ts";
@@ -74,7 +74,7 @@ export async function listenTls(
     handshakeTimeout: options.handshakeTimeoutMs,
   });
   let closed = false;
-  const failureLog = new HandshakeFailureLog();
+  const failureLog = new HandshakeFailureLog(scheduler);
   /**
    * Counts and logs one failed handshake, once per connection however many reports it gets
    * (node's handshake timeout was seen to fire `tlsClientError` twice for one connection in
@@ -134,7 +134,7 @@ export async function listenTls(
         acceptor.admit(raw, () => server.emit("connection", raw));
         return;
       }
-      refuseNotTls(raw, key, first, counters, handshakeFailed);
+      refuseNotTls(raw, key, first, counters, handshakeFailed, scheduler);
     });
   };
 
@@ -217,11 +217,16 @@ export async function listenTls(
  * `lockd_tls_handshake_errors_total` anyway) and summarised once at the end of the second.
  */
 class HandshakeFailureLog {
+  readonly #scheduler: Scheduler;
   #windowStartMs = -Infinity;
   #lines = 0;
   #suppressed = 0;
-  #flush: ReturnType<typeof setTimeout> | undefined;
+  #flush: Timer | undefined;
   #closed = false;
+
+  constructor(scheduler: Scheduler) {
+    this.#scheduler = scheduler;
+  }
 
   warn(fields: Record<string, unknown>): void {
     if (this.#closed) {
@@ -229,7 +234,7 @@ class HandshakeFailureLog {
       logger.warn("TLS handshake failed", fields);
       return;
     }
-    const now = performance.now();
+    const now = this.#scheduler.monotonicMs();
     if (now - this.#windowStartMs >= 1_000) {
       this.#summarise();
       this.#windowStartMs = now;
@@ -241,14 +246,14 @@ class HandshakeFailureLog {
       return;
     }
     this.#suppressed++;
-    this.#flush ??= setTimeout(() => {
+    this.#flush ??= this.#scheduler.setTimer(() => {
       this.#flush = undefined;
       this.#summarise();
-    }, Math.max(0, this.#windowStartMs + 1_000 - now));
+    }, this.#windowStartMs + 1_000 - now);
   }
 
   #summarise(): void {
-    clearTimeout(this.#flush);
+    this.#flush?.cancel();
     this.#flush = undefined;
     if (this.#suppressed === 0) return;
     logger.warn("TLS handshake failures not logged one by one", {
@@ -367,7 +372,7 @@ export function nodeSocketTransport(
    * session had a chance to read; so the limit is checked once the turn is
    * over: whatever is still queued then, the session did not want.
    */
-  let overflowCheck: ReturnType<typeof setTimeout> | undefined;
+  let overflowCheck: Timer | undefined;
   const checkOverflow = () => {
     overflowCheck = undefined;
     if (failure !== null || queuedBytes <= TLS_READ_QUEUE_BYTES_MAX) return;
@@ -386,7 +391,7 @@ export function nodeSocketTransport(
     chunks.push(chunk);
     queuedBytes += chunk.length;
     if (queuedBytes > TLS_READ_QUEUE_BYTES_MAX && overflowCheck === undefined) {
-      overflowCheck = setTimeout(checkOverflow, 0);
+      overflowCheck = afterIoTurn(checkOverflow);
     }
     settleRead();
   });
@@ -397,7 +402,7 @@ export function nodeSocketTransport(
   socket.on("error", (error: Error) => fail(error));
   socket.on("close", () => {
     ended = true;
-    clearTimeout(overflowCheck);
+    overflowCheck?.cancel();
     for (const reject of pendingWrites) reject(failure ?? new Error("Connection closed"));
     pendingWrites.clear();
     settleRead();
@@ -430,7 +435,7 @@ export function nodeSocketTransport(
     close() {
       if (closedLocally) return;
       closedLocally = true;
-      clearTimeout(overflowCheck);
+      overflowCheck?.cancel();
       fail(new Error("Connection closed"));
       socket.destroy();
     },
@@ -463,6 +468,7 @@ function refuseNotTls(
     failure: TlsHandshakeFailureReason,
     reason: string,
   ) => void,
+  scheduler: Scheduler,
 ) {
   const lockdFrame = first[0] === 0x00;
   const shown = [...first.subarray(0, 4)].map((b) => b.toString(16).padStart(2, "0")).join(" ");
@@ -488,8 +494,8 @@ function refuseNotTls(
     message: EXPECTS_TLS_MESSAGE,
   });
   // A peer that never reads must not keep the socket: destroyed in any case after a second.
-  const timer = setTimeout(() => raw.destroy(), 1_000);
-  raw.once("close", () => clearTimeout(timer));
+  const timer = scheduler.setTimer(() => raw.destroy(), 1_000);
+  raw.once("close", () => timer.cancel());
   raw.end(frame, () => raw.destroy());
 }
 

@@ -14,6 +14,7 @@
 
 import { createPrivateKey, X509Certificate } from "node:crypto";
 import type { ClientTlsOptions } from "../client/connection.ts";
+import { systemScheduler } from "../clock.ts";
 import { parseHostPort } from "../host_port.ts";
 import { log } from "../log/diagnostic.ts";
 import { checkClientCaCertificates, checkServerCertificate } from "./cert_checks.ts";
@@ -107,7 +108,9 @@ export async function loadServerTls(paths: ServerTlsPaths): Promise<ServerTlsMat
   ]);
   const leaf = parseCertificates(cert, paths.cert)[0];
   checkKeyMatches(leaf, key, paths.key, paths.cert);
-  const nowMs = paths.nowMs ?? Date.now();
+  // The real wall clock by default, never a server's scheduler: the TLS library judges the
+  // certificates' validity by it, and this check must agree with the library.
+  const nowMs = paths.nowMs ?? systemScheduler.wallMs();
   const errors: string[] = [];
   const warnings: string[] = [];
   const collect = (check: () => { errors: string[]; warnings: string[] }) => {

@@ -37,6 +37,7 @@ export async function startClusterNode(
     tls: { caCert, cert, key },
     requestTimeoutMs: config.clusterTtlMs / 2,
     observe: (op, seconds, ok) => node?.recordEtcd(op, seconds, ok),
+    scheduler,
   });
   // The addresses are known once the listeners are bound (campaign() sets them).
   const advertise = config.advertise ?? config.listen;
@@ -47,7 +48,7 @@ export async function startClusterNode(
     node: { name: config.clusterNode ?? advertise, advertise, admin: config.advertiseAdmin },
     ttlMs: config.clusterTtlMs,
     audit,
-    probe: leaderProbe(protocolTls),
+    probe: leaderProbe(protocolTls, scheduler),
   });
   return node;
 }

@@ -34,7 +34,8 @@ import type {
   WaiterView,
 } from "../core/types.ts";
 import { TOKEN_RETRY_MS_MAX, TOKEN_RETRY_MS_MIN } from "../limits.ts";
-import type { Actor, AuditLog, AuditRecord } from "../log/audit.ts";
+import type { AuditLog } from "../log/audit.ts";
+import type { Actor, AuditRecord } from "../log/audit_records.ts";
 import { log } from "../log/diagnostic.ts";
 import type { ServerCounters } from "../counters.ts";
 import {

@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { connect, connectWith } from "../../src/client/client.ts";
 import type { LockLostError } from "../../src/client/errors.ts";
 import { leaseMarginMs } from "../../src/client/timing.ts";
-import { type Dial, dialNodeSocket } from "../../src/client/transport.ts";
+import { type Dial, nodeSocketDial } from "../../src/client/transport.ts";
 import { type Scheduler, systemScheduler } from "../../src/clock.ts";
 import { FrameReader } from "../../src/wire/frame_reader.ts";
 import { ChaosProxy } from "../helpers/chaos_proxy.ts";
@@ -81,7 +81,7 @@ interface Trace {
 function tracingDial(trace: Trace): Dial {
   return (target, events, signal) => {
     const fromServer = new FrameReader();
-    return dialNodeSocket(target, {
+    return nodeSocketDial(systemScheduler)(target, {
       onData(bytes) {
         fromServer.push(bytes.slice());
         const atMs = performance.now();

@@ -4,6 +4,7 @@
  */
 
 import { etcdAvailable } from "../../bench/etcd_proc.ts";
+import { systemScheduler } from "../../src/clock.ts";
 import { EtcdHttpClient } from "../../src/cluster/etcd_http.ts";
 import { ChaosProxy } from "./chaos_proxy.ts";
 
@@ -14,7 +15,7 @@ import { ChaosProxy } from "./chaos_proxy.ts";
 export const skipWithoutEtcd = !etcdAvailable() && !Deno.env.get("LOCKD_REQUIRE_ETCD");
 
 export function etcdClient(endpoints: readonly string[], requestTimeoutMs = 1_000): EtcdHttpClient {
-  return new EtcdHttpClient({ endpoints, requestTimeoutMs });
+  return new EtcdHttpClient({ endpoints, requestTimeoutMs, scheduler: systemScheduler });
 }
 
 /** One proxy per etcd member: the node dials `urls`; `partition()` cuts it off from all. */

@@ -1,7 +1,7 @@
 import type { ServerConfig } from "../../src/config.ts";
 import type { ServerDeps } from "../../src/server/deps.ts";
 import { type ServerHandle, startServer } from "../../src/server/start.ts";
-import type { Actor } from "../../src/log/audit.ts";
+import type { Actor } from "../../src/log/audit_records.ts";
 import { MemorySink } from "./memory_sink.ts";
 
 /** The operator of admin actions that tests take through the service directly. */

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { BenchConn, type Reply } from "../../bench/bench_client.ts";
 import { connect } from "../../mod.ts";
 import { AUDIT_CLOSE_TIMEOUT_MS } from "../../src/limits.ts";
-import { repairTornAuditFile } from "../../src/log/audit.ts";
+import { repairTornAuditFile } from "../../src/log/torn_audit_file.ts";
 import { startServer } from "../../src/server/start.ts";
 import { eventually } from "../helpers/start_server.ts";
 import { captureDiagnosticLog } from "./capture.ts";

@@ -10,16 +10,19 @@
 import assert from "node:assert/strict";
 import { ManualScheduler } from "../../src/clock.ts";
 import { AUDIT_RETRY_MS } from "../../src/limits.ts";
-import { AuditLog, type AuditRecord, type AuditSink, openAuditSink } from "../../src/log/audit.ts";
+import { AuditLog, type AuditSink, openAuditSink } from "../../src/log/audit.ts";
+import type { AcquireRecord } from "../../src/log/audit_records.ts";
 import { sinkWritesSynchronously } from "../../src/log/sink_kind.ts";
 
-const RECORD: AuditRecord = {
+const RECORD: AcquireRecord = {
   event: "acquire",
   lock: "jobs/nightly",
   token: 42,
   identity: "",
   remote_addr: "127.0.0.1:5000",
   session: 1,
+  client_name: "",
+  waited_ms: 0,
 };
 
 /** A synchronous sink in memory: may take only `take` bytes per write, or fail. */

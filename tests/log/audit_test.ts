@@ -5,11 +5,10 @@ import { AUDIT_RETRY_MS } from "../../src/limits.ts";
 import {
   AuditLog,
   type AuditLogOptions,
-  type AuditRecord,
   type AuditSink,
-  formatAuditLine,
   openAuditSink,
 } from "../../src/log/audit.ts";
+import { type AuditRecord, formatAuditLine } from "../../src/log/audit_records.ts";
 import { captureDiagnosticLog } from "./capture.ts";
 import { MemorySink } from "../helpers/memory_sink.ts";
 import { RawClient } from "../helpers/raw_client.ts";
