@@ -12,6 +12,7 @@ import { systemScheduler } from "../../src/clock.ts";
 import type { KeyValue } from "../../src/cluster/etcd.ts";
 import type { EtcdHttpClient } from "../../src/cluster/etcd_http.ts";
 import { OwnershipRecords, RecordsNotCommitted } from "../../src/cluster/ownership_records.ts";
+import { loadTicketKey } from "../../src/cluster/ticket_key.ts";
 import { etcdClient, skipWithoutEtcd } from "../helpers/etcd.ts";
 
 const options = { ignore: skipWithoutEtcd, sanitizeOps: true, sanitizeResources: true };
@@ -43,7 +44,7 @@ function recordsOf(etcd: EtcdHttpClient, cluster: string, deposed: (KeyValue | u
 
 Deno.test({
   name:
-    "records on a real etcd: group commits under the term guard, a prefix read in pages, a deposed compare",
+    "records on a real etcd: group commits under the term guard, a prefix read in pages, a deposed compare, the ticket key",
   ...options,
   fn: async () => {
     await using cluster = await EtcdCluster.start({ members: 1 });
@@ -91,6 +92,11 @@ Deno.test({
       await assert.rejects(stale.beforeDeliver("late")!, RecordsNotCommitted);
       assert.equal(deposed[0]?.createRevision, next);
       assert.equal((await etcd.get("c1/own/late")).kv, undefined);
+
+      // The ticket key: created once, the same for every later reader.
+      const key = await loadTicketKey(etcd, "c1", { timeoutMs: 5_000 });
+      assert.equal(key.length, 32);
+      assert.deepEqual(await loadTicketKey(etcd, "c1", { timeoutMs: 5_000 }), key);
     } finally {
       etcd.close();
     }

@@ -9,6 +9,7 @@
 import assert from "node:assert/strict";
 import { ManualScheduler } from "../../src/clock.ts";
 import { type Etcd, EtcdError, type KeyValue } from "../../src/cluster/etcd.ts";
+import { prefixRangeEnd } from "../../src/cluster/etcd_http.ts";
 import {
   formatOwnershipRecord,
   OwnershipRecords,
@@ -589,4 +590,12 @@ Deno.test("W3: a put still queued for a lock that went idle is dropped; a later 
   assert.equal(lost.state, "resolved");
   assert.equal(again.state, "resolved");
   assert.deepEqual(stored(etcd, "cold"), { t: term, f: 0 });
+});
+
+Deno.test("the range end of a prefix is its bytes with the last one below 0xff incremented", () => {
+  const text = (bytes: Uint8Array) => Array.from(bytes).join(",");
+  assert.equal(text(prefixRangeEnd("a/own/")), text(new TextEncoder().encode("a/own0")));
+  // "é" is C3 A9: the end is C3 AA, below every key that starts with "é".
+  assert.equal(text(prefixRangeEnd("é")), "195,170");
+  assert.equal(text(prefixRangeEnd("\u{10ffff}")), "244,143,191,192");
 });
