@@ -43,7 +43,7 @@ const USAGE = `usage: deno task cluster [--nodes N] [--base-port PORT] [--dir DI
   --dir DIR         where the run directory is created (default: the system temp dir)`;
 
 /** What to do without etcd. */
-export const ETCD_INSTALL_HINT =
+const ETCD_INSTALL_HINT =
   "install etcd 3.4 or later: `sudo apt-get install etcd-server` on Debian/Ubuntu, or the " +
   "release binaries from https://github.com/etcd-io/etcd/releases (put `etcd` on PATH)";
 
