@@ -13,7 +13,7 @@
  *   `kill -9 <leader pid>` shows a standby take over;
  * - writes each node's audit log and diagnostic log to a run directory it names at start and
  *   at exit and never deletes (etcd's own data is removed);
- * - stops everything it started, by PID, on Ctrl-C (SIGINT) or SIGTERM: each node gets SIGTERM
+ * - stops everything it started, by PID, on Ctrl-C (SIGINT), SIGTERM or SIGHUP: each node gets SIGTERM
  *   (the leader hands over through etcd, which is still up), then etcd. The children run in
  *   their own sessions, so a Ctrl-C in the terminal reaches only this process; a second one
  *   kills every node at once;
@@ -285,8 +285,8 @@ function clock(): string {
  */
 export async function runDemo(
   args: readonly string[],
-  out: (line: string) => void = (line) => console.log(line),
-  err: (line: string) => void = (line) => console.error(line),
+  out: (line: string) => void = (line) => quietly(() => console.log(line)),
+  err: (line: string) => void = (line) => quietly(() => console.error(line)),
 ): Promise<number> {
   const stop = Promise.withResolvers<string>();
   let signals = 0;
@@ -303,9 +303,11 @@ export async function runDemo(
       for (const n of nodes) if (!n.exited) killQuietly(n.child, "SIGKILL");
     }
   };
+  // SIGHUP too: the children are in their own sessions, so a closed terminal would not end them.
   const handlers: [Deno.Signal, () => void][] = [
     ["SIGINT", onSignal("SIGINT")],
     ["SIGTERM", onSignal("SIGTERM")],
+    ["SIGHUP", onSignal("SIGHUP")],
   ];
   for (const [signal, handler] of handlers) Deno.addSignalListener(signal, handler);
   let etcd: EtcdCluster | null = null;
@@ -416,6 +418,15 @@ async function stopNodes(nodes: readonly LockdNode[]): Promise<void> {
     await n.child.status;
     await n.logged;
   }));
+}
+
+/** Runs `write`, ignoring a standard output that is gone (`deno task cluster | head`). */
+function quietly(write: () => void): void {
+  try {
+    write();
+  } catch {
+    // nowhere to say it
+  }
 }
 
 function killQuietly(child: Deno.ChildProcess, signal: Deno.Signal): void {
