@@ -23,6 +23,12 @@ export interface EtcdClusterOptions {
   /** How long start() and restart() wait for a healthy cluster. */
   startTimeoutMs?: number;
   /**
+   * Start every member in its own session (process group), so a Ctrl-C in the terminal reaches
+   * only the parent, which then stops the members by PID when it is done with them (`deno task
+   * cluster`: the lockd nodes hand over through etcd on their way out).
+   */
+  detached?: boolean;
+  /**
    * Client URLs over TLS, with client certificates required (`--client-cert-auth`): PEM files
    * of the server certificate (it must allow clientAuth too: etcd's JSON gateway presents it to
    * etcd itself), its key, and the CA that signs the client certificates. Peers stay plain.
@@ -75,6 +81,7 @@ export class EtcdCluster implements AsyncDisposable {
   readonly #token: string;
   readonly #startTimeoutMs: number;
   readonly #tls: EtcdClusterOptions["tls"];
+  readonly #detached: boolean;
   /** TLS client of the health checks (with a client certificate), or undefined. */
   readonly #http: Deno.HttpClient | undefined;
   #ownsDir: boolean;
@@ -86,7 +93,9 @@ export class EtcdCluster implements AsyncDisposable {
     startTimeoutMs: number,
     ownsDir: boolean,
     tls: EtcdClusterOptions["tls"],
+    detached = false,
   ) {
+    this.#detached = detached;
     this.dir = dir;
     this.#members = members;
     this.#initialCluster = members.map((m) => `${m.name}=${m.peerUrl}`).join(",");
@@ -123,6 +132,7 @@ export class EtcdCluster implements AsyncDisposable {
       options.startTimeoutMs ?? 15_000,
       true,
       options.tls,
+      options.detached,
     );
     try {
       // One at a time: a new member first asks its peers whether it was bootstrapped before,
@@ -198,6 +208,7 @@ export class EtcdCluster implements AsyncDisposable {
       stdin: "null",
       stdout: "null",
       stderr: "null",
+      detached: this.#detached,
     }).spawn();
   }
 

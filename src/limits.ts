@@ -458,3 +458,22 @@ export const CLUSTER_PROBE_CACHE_MS = 250;
  * pauses an etcd leader election causes (up to about 2 s), so those do not move clients.
  */
 export const CLUSTER_CLIENT_SILENCE_MS = 3_000;
+
+// ---- Cluster mode, milestone 2: ownership records (src/cluster/ownership_records.ts) --------
+
+/** Operations per records transaction: etcd's `--max-txn-ops` default; larger sets split. */
+export const CLUSTER_RECORD_TXN_OPS_MAX = 128;
+/**
+ * Records read per page at takeover: a page of longest names (about 1.4 KiB each in the JSON
+ * gateway's base64) is under 3 MiB, and 10,000 records take 5 round trips (about 0.2 s on three
+ * local members; pages of 1,000 took 0.3 s, of 5,000 0.18 s).
+ */
+export const CLUSTER_RECORDS_PAGE_KEYS = 2_000;
+/**
+ * Longest record value accepted from etcd (characters of JSON): room for a floor per slot of
+ * about 3,000 slots; a longer value is refused as invalid rather than parsed (it comes from etcd,
+ * which anyone with write access to the cluster's keys can change).
+ */
+export const CLUSTER_RECORD_VALUE_BYTES_MAX = 65_536;
+/** Idle locks whose linger ended examined per timer run; the rest wait for the next run (0 ms). */
+export const CLUSTER_RECORD_SWEEP_MAX = 1_024;

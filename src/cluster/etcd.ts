@@ -1,7 +1,7 @@
 /**
  * The part of etcd's v3 API that cluster mode uses, as an interface: leases (grant, one
- * keep-alive at a time, revoke), linearizable reads, transactions that compare create and mod
- * revisions, and a watch on one key. `etcd_http.ts` speaks it to a real etcd; the unit tests
+ * keep-alive at a time, revoke), linearizable reads of one key or of a prefix (paginated at one
+ * revision), transactions that compare create and mod revisions, and a watch on one key. `etcd_http.ts` speaks it to a real etcd; the unit tests
  * use an in-memory fake with a manual clock.
  *
  * Revisions are plain numbers (a counter that stays below 2^53); lease IDs are int64 and stay
@@ -62,6 +62,33 @@ export interface RequestOptions {
   readonly timeoutMs?: number;
 }
 
+/** Options of a prefix read (`Etcd.range`). */
+export interface RangeOptions extends RequestOptions {
+  /** Most keys to return (0 or absent: no limit; etcd then answers them all in one message). */
+  readonly limit?: number;
+  /**
+   * Read the store as of this revision (0 or absent: the newest). Pages of one listing pass the
+   * revision of the first page, so they see one snapshot; a compacted revision rejects with an
+   * `EtcdError` of kind "compacted".
+   */
+  readonly revision?: number;
+  /**
+   * Start at this key (inclusive) instead of at the prefix; it must begin with the prefix. The
+   * next page of a listing starts at the last key returned + "\0".
+   */
+  readonly fromKey?: string;
+}
+
+/** One page of a prefix read. */
+export interface RangeResult {
+  /** The keys from `fromKey` (or the prefix) on, in ascending byte order of their UTF-8 keys. */
+  readonly kvs: readonly KeyValue[];
+  /** Whether keys under the prefix beyond the last one returned exist (at that revision). */
+  readonly more: boolean;
+  /** The revision the read saw: pass it as `revision` for the next page. */
+  readonly revision: number;
+}
+
 /** How an endpoint answered its last health probe. */
 export interface EndpointHealth {
   readonly endpoint: string;
@@ -85,6 +112,11 @@ export interface Etcd {
   revokeLease(id: string, options?: RequestOptions): Promise<void>;
   /** A linearizable read of one key. */
   get(key: string, options?: RequestOptions): Promise<GetResult>;
+  /**
+   * A linearizable read of the keys that begin with `prefix` (a non-empty string), one page at
+   * a time: `limit` keys from `fromKey` on, as of `revision`.
+   */
+  range(prefix: string, options?: RangeOptions): Promise<RangeResult>;
   txn(
     compare: readonly Compare[],
     success: readonly TxnOp[],

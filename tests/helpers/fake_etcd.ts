@@ -26,6 +26,8 @@ import {
   EtcdError,
   type GetResult,
   type KeyValue,
+  type RangeOptions,
+  type RangeResult,
   type RequestOptions,
   type TxnOp,
   type TxnResult,
@@ -90,6 +92,10 @@ export class FakeEtcd implements Etcd {
   answerDelayMs = 0;
   /** Minimum TTL etcd grants (like etcd's minimum lease TTL). */
   minTtlS = 1;
+  /** Most operations per transaction branch (etcd's `--max-txn-ops`, 128 by default). */
+  maxTxnOps = 128;
+  /** Revisions below this are compacted away (`compact()`): reads at them fail. */
+  compactedRevision = 0;
   readonly requests: LoggedRequest[] = [];
   revision = 1;
   readonly #scheduler: ManualScheduler;
@@ -134,6 +140,11 @@ export class FakeEtcd implements Etcd {
     this.#delete(key, ++this.revision);
   }
 
+  /** Compacts the history up to `revision` (exclusive), like `etcdctl compaction`. */
+  compact(revision = this.revision): void {
+    this.compactedRevision = Math.max(this.compactedRevision, revision);
+  }
+
   /** What a new etcd leader does on election: every lease lives `ms` longer from now. */
   extendLeases(ms: number): void {
     for (const [id, lease] of this.#leases) {
@@ -175,6 +186,12 @@ export class FakeEtcd implements Etcd {
         linked("keepalive", options, (o) => this.keepAliveOnce(id, o)),
       revokeLease: (id, options) => linked("revoke", options, (o) => this.revokeLease(id, o)),
       get: (key, options) => linked("get", options, (o) => this.get(key, o)),
+      range: (prefix, options) =>
+        linked(
+          "range",
+          options,
+          (o) => this.range(prefix, { ...options, signal: o?.signal, timeoutMs: o?.timeoutMs }),
+        ),
       txn: (compare, success, failure, options) =>
         linked("txn", options, (o) => this.txn(compare, success, failure, o)),
       watch: (key, fromRevision, signal) => {
@@ -344,6 +361,36 @@ export class FakeEtcd implements Etcd {
     }));
   }
 
+  /**
+   * A prefix read as etcd does it: keys in ascending UTF-8 byte order, `limit` per page, at the
+   * newest revision or an older one rebuilt from the history (a compacted one fails).
+   */
+  range(prefix: string, options: RangeOptions = {}): Promise<RangeResult> {
+    const { limit = 0, revision = 0, fromKey = prefix } = options;
+    return this.#request("range", options, () => {
+      if (prefix === "" || !fromKey.startsWith(prefix)) throw new RangeError("bad range");
+      if (revision > this.revision) {
+        throw new EtcdError("rejected", "etcdserver: mvcc: required revision is a future revision");
+      }
+      if (revision > 0 && revision < this.compactedRevision) {
+        throw new EtcdError("compacted", "etcdserver: mvcc: required revision has been compacted");
+      }
+      const store = revision === 0 ? this.#kvs : this.#storeAt(revision);
+      const from = encoder.encode(fromKey);
+      const keys = [...store.values()]
+        .filter((kv) => kv.key.startsWith(prefix))
+        .map((kv) => ({ kv, bytes: encoder.encode(kv.key) }))
+        .filter((k) => compareBytes(k.bytes, from) >= 0)
+        .sort((a, b) => compareBytes(a.bytes, b.bytes));
+      const page = limit > 0 ? keys.slice(0, limit) : keys;
+      return {
+        kvs: page.map((k) => k.kv),
+        more: page.length < keys.length,
+        revision: revision === 0 ? this.revision : revision,
+      };
+    });
+  }
+
   txn(
     compare: readonly Compare[],
     success: readonly TxnOp[],
@@ -351,6 +398,15 @@ export class FakeEtcd implements Etcd {
     options?: RequestOptions,
   ): Promise<TxnResult> {
     return this.#request("txn", options, () => {
+      for (const branch of [success, failure]) {
+        if (branch.length > this.maxTxnOps) {
+          throw new EtcdError("rejected", "etcdserver: too many operations in txn request");
+        }
+        const written = branch.filter((op) => op.type !== "get").map((op) => op.key);
+        if (new Set(written).size !== written.length) {
+          throw new EtcdError("rejected", "etcdserver: duplicate key given in txn request");
+        }
+      }
       const ok = compare.every((c) => {
         const kv = this.#kvs.get(c.key);
         const actual = kv === undefined
@@ -430,6 +486,17 @@ export class FakeEtcd implements Etcd {
   }
 
   // ---- internals ---------------------------------------------------------------
+
+  /** The keys as they were at `revision`, replayed from the history. */
+  #storeAt(revision: number): Map<string, KeyValue> {
+    const store = new Map<string, KeyValue>();
+    for (const h of this.#history) {
+      if (h.revision > revision) break;
+      if (h.event.type === "put") store.set(h.event.kv.key, h.event.kv);
+      else store.delete(h.event.kv.key);
+    }
+    return store;
+  }
 
   #request<T>(op: string, options: RequestOptions | undefined, process: () => T): Promise<T> {
     this.requests.push({ op, sentAtMs: this.#scheduler.monotonicMs() });
@@ -550,6 +617,15 @@ export class FakeEtcd implements Etcd {
     w.broken = new EtcdError("unavailable", `watch: ${why}`);
     w.wake?.();
   }
+}
+
+const encoder = new TextEncoder();
+
+function compareBytes(a: Uint8Array, b: Uint8Array): number {
+  for (let i = 0; i < Math.min(a.length, b.length); i++) {
+    if (a[i] !== b[i]) return a[i] - b[i];
+  }
+  return a.length - b.length;
 }
 
 /**
