@@ -36,7 +36,11 @@ function records(etcd: EtcdHttpClient, cluster: string, pageKeys?: number): Owne
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 await using cluster = await EtcdCluster.start();
-const etcd = new EtcdHttpClient({ endpoints: cluster.clientUrls, requestTimeoutMs: 30_000 });
+const etcd = new EtcdHttpClient({
+  endpoints: cluster.clientUrls,
+  requestTimeoutMs: 30_000,
+  scheduler: systemScheduler,
+});
 try {
   for (const count of counts) {
     const name = `bench${count}`;
