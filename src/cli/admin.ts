@@ -33,6 +33,7 @@ import {
 } from "../limits.ts";
 import { FlagError, type FlagSpec, formatFlagHelp, HelpRequested, parseFlags } from "./flags.ts";
 import { describeFetchError } from "./http_errors.ts";
+import { errorText } from "../error_text.ts";
 
 /** Default admin API address (matches the documented `-admin-listen`). */
 const ADMIN_ADDR_DEFAULT = "127.0.0.1:7401";
@@ -675,5 +676,5 @@ function formatDurationMs(ms: number): string {
 
 /** One line: the error lines of fetch can span several. */
 function messageOf(error: unknown): string {
-  return (error instanceof Error ? error.message : String(error)).replace(/\s*\n\s*/g, " ");
+  return errorText(error).replace(/\s*\n\s*/g, " ");
 }

@@ -9,6 +9,7 @@ import {
 } from "../limits.ts";
 import { log } from "./diagnostic.ts";
 import { sinkWritesSynchronously, stdioWritesSynchronously } from "./sink_kind.ts";
+import { errorText } from "../error_text.ts";
 
 const logger = log("audit");
 
@@ -504,10 +505,6 @@ function concat(entries: AuditEntry[], length: number): Uint8Array {
     offset += entry.line.length;
   }
   return bytes;
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }
 
 /** One JSON line with `ts` first. JSON.stringify escapes every control character. */
