@@ -16,7 +16,7 @@
 
 import assert from "node:assert/strict";
 import { chromium, type Page } from "playwright-core";
-import { startServerProc } from "../../bench/server_proc.ts";
+import { spawnLockd } from "../../bench/lockd_proc.ts";
 import { connect, type Lock, LockLostError } from "../../mod.ts";
 
 const CHROMIUM = Deno.env.get("LOCKD_CHROMIUM") ?? "/usr/bin/chromium";
@@ -78,9 +78,9 @@ Deno.test({
   console.log(`console screenshots: ${shots}`);
   const work = await Deno.makeTempDir({ prefix: "lockd-console-test-" });
   await Deno.writeTextFile(`${work}/token`, `${TOKEN}\n`);
-  const server = await startServerProc({
+  const server = await spawnLockd({
     http: true,
-    args: [
+    flags: [
       "-admin-token-file",
       `${work}/token`,
       "-audit-log",

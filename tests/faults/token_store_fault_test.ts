@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
+import { runLockd } from "../../bench/lockd_proc.ts";
 import { ManualScheduler } from "../../src/clock.ts";
 import { TokenIssuer } from "../../src/core/tokens.ts";
 import { TOKEN_RETRY_MS_MAX, TOKEN_RETRY_MS_MIN } from "../../src/limits.ts";
@@ -131,16 +131,11 @@ Deno.test("start-up: an exhausted token space stops the start", async () => {
 
 Deno.test("start-up errors of lockd serve are one line on standard error and exit 1", async () => {
   const dir = await Deno.makeTempDir();
-  const main = fileURLToPath(new URL("../../main.ts", import.meta.url));
   try {
     await using first = await startTestServer({ dataDir: dir });
-    const output = await new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", main, "serve", "-listen", "127.0.0.1:0", "-data-dir", dir],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
+    const output = await runLockd(["serve", "-listen", "127.0.0.1:0", "-data-dir", dir]);
     assert.equal(output.code, 1);
-    const lines = new TextDecoder().decode(output.stderr).trim().split("\n");
+    const lines = output.stderr.trim().split("\n");
     const last = lines.at(-1)!;
     assert.match(last, /^lockd: -data-dir ".*" is in use by another lockd server/);
     assert.ok(first.addr);
