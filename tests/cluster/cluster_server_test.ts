@@ -205,7 +205,11 @@ Deno.test({
     await session.send({ type: "acquire", requestId: 1, name: "t", leaseMs: 500, waitMs: 0 });
     assert.equal((await session.next())?.type, "acquired");
     // Without a client certificate etcd refuses the connection: the node never leads.
-    const refused = await servers.startNodes(1, { clusterEtcdCa: `${fixtures}tls/ca.pem` }, "other");
+    const refused = await servers.startNodes(
+      1,
+      { clusterEtcdCa: `${fixtures}tls/ca.pem` },
+      "other",
+    );
     await new Promise((r) => setTimeout(r, 1_500));
     assert.equal(refused.nodes[0].server.context.cluster?.role, "starting");
   },
