@@ -16,6 +16,7 @@ import { startServer } from "../../src/server/start.ts";
 import { http } from "../admin/admin_helpers.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 import { startTestServer } from "../helpers/start_server.ts";
+import { assertProblem } from "../helpers/problem.ts";
 
 Deno.test("a token store that fails during a hand-off: /readyz 503, a 409 naming the token store, and the waiter gets the lock when a retry succeeds", async () => {
   let failing = false;
@@ -46,9 +47,9 @@ Deno.test("a token store that fails during a hand-off: /readyz 503, a 409 naming
   assert.deepEqual([ready.status, ready.text], [503, "token store unavailable"]);
   assert.equal((await http(t.server.opsAddr!, "GET", "/healthz")).status, 200);
   const forced = await http(t.server.adminAddr!, "POST", "/api/locks/x/release");
-  assert.equal(forced.status, 409);
-  const detail = (forced.json as { detail: string }).detail;
-  assert.match(detail, /no fencing token can be reserved: No space left on device/);
+  const { detail } = await assertProblem(forced, 409, undefined, {
+    detail: /no fencing token can be reserved: No space left on device/,
+  });
   assert.doesNotMatch(detail, /audit/);
   await owner.send({ type: "acquire", requestId: 3, name: "y", leaseMs: 0, waitMs: 0 });
   const refused = await owner.next();
