@@ -93,7 +93,6 @@ Deno.test({
   ...options,
   fn: async () => {
     await using fixture = await startEtcdCluster({ nodes: 0 });
-    const cluster = fixture.etcd;
     const nodes = ["a", "b", "c"].map((n) => fixture.leadership(n));
     await waitFor("a leader", () => leaders(nodes).length === 1);
     await waitFor(
@@ -214,7 +213,6 @@ Deno.test({
   ...options,
   fn: async () => {
     await using fixture = await startEtcdCluster({ nodes: 0 });
-    const cluster = fixture.etcd;
     const nodes = ["a", "b", "c"].map((n) => fixture.leadership(n));
     await waitFor("a leader", () => leaders(nodes).length === 1);
     await waitFor(
@@ -238,7 +236,6 @@ Deno.test({
   ...options,
   fn: async () => {
     await using fixture = await startEtcdCluster({ nodes: 0 });
-    const cluster = fixture.etcd;
     const a = fixture.leadership("a");
     await waitFor("a to lead", () => a.leadership.role === "leader");
     const b = fixture.leadership("b");
