@@ -16,7 +16,7 @@ import type { ManualScheduler } from "../../src/clock.ts";
 import { HELD_REQUESTS_PER_SESSION_MAX } from "../../src/limits.ts";
 import { WIRE_CODES } from "../../src/wire/codes.ts";
 import { type Message, WAIT_FOREVER } from "../../src/wire/messages.ts";
-import { FAKE_TTL_MS, fakeCluster } from "../helpers/cluster_fixture.ts";
+import { FAKE_TTL_MS, type FakeCluster, fakeCluster } from "../helpers/cluster_fixture.ts";
 import { type FakeEtcd, settle } from "../helpers/fake_etcd.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 
@@ -60,6 +60,26 @@ async function setup(
     waitMs: WAIT_FOREVER,
   });
   return { scheduler, etcd, holder, waiter, token: granted.token };
+}
+
+/**
+ * One node that leads (keep-alives confirmed at 667 and 1333 ms), a session open to it; then etcd
+ * stalls until the node has paused.
+ */
+async function pausedLeader(fake: FakeCluster) {
+  const t = await fake.server("n1");
+  await fake.run(1_500);
+  const cluster = t.server.context.cluster!;
+  const raw = await RawClient.session(t.addr);
+  try {
+    fake.etcd.setMode("stall");
+    await fake.run(1_650);
+    assert.equal(cluster.role, "paused");
+  } catch (error) {
+    await raw[Symbol.asyncDispose]();
+    throw error;
+  }
+  return { t, cluster, raw };
 }
 
 for (const order of ["timers first", "sockets first"] as const) {
@@ -178,13 +198,8 @@ Deno.test("a paused leader decides nothing until it resumes, then does what wait
 Deno.test("requests sent to a paused leader wait in the session's reader, bounded, and are answered in order once it resumes", async () => {
   await using fake = fakeCluster(WALL_MS);
   const { etcd } = fake;
-  const t = await fake.server("n1");
-  await fake.run(1_500);
-  const cluster = t.server.context.cluster!;
-  await using client = await RawClient.session(t.addr);
-  etcd.setMode("stall");
-  await fake.run(1_650);
-  assert.equal(cluster.role, "paused");
+  const { t, cluster, raw } = await pausedLeader(fake);
+  await using client = raw;
   // Far more than a held session keeps: it stops reading, the rest waits in the kernel.
   const count = 50_000;
   const heartbeats = Array.from({ length: count }, (_, i) => ({
@@ -215,13 +230,8 @@ Deno.test("requests sent to a paused leader wait in the session's reader, bounde
 Deno.test("a paused leader that finds another node's key steps down with NOT_LEADER naming that node", async () => {
   await using fake = fakeCluster(WALL_MS);
   const { etcd } = fake;
-  const t = await fake.server("n1");
-  await fake.run(1_500);
-  const cluster = t.server.context.cluster!;
-  await using client = await RawClient.session(t.addr);
-  etcd.setMode("stall");
-  await fake.run(1_650);
-  assert.equal(cluster.role, "paused");
+  const { cluster, raw } = await pausedLeader(fake);
+  await using client = raw;
   // Meanwhile another node leads (here an operator's hand: the key replaced on n1's lease, so
   // n1's keep-alives still confirm and it reads the key to resume). A closed loopback port.
   const lease = cluster.leadership.leaseId!;
