@@ -6,10 +6,24 @@
 import assert from "node:assert/strict";
 import type { Scheduler } from "../../src/clock.ts";
 import type { LeadershipEvent } from "../../src/cluster/leadership.ts";
-import { FAKE_TTL_MS as TTL_MS, fakeCluster } from "../helpers/cluster_fixture.ts";
+import {
+  FAKE_TTL_MS as TTL_MS,
+  type FakeCluster,
+  fakeCluster,
+  type FakeLeadership,
+} from "../helpers/cluster_fixture.ts";
 import { settle } from "../helpers/fake_etcd.ts";
 
 const MARGIN_MS = 200;
+
+/** Node "a" alone: it leads, and one keep-alive is confirmed (at 667 ms). */
+async function confirmedLeader(fake: FakeCluster): Promise<FakeLeadership> {
+  const a = fake.leadership("a");
+  a.leadership.start();
+  await settle();
+  await fake.run(700);
+  return a;
+}
 
 function types(events: LeadershipEvent[]): string[] {
   return events.map((e) => e.type === "stepped_down" ? `stepped_down:${e.reason}` : e.type);
@@ -31,7 +45,6 @@ Deno.test("a lone node leads; its term is the create revision of the leader key"
   assert.equal(a.leadership.safeUntilMs, TTL_MS);
   assert.equal(a.leadership.leader?.advertise, "a:7400");
   assert.deepEqual(types(a.events), ["elected", "leader_changed"]);
-  a.leadership.close();
 });
 
 Deno.test("keep-alives go out every TTL/3 and move safeUntil to their send time + TTL", async () => {
@@ -49,7 +62,6 @@ Deno.test("keep-alives go out every TTL/3 and move safeUntil to their send time 
   assert.deepEqual([sends[1] - sends[0], sends[2] - sends[1]].map(Math.round), [667, 667]);
   assert.equal(a.leadership.safeUntilMs, sends[2] + TTL_MS);
   assert.equal(a.leadership.role, "leader");
-  a.leadership.close();
 });
 
 Deno.test("a standby sees the leader, and campaigns when the key goes with the leader's lease", async () => {
@@ -81,16 +93,12 @@ Deno.test("a standby sees the leader, and campaigns when the key goes with the l
     "elected",
     "leader_changed",
   ]);
-  b.leadership.close();
 });
 
 Deno.test("a leader whose keep-alives go unanswered pauses before safeUntil − margin", async () => {
   await using fake = fakeCluster();
   const { etcd } = fake;
-  const a = fake.leadership("a");
-  a.leadership.start();
-  await settle();
-  await fake.run(700); // one keep-alive confirmed at 667
+  const a = await confirmedLeader(fake); // one keep-alive confirmed at 667
   const lastConfirmedSend = 2_000 / 3;
   etcd.setMode("stall");
   const pauseAt = lastConfirmedSend + TTL_MS - MARGIN_MS;
@@ -101,7 +109,6 @@ Deno.test("a leader whose keep-alives go unanswered pauses before safeUntil − 
   assert.equal(a.leadership.role, "paused");
   assert.equal(a.leadership.serving(), false);
   assert.deepEqual(types(a.events).slice(-1), ["paused"]);
-  a.leadership.close();
 });
 
 Deno.test("a paused leader resumes without a leader change once a newer keep-alive is confirmed and its key reads back", async () => {
@@ -133,30 +140,22 @@ Deno.test("a paused leader resumes without a leader change once a newer keep-ali
   assert.equal(b.leadership.leader?.term, term);
   assert.ok(!types(a.events).some((t) => t.startsWith("stepped_down")));
   a.leadership.close();
-  b.leadership.close();
 });
 
 Deno.test("a paused leader does not resume on a confirmation of a keep-alive sent before the pause", async () => {
   await using fake = fakeCluster();
   const { etcd } = fake;
-  const a = fake.leadership("a");
-  a.leadership.start();
-  await settle();
-  await fake.run(700);
+  const a = await confirmedLeader(fake);
   etcd.setMode("stall");
   await fake.run(1_790); // paused at 2466; keep-alives sent since then are stalled
   assert.equal(a.leadership.role, "paused");
   a.leadership.serving(); // nothing changes while etcd says nothing
   assert.equal(a.leadership.role, "paused");
-  a.leadership.close();
 });
 
 Deno.test("a leader frozen past safeUntil pauses at its first check, before any timer runs", async () => {
   await using fake = fakeCluster();
-  const a = fake.leadership("a");
-  a.leadership.start();
-  await settle();
-  await fake.run(700);
+  const a = await confirmedLeader(fake);
   assert.ok(a.leadership.serving());
   fake.freeze(3 * TTL_MS); // SIGSTOP for 3 × TTL: no timer ran
   assert.equal(a.leadership.role, "leader"); // nothing noticed yet...
@@ -174,16 +173,12 @@ Deno.test("a leader frozen past safeUntil pauses at its first check, before any 
     "leader_changed",
   ]);
   assert.ok(a.leadership.term > term);
-  a.leadership.close();
 });
 
 Deno.test("a paused leader whose key another node now holds steps down as deposed", async () => {
   await using fake = fakeCluster();
   const { etcd } = fake;
-  const a = fake.leadership("a");
-  a.leadership.start();
-  await settle();
-  await fake.run(700);
+  const a = await confirmedLeader(fake);
   etcd.setMode("stall");
   await fake.run(1_800);
   assert.equal(a.leadership.role, "paused");
@@ -195,7 +190,6 @@ Deno.test("a paused leader whose key another node now holds steps down as depose
   await fake.run(200);
   assert.ok(types(a.events).includes("stepped_down:deposed"), types(a.events).join());
   assert.equal(a.leadership.leader?.name, "x");
-  a.leadership.close();
 });
 
 Deno.test("a leader steps down when its key is deleted (watch), then campaigns again", async () => {
@@ -210,16 +204,12 @@ Deno.test("a leader steps down when its key is deleted (watch), then campaigns a
   assert.ok(types(a.events).includes("stepped_down:key_lost"));
   assert.equal(a.leadership.role, "leader"); // re-elected with a new lease and term
   assert.ok(a.leadership.term > term);
-  a.leadership.close();
 });
 
 Deno.test("a paused leader cut off from etcd gives up at safeUntil + TTL (etcd_unreachable)", async () => {
   await using fake = fakeCluster();
   const { etcd } = fake;
-  const a = fake.leadership("a");
-  a.leadership.start();
-  await settle();
-  await fake.run(700);
+  const a = await confirmedLeader(fake);
   const safeUntil = a.leadership.safeUntilMs;
   etcd.setMode("down");
   await fake.run(safeUntil + TTL_MS - 700 - 20);
@@ -229,7 +219,6 @@ Deno.test("a paused leader cut off from etcd gives up at safeUntil + TTL (etcd_u
   assert.equal(a.leadership.role, "starting");
   const stepped = a.events.find((e) => e.type === "stepped_down");
   assert.ok(stepped?.type === "stepped_down" && stepped.pausedMs! >= TTL_MS + MARGIN_MS - 20);
-  a.leadership.close();
 });
 
 Deno.test("resign hands over at once: the key is deleted and a standby is elected within a round trip", async () => {
@@ -248,7 +237,6 @@ Deno.test("resign hands over at once: the key is deleted and a standby is electe
   assert.equal(etcd.leaseExists(leaseA), false);
   assert.equal(b.leadership.role, "leader");
   assert.deepEqual(types(a.events).slice(-1), ["stepped_down:shutdown"]);
-  b.leadership.close();
 });
 
 Deno.test("a campaign whose answer was lost still makes the node leader (the read finds its key)", async () => {
@@ -275,7 +263,6 @@ Deno.test("a campaign whose answer was lost still makes the node leader (the rea
   await fake2.run(400);
   assert.equal(c.leadership.role, "leader");
   assert.equal(c.leadership.term, etcd2.peek("test/leader")!.createRevision);
-  c.leadership.close();
 });
 
 Deno.test("a standby whose watch went silent still sees the deletion by re-reading every TTL", async () => {
@@ -293,7 +280,6 @@ Deno.test("a standby whose watch went silent still sees the deletion by re-readi
   a.leadership.close();
   await fake.run(2_000 + 2_000 + 100);
   assert.equal(b.leadership.role, "leader");
-  b.leadership.close();
 });
 
 Deno.test("a standby whose lease expired while etcd was unreachable gets a new one", async () => {
@@ -312,7 +298,6 @@ Deno.test("a standby whose lease expired while etcd was unreachable gets a new o
   await fake.run(1_000);
   assert.ok(b.leadership.leaseId !== null && b.leadership.leaseId !== leaseB);
   a.leadership.close();
-  b.leadership.close();
 });
 
 Deno.test("a win reported by the watch before the campaign's answer elects the node once", async () => {
@@ -334,7 +319,6 @@ Deno.test("a win reported by the watch before the campaign's answer elects the n
   assert.equal(b.leadership.role, "leader");
   const elected = b.events.filter((e) => e.type === "elected");
   assert.deepEqual(elected, [{ type: "elected", term: b.leadership.term }]);
-  b.leadership.close();
 });
 
 // ---- regressions found while turning leadership into a state machine ---------------------
