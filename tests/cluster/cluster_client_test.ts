@@ -27,9 +27,7 @@ Deno.test({
   ...options,
   fn: async () => {
     await using servers = await startEtcdCluster();
-    const leader = await servers.waitServing();
-    const standby = servers.nodes.find((n) => n !== leader)!;
-    await servers.waitFollowing(leader);
+    const { leader, standbys: [standby] } = await servers.waitLeaderKnown();
     // Without TLS a NOT_LEADER is followed to a listed address only (docs/protocol.md).
     await using client = await connect({ addrs: [deadAddr(), standby.addr, leader.addr] });
     const lock = await client.acquire("x", { leaseMs: 1_000 });
@@ -92,9 +90,7 @@ Deno.test({
         nodes: 2,
         config: { adminTokenFile: tokenFile },
       });
-      const leader = await servers.waitServing();
-      const standby = servers.nodes.find((n) => n !== leader)!;
-      await servers.waitFollowing(leader);
+      const { leader, standbys: [standby] } = await servers.waitLeaderKnown();
       await using client = await connect({ addr: leader.addr });
       const lock = await client.acquire("jobs/a");
       const admins = `${standby.server.adminAddr},${leader.server.adminAddr}`;

@@ -30,9 +30,7 @@ Deno.test({
   ...options,
   fn: async () => {
     await using servers = await startEtcdCluster({ nodes: 2 });
-    const leader = await servers.waitServing();
-    const standby = servers.nodes.find((n) => n !== leader)!;
-    await servers.waitFollowing(leader);
+    const { leader, standbys: [standby] } = await servers.waitLeaderKnown();
     // A keep-alive or two has been confirmed.
     await new Promise((r) => setTimeout(r, 800));
     const scrape = async (addr: string) => (await http(addr, "GET", "/metrics")).text;

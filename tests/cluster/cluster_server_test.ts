@@ -26,9 +26,7 @@ Deno.test({
   ...options,
   fn: async () => {
     await using servers = await startEtcdCluster();
-    const leader = await servers.waitServing();
-    const standbys = servers.nodes.filter((n) => n !== leader);
-    await servers.waitFollowing(leader);
+    const { leader, standbys } = await servers.waitLeaderKnown();
 
     const welcome = await hello(leader.addr);
     assert.equal(welcome?.type, "welcome");
@@ -147,9 +145,7 @@ Deno.test({
   ...options,
   fn: async () => {
     await using servers = await startEtcdCluster();
-    const leader = await servers.waitServing();
-    const standbys = servers.nodes.filter((n) => n !== leader);
-    await servers.waitFollowing(leader);
+    const { leader, standbys } = await servers.waitLeaderKnown();
     // The leader dies unannounced: its listener and etcd traffic stop, its lease runs out.
     leader.server.context.cluster!.close();
     await leader.server.shutdown();

@@ -119,8 +119,8 @@ export interface ClusterNodes {
   serving(): TestServer | undefined;
   /** Waits until exactly one node serves and returns it. */
   waitServing(timeoutMs?: number): Promise<TestServer>;
-  /** Waits until every other node knows `leader` as the leader. */
-  waitFollowing(leader: TestServer): Promise<void>;
+  /** Waits until exactly one node serves and every other node knows it as the leader. */
+  waitLeaderKnown(): Promise<{ leader: TestServer; standbys: TestServer[] }>;
 }
 
 /** A bare leadership machine on a real etcd, its gateway client and its events with times. */
@@ -174,8 +174,8 @@ export class EtcdClusterFixture implements ClusterNodes, AsyncDisposable {
     return this.#first!.waitServing(timeoutMs);
   }
 
-  waitFollowing(leader: TestServer): Promise<void> {
-    return this.#first!.waitFollowing(leader);
+  waitLeaderKnown(): Promise<{ leader: TestServer; standbys: TestServer[] }> {
+    return this.#first!.waitLeaderKnown();
   }
 
   /**
@@ -258,25 +258,24 @@ export function startEtcdCluster(
 
 function nodeGroup(nodes: TestServer[]): ClusterNodes {
   const serving = () => nodes.find((n) => n.server.context.cluster?.serving);
-  return {
-    nodes,
-    serving,
-    async waitServing(timeoutMs = 10_000) {
-      await waitFor(
-        "one serving node",
-        () => nodes.filter((n) => n.server.context.cluster?.serving).length === 1,
-        timeoutMs,
-      );
-      return serving()!;
-    },
-    async waitFollowing(leader) {
-      const others = nodes.filter((n) => n !== leader);
-      await waitFor(
-        "the other nodes to know the leader",
-        () => others.every((n) => n.server.context.cluster?.leader?.advertise === leader.addr),
-      );
-    },
+  const waitServing = async (timeoutMs = 10_000) => {
+    await waitFor(
+      "one serving node",
+      () => nodes.filter((n) => n.server.context.cluster?.serving).length === 1,
+      timeoutMs,
+    );
+    return serving()!;
   };
+  const waitLeaderKnown = async () => {
+    const leader = await waitServing();
+    const standbys = nodes.filter((n) => n !== leader);
+    await waitFor(
+      "the standbys to know the leader",
+      () => standbys.every((n) => n.server.context.cluster?.leader?.advertise === leader.addr),
+    );
+    return { leader, standbys };
+  };
+  return { nodes, serving, waitServing, waitLeaderKnown };
 }
 
 /**

@@ -516,9 +516,7 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
 
   async "HELLO at a cluster node that does not serve (a standby)"() {
     await using servers = await startEtcdCluster({ nodes: 2 });
-    const leader = await servers.waitServing();
-    const standby = servers.nodes.find((n) => n !== leader)!;
-    await servers.waitFollowing(leader);
+    const { leader, standbys: [standby] } = await servers.waitLeaderKnown();
     await using raw = await RawClient.connect(standby.addr);
     await raw.send({ type: "hello", version: 1, clientName: "x" });
     return [await observe(raw, { leader: leader.addr })];
