@@ -9,7 +9,7 @@
 
 import { BenchConn } from "./bench_client.ts";
 import { EtcdCluster } from "./etcd_proc.ts";
-import { cpuSeconds, type ServerProc, startServerProc } from "./server_proc.ts";
+import { cpuSeconds, type LockdProc, spawnLockd } from "./lockd_proc.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Single and cluster alternate this many times; the medians are compared. */
@@ -96,7 +96,7 @@ export interface ClusterComparison {
   commands: string[];
 }
 
-async function servingWithin(proc: ServerProc, timeoutMs: number): Promise<void> {
+async function servingWithin(proc: LockdProc, timeoutMs: number): Promise<void> {
   const until = performance.now() + timeoutMs;
   while (performance.now() < until) {
     try {
@@ -127,7 +127,7 @@ export async function compareClusterMode(
       const extra = mode === "cluster"
         ? ["-cluster-etcd", etcd.clientUrls.join(","), "-cluster", `bench-${round}`]
         : [];
-      const proc = await startServerProc({ args: [...serverArgs, ...extra], http: true });
+      const proc = await spawnLockd({ flags: [...serverArgs, ...extra], http: true });
       if (!result.commands.includes(proc.command)) result.commands.push(proc.command);
       try {
         if (mode === "cluster") await servingWithin(proc, 10_000);

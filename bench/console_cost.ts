@@ -12,7 +12,7 @@
 
 import { connect, type Lock } from "../mod.ts";
 import { parseFlags } from "../src/cli/flags.ts";
-import { cpuSeconds, rssBytes, startServerProc } from "./server_proc.ts";
+import { cpuSeconds, rssBytes, spawnLockd } from "./lockd_proc.ts";
 
 const { values } = parseFlags(Deno.args, [
   { name: "locks", kind: "int", help: "locks to hold" },
@@ -23,7 +23,7 @@ const ROUNDS = (values.get("rounds") as number | undefined) ?? 40;
 const LOCKS_PER_CLIENT = 1_000;
 const WAITERS = 2_000;
 
-const server = await startServerProc({ http: true });
+const server = await spawnLockd({ http: true });
 const admin = `http://${server.adminAddr}`;
 const clients: Awaited<ReturnType<typeof connect>>[] = [];
 const held: Lock[] = [];

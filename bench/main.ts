@@ -7,7 +7,7 @@
  */
 
 import { BenchConn, type BenchTls, quantile, sortedCopy } from "./bench_client.ts";
-import { cpuSeconds, rssBytes, type ServerProc, startServerProc } from "./server_proc.ts";
+import { cpuSeconds, type LockdProc, rssBytes, spawnLockd } from "./lockd_proc.ts";
 import { LockEngine } from "../src/core/engine.ts";
 import { ManualClock } from "../src/clock.ts";
 import { openTokenIssuer } from "../src/storage/token_store.ts";
@@ -67,12 +67,12 @@ const SERVER_ARGS = [
 ];
 
 async function withServer<T>(
-  fn: (addr: string, proc: ServerProc | null) => Promise<T>,
+  fn: (addr: string, proc: LockdProc | null) => Promise<T>,
   http = false,
   extraArgs: string[] = [],
 ): Promise<T> {
   if (TARGET_ADDR) return await fn(TARGET_ADDR, null);
-  const proc = await startServerProc({ args: [...SERVER_ARGS, ...extraArgs], http });
+  const proc = await spawnLockd({ flags: [...SERVER_ARGS, ...extraArgs], http });
   if (!commands.includes(proc.command)) commands.push(proc.command);
   try {
     return await fn(proc.addr, proc);
@@ -665,7 +665,7 @@ async function cyclesPerS(addr: string, c: number, tls?: BenchTls): Promise<numb
 /** Runs bench/tls_flood.ts `full` in `workers` processes against `addr`; sessions opened per second and server CPU per session. */
 async function fullHandshakes(
   addr: string,
-  proc: ServerProc,
+  proc: LockdProc,
   workers: number,
 ): Promise<{ perS: number; cpuMsEach: number; failed: number }> {
   const durationMs = PHASE_MS + WARMUP_MS;

@@ -13,7 +13,7 @@ import { FrameWriter } from "../src/wire/frame.ts";
 import { FrameReader } from "../src/wire/frame_reader.ts";
 import type { Message } from "../src/wire/messages.ts";
 import { BenchConn } from "./bench_client.ts";
-import { type ServerProc, startServerProc } from "./server_proc.ts";
+import { type LockdProc, spawnLockd } from "./lockd_proc.ts";
 
 function flag(name: string, fallback: string): string {
   const i = Deno.args.findIndex((a) => a === `-${name}` || a === `--${name}`);
@@ -92,7 +92,7 @@ function toldExpired(h: Holder, lock: string): boolean {
 }
 
 let run = 0;
-let server!: ServerProc;
+let server!: LockdProc;
 const dataDir = await Deno.makeTempDir({ prefix: "lockd-soak-" });
 const auditFile = (r: number) => `${dataDir}/audit-${r}.jsonl`;
 const killedRuns = new Set<number>();
@@ -101,9 +101,9 @@ const terminatedRuns = new Set<number>();
 
 async function startRun(): Promise<void> {
   run++;
-  server = await startServerProc({
+  server = await spawnLockd({
     http: true,
-    args: [
+    flags: [
       "-data-dir",
       dataDir,
       "-audit-log",

@@ -18,7 +18,7 @@
 
 import { EtcdCluster } from "./etcd_proc.ts";
 import { BenchConn } from "./bench_client.ts";
-import { type ServerProc, startServerProc } from "./server_proc.ts";
+import { type LockdProc, spawnLockd } from "./lockd_proc.ts";
 import { type Client, type Lock, LockdError, type LockLostError } from "../mod.ts";
 import { connectWith } from "../src/client/client.ts";
 import { type ClientSocket, type Dial, nodeSocketDial } from "../src/client/transport.ts";
@@ -93,7 +93,7 @@ interface Node {
   readonly name: string;
   readonly addr: string;
   readonly link: EtcdLink;
-  proc: ServerProc | null;
+  proc: LockdProc | null;
   stopped: boolean;
   runs: number;
   readonly audits: string[];
@@ -120,10 +120,10 @@ async function startNode(node: Node): Promise<void> {
   node.runs++;
   const audit = `${dir}/audit-${node.name}-${node.runs}.jsonl`;
   node.audits.push(audit);
-  node.proc = await startServerProc({
+  node.proc = await spawnLockd({
     http: true,
     startTimeoutMs: 30_000,
-    args: [
+    flags: [
       "-listen",
       node.addr,
       "-cluster-etcd",

@@ -9,6 +9,8 @@
  * @module
  */
 
+import { errorText } from "../error_text.ts";
+
 const encoder = new TextEncoder();
 
 /** A loaded admin token, kept only as its digest. */
@@ -23,7 +25,7 @@ export async function readAdminToken(path: string): Promise<AdminToken> {
     text = await Deno.readTextFile(path);
   } catch (error) {
     throw new Error(
-      `Cannot read admin token file "${path}": ${error instanceof Error ? error.message : error}`,
+      `Cannot read admin token file "${path}": ${errorText(error)}`,
     );
   }
   const token = text.trim();

@@ -39,6 +39,7 @@ import {
   formatReleased,
 } from "./admin_text.ts";
 import { FlagError, type FlagSpec, formatFlagHelp, HelpRequested, parseFlags } from "./flags.ts";
+import { errorText } from "../error_text.ts";
 
 /** Default admin API address (matches the documented `-admin-listen`). */
 const ADMIN_ADDR_DEFAULT = "127.0.0.1:7401";
@@ -551,5 +552,5 @@ function describeFailure(
 
 /** One line: the error lines of fetch can span several. */
 function messageOf(error: unknown): string {
-  return (error instanceof Error ? error.message : String(error)).replace(/\s*\n\s*/g, " ");
+  return errorText(error).replace(/\s*\n\s*/g, " ");
 }

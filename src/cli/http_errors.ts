@@ -6,6 +6,8 @@
  * @module
  */
 
+import { errorText } from "../error_text.ts";
+
 /** What was dialled, for the message: `the ops listener`, and the flag that names its address. */
 export interface HttpTarget {
   /** "the admin API", "the ops listener". */
@@ -44,7 +46,7 @@ export function describeFetchError(error: unknown, target: HttpTarget, timeoutMs
 function causeText(error: unknown): string {
   const texts: string[] = [];
   for (let e: unknown = error; e !== undefined && e !== null && texts.length < 5;) {
-    texts.push(e instanceof Error ? e.message : String(e));
+    texts.push(errorText(e));
     e = e instanceof Error ? e.cause : undefined;
   }
   // Deno: "error sending request for url (...): client error (Connect): tcp connect error: X".

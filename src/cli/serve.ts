@@ -9,6 +9,7 @@ import {
 import { configureDiagnosticLog, log, writeDiagnosticText } from "../log/diagnostic.ts";
 import { startServer } from "../server/start.ts";
 import { FlagError, type FlagSpec, formatFlagHelp, parseFlags } from "./flags.ts";
+import { errorText } from "../error_text.ts";
 
 /** Every flag of `lockd serve`, from the one table in src/config.ts. */
 export const SERVE_FLAGS: readonly FlagSpec[] = CONFIG_FLAGS.map((row) => {
@@ -51,11 +52,11 @@ export async function serveCommand(config: ServerConfig): Promise<number> {
   try {
     server = await startServer(config);
   } catch (error) {
-    logger.error("cannot start", { error: error instanceof Error ? error.message : String(error) });
+    logger.error("cannot start", { error: errorText(error) });
     // With -log-format json, standard error carries JSON lines only: the line above says it.
     if (config.logFormat !== "json") {
       // Through the diagnostic log's writer: a standard error nobody reads cannot hang the exit.
-      writeDiagnosticText(`lockd: ${error instanceof Error ? error.message : String(error)}\n`);
+      writeDiagnosticText(`lockd: ${errorText(error)}\n`);
     }
     return 1;
   }

@@ -22,6 +22,7 @@ import { IO_TIMEOUT_MS_MAX, IO_TIMEOUT_MS_MIN, LEASE_MS_MAX_MAX, LEASE_MS_MIN } 
 import { ConnectionError, LockdError, ServerProtocolError } from "./errors.ts";
 import type { ClientSocket, ClientTlsOptions, Dial } from "./transport.ts";
 import { wrongProtocolError } from "./wrong_protocol.ts";
+import { errorText } from "../error_text.ts";
 
 export type { ClientTlsOptions } from "./transport.ts";
 
@@ -90,7 +91,7 @@ export class Connection {
       target = parseHostPort(options.addr);
     } catch (error) {
       return Promise.reject(
-        new ConnectionError(`Cannot connect to lockd at ${options.addr}: ${messageOf(error)}`, {
+        new ConnectionError(`Cannot connect to lockd at ${options.addr}: ${errorText(error)}`, {
           cause: error,
         }),
       );
@@ -249,7 +250,7 @@ export class Connection {
       message = this.#reader.next();
     } catch (error) {
       this.#onHandshake?.(
-        new ServerProtocolError(this.#addr, `a malformed frame: ${messageOf(error)}`),
+        new ServerProtocolError(this.#addr, `a malformed frame: ${errorText(error)}`),
       );
       return;
     }
@@ -386,17 +387,13 @@ function handshakeCloseCause(
     "connect() (lockd run: -cert FILE -key FILE)";
 }
 
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
-
 /**
  * Why a dial failed, in words. A TLS client that meets a plaintext server
  * gets bytes that are not a TLS record: the TLS stack calls that a "wrong
  * version number"; say what it means.
  */
 function dialFailureText(error: unknown, options: { tls?: unknown }): string {
-  const text = messageOf(error);
+  const text = errorText(error);
   const code = (error as { code?: unknown } | null)?.code;
   if (
     options.tls !== undefined &&

@@ -29,6 +29,7 @@ import {
   type TxnResult,
   type WatchEvent,
 } from "./etcd.ts";
+import { errorText } from "../error_text.ts";
 
 /** PEM texts for TLS to etcd: the CA that signed etcd's certificates, and a client pair. */
 export interface EtcdTls {
@@ -466,5 +467,5 @@ export class EtcdHttpClient implements Etcd {
 function messageOf(error: unknown): string {
   if (error instanceof DOMException && error.name === "TimeoutError") return "timed out";
   if (error instanceof DOMException && error.name === "AbortError") return "aborted";
-  return error instanceof Error ? error.message : String(error);
+  return errorText(error);
 }

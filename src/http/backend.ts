@@ -18,6 +18,7 @@ import { type Scheduler, systemScheduler, type Timer } from "../clock.ts";
 import { ACCEPT_BACKOFF_MS_MAX, ACCEPT_BACKOFF_MS_MIN } from "../limits.ts";
 import { log } from "../log/diagnostic.ts";
 import { problemResponse } from "./problem.ts";
+import { errorText } from "../error_text.ts";
 
 const logger = log("http");
 
@@ -84,7 +85,7 @@ export class HttpBackend {
         // The router catches handler errors; this is the last line of defence.
         logger.error("HTTP server error", {
           server: this.#options.name,
-          error: error instanceof Error ? error.message : String(error),
+          error: errorText(error),
         });
         return problemResponse("internal-error", "internal error");
       },
@@ -112,7 +113,7 @@ export class HttpBackend {
     if (this.#closing) return;
     logger.error("HTTP server stopped; starting it again", {
       server: this.#options.name,
-      error: error instanceof Error ? error.message : String(error ?? "finished"),
+      error: errorText(error ?? "finished"),
     });
     this.#scheduleRestart();
   }
@@ -134,7 +135,7 @@ export class HttpBackend {
         // E.g. still out of descriptors: try again later.
         logger.warn("HTTP server cannot start yet", {
           server: this.#options.name,
-          error: error instanceof Error ? error.message : String(error),
+          error: errorText(error),
         });
         this.#scheduleRestart();
       }

@@ -68,6 +68,7 @@ import {
 import { problemResponseBytes, type ProblemSlug } from "./problem.ts";
 import { RequestFramer, type RequestHead } from "./request_framer.ts";
 import { ResponseCounter } from "./response_counter.ts";
+import { errorText } from "../error_text.ts";
 
 export type { HttpHandler } from "./backend.ts";
 export type { RequestHead } from "./request_framer.ts";
@@ -166,7 +167,7 @@ export function listenHttp(
       counters.countAcceptError(name);
       logger.warn("accept failed, backing off", {
         server: name,
-        error: error instanceof Error ? error.message : String(error),
+        error: errorText(error),
         backoff_ms: backoffMs,
       });
     },
@@ -480,7 +481,7 @@ class GuardedConnection {
         if (!this.#serving) return false;
         logger.warn("cannot reach the HTTP server", {
           server: this.#guard.name,
-          error: error instanceof Error ? error.message : String(error),
+          error: errorText(error),
         });
         this.#refuse(
           "unavailable",

@@ -1,5 +1,6 @@
 import { log } from "../log/diagnostic.ts";
 import { problemResponse } from "./problem.ts";
+import { errorStackText } from "../error_text.ts";
 
 const logger = log("http");
 
@@ -76,7 +77,7 @@ export function createRouter<C>(
       logger.error("HTTP handler failed", {
         method: request.method,
         url: request.url,
-        error: error instanceof Error ? (error.stack ?? error.message) : String(error),
+        error: errorStackText(error),
       });
       return problemResponse("internal-error", "internal error");
     }

@@ -18,6 +18,7 @@ import {
   AUDIT_WRITE_TIMEOUT_MS_DEFAULT,
 } from "../limits.ts";
 import { type AuditRecord, formatAuditLine } from "./audit_records.ts";
+import { errorText } from "../error_text.ts";
 import { log } from "./diagnostic.ts";
 import { sinkWritesSynchronously, stdioWritesSynchronously } from "./sink_kind.ts";
 import { repairTornAuditFile } from "./torn_audit_file.ts";
@@ -476,10 +477,6 @@ function concat(entries: AuditEntry[], length: number): Uint8Array {
     offset += entry.line.length;
   }
   return bytes;
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }
 
 /**

@@ -6,6 +6,7 @@
  */
 
 import { log } from "./diagnostic.ts";
+import { errorText } from "../error_text.ts";
 
 const logger = log("audit");
 
@@ -90,7 +91,7 @@ export function repairTornAuditFile(path: string): AuditFileRepair {
       {
         audit_log: path,
         fragment_bytes: fragmentBytes,
-        error: error instanceof Error ? error.message : String(error),
+        error: errorText(error),
       },
     );
     return { fragmentBytes, action: "newline" };

@@ -26,6 +26,7 @@ import { ACCEPT_PROBE_INTERVAL_MS, ACCEPT_PROBE_TIMEOUT_MS } from "../limits.ts"
 import type { Socket } from "node:net";
 import type { Scheduler, Timer } from "../clock.ts";
 import { log } from "../log/diagnostic.ts";
+import { errorText } from "../error_text.ts";
 
 const logger = log("tls");
 
@@ -123,7 +124,7 @@ export class AcceptWatchdog {
       this.#timer = null;
       void this.#round().catch((error) => {
         logger.error("accept check failed", {
-          error: error instanceof Error ? error.message : String(error),
+          error: errorText(error),
         });
       }).finally(() => this.#arm());
     }, ACCEPT_PROBE_INTERVAL_MS);
@@ -179,7 +180,7 @@ export class AcceptWatchdog {
       // Tried again at the next round; meanwhile the port refuses connections.
       this.#listener.countAcceptError();
       logger.warn("TLS listener cannot listen again yet", {
-        error: error instanceof Error ? error.message : String(error),
+        error: errorText(error),
       });
     }
   }
@@ -223,7 +224,7 @@ export class AcceptWatchdog {
       if (this.#current === probe) this.#current = null;
       // Out of descriptors: accepts fail as well, count it. Anything else (a firewall that
       // refuses the server's own address) says nothing about the listener: log only.
-      const message = error instanceof Error ? error.message : String(error);
+      const message = errorText(error);
       if (DESCRIPTORS_EXHAUSTED.test(message)) {
         this.#listener.countAcceptError();
         logger.warn("accept check failed: out of file descriptors", { error: message });

@@ -2,6 +2,7 @@ import { formatHostPort, type HostPort } from "../host_port.ts";
 import { log } from "../log/diagnostic.ts";
 import { runAcceptLoop } from "../net/accept_loop.ts";
 import type { ServerCounters } from "../counters.ts";
+import { errorText } from "../error_text.ts";
 
 const logger = log("protocol");
 
@@ -34,7 +35,7 @@ export function listenTcp(
     onAcceptError(error, backoffMs) {
       counters.countAcceptError("protocol");
       logger.warn("accept failed, backing off", {
-        error: error instanceof Error ? error.message : String(error),
+        error: errorText(error),
         backoff_ms: backoffMs,
       });
     },

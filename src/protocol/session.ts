@@ -30,6 +30,7 @@ import {
 } from "../wire/messages.ts";
 import { ReplyOrder } from "./reply_order.ts";
 import type { Transport } from "./transport.ts";
+import { errorText } from "../error_text.ts";
 
 const logger = log("protocol");
 
@@ -271,7 +272,7 @@ export class Session implements SessionPort, StallWatched {
       logger.error("cannot encode a frame; closing the session", {
         remote_addr: this.transport.remoteAddr,
         type: message.type,
-        error: error instanceof Error ? error.message : String(error),
+        error: errorText(error),
       });
       queueMicrotask(() => this.#peerLeft("io_error"));
       return;

@@ -33,6 +33,7 @@ import { formatHostPort, type HostPort } from "../host_port.ts";
 import { log } from "../log/diagnostic.ts";
 import { AcceptWatchdog } from "../net/accept_watchdog.ts";
 import type { ServerCounters } from "../counters.ts";
+import { errorText } from "../error_text.ts";
 
 const logger = log("tls");
 
@@ -225,7 +226,7 @@ export class TlsAcceptor {
       } catch (error) {
         entry.socket.destroy();
         logger.warn("TLS handshake could not start", {
-          error: error instanceof Error ? error.message : String(error),
+          error: errorText(error),
         });
       }
     }

@@ -28,6 +28,7 @@ import { loadServerTlsFromConfig, type ServerTlsMaterial } from "../security/tls
 import type { ProtocolListener } from "./listener.ts";
 import { TlsAcceptor } from "./tls_accept.ts";
 import type { Transport } from "./transport.ts";
+import { errorText } from "../error_text.ts";
 
 const logger = log("tls");
 
@@ -295,7 +296,7 @@ export async function reloadCertificates(
   } catch (error) {
     logger.error("TLS reload failed; keeping the old certificates", {
       tls_cert: config.tlsCert,
-      error: error instanceof Error ? error.message : String(error),
+      error: errorText(error),
     });
     return false;
   }

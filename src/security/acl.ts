@@ -26,6 +26,7 @@
 import { ACL_LINE_BYTES_MAX, ACL_RULES_MAX } from "../limits.ts";
 import { compileGlob, type Glob, GlobError } from "./glob.ts";
 import { firstInvalidUtf8 } from "./utf8.ts";
+import { errorText } from "../error_text.ts";
 
 /** One rule as written in the file. */
 export interface AclRule {
@@ -147,7 +148,7 @@ export async function loadAclFile(
   try {
     bytes = await readFile(path);
   } catch (err) {
-    throw new AclParseError(path, 0, `cannot read: ${err instanceof Error ? err.message : err}`);
+    throw new AclParseError(path, 0, `cannot read: ${errorText(err)}`);
   }
   return parseAcl(decodeAclBytes(bytes, path), path);
 }

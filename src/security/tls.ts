@@ -19,6 +19,7 @@ import { parseHostPort } from "../host_port.ts";
 import { log } from "../log/diagnostic.ts";
 import { checkClientCaCertificates, checkServerCertificate } from "./cert_checks.ts";
 import { DerError } from "./der.ts";
+import { errorText } from "../error_text.ts";
 
 const logger = log("tls");
 
@@ -167,7 +168,7 @@ async function readPem(path: string, flag: string): Promise<string> {
   try {
     return await Deno.readTextFile(path);
   } catch (error) {
-    throw new TlsConfigError(`Cannot read ${flag} file "${path}": ${messageOf(error)}`, {
+    throw new TlsConfigError(`Cannot read ${flag} file "${path}": ${errorText(error)}`, {
       cause: error,
     });
   }
@@ -184,7 +185,7 @@ function parseCertificates(pem: string, path: string): X509Certificate[] {
       return new X509Certificate(block);
     } catch (error) {
       throw new TlsConfigError(
-        `Certificate ${i + 1} in "${path}" cannot be parsed: ${messageOf(error)}`,
+        `Certificate ${i + 1} in "${path}" cannot be parsed: ${errorText(error)}`,
         { cause: error },
       );
     }
@@ -201,7 +202,7 @@ function checkKeyMatches(
   try {
     key = createPrivateKey(keyPem);
   } catch (error) {
-    throw new TlsConfigError(`"${keyPath}" holds no usable private key: ${messageOf(error)}`, {
+    throw new TlsConfigError(`"${keyPath}" holds no usable private key: ${errorText(error)}`, {
       cause: error,
     });
   }
@@ -212,8 +213,4 @@ function checkKeyMatches(
         `openssl pkey -pubout -in KEY print the same public key for a matching pair)`,
     );
   }
-}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

@@ -10,6 +10,7 @@ import { log } from "../log/diagnostic.ts";
 import { reloadCertificates, type TlsProtocolListener } from "../protocol/tls_listener.ts";
 import { loadAclFile } from "../security/acl.ts";
 import type { LockService } from "../service/lock_service.ts";
+import { errorText } from "../error_text.ts";
 
 const logger = log("server");
 
@@ -63,7 +64,7 @@ async function reloadOnce({ config, tls, service, readFile }: ReloadTargets): Pr
   } catch (error) {
     logger.error("ACL reload failed; keeping the old rules", {
       acl_file: config.aclFile,
-      error: error instanceof Error ? error.message : String(error),
+      error: errorText(error),
     });
   }
 }

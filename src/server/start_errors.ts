@@ -6,6 +6,8 @@
  * @module
  */
 
+import { errorText } from "../error_text.ts";
+
 /** A start that failed for a reason the operator can fix; the message says how. */
 export class StartError extends Error {
   constructor(message: string, options?: ErrorOptions) {
@@ -14,16 +16,12 @@ export class StartError extends Error {
   }
 }
 
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
-
 /**
  * A listener that cannot bind: names the flag and the address, and the usual
  * fix for the error (in use, not this host's address, a privileged port).
  */
 export function listenError(error: unknown, flag: string, addr: string): StartError {
-  const text = messageOf(error);
+  const text = errorText(error);
   const code = (error as { code?: unknown } | null)?.code;
   const port = addr.slice(addr.lastIndexOf(":") + 1);
   let why: string;
@@ -57,7 +55,7 @@ export function pathError(
   what: string,
   fix: string,
 ): StartError {
-  return new StartError(`Cannot use ${what} "${path}" (${flag}): ${messageOf(error)}. ${fix}`, {
+  return new StartError(`Cannot use ${what} "${path}" (${flag}): ${errorText(error)}. ${fix}`, {
     cause: error,
   });
 }

@@ -1,5 +1,6 @@
 import type { Scheduler, Timer } from "../clock.ts";
 import { log } from "../log/diagnostic.ts";
+import { errorStackText } from "../error_text.ts";
 
 const logger = log("server");
 
@@ -33,7 +34,7 @@ export class DeadlineTimer {
         this.#onDue();
       } catch (error) {
         // A bug must not end the process from a timer: log it and keep serving.
-        logger.error("deadline handling failed", { error: errorText(error) });
+        logger.error("deadline handling failed", { error: errorStackText(error) });
       }
     }, delayMs);
   }
@@ -43,8 +44,4 @@ export class DeadlineTimer {
     this.#timer?.cancel();
     this.#timer = undefined;
   }
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? (error.stack ?? error.message) : String(error);
 }

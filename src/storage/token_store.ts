@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import { TOKENS_PER_BLOCK } from "../limits.ts";
 import { clockTokenFloor, TokenIssuer } from "../core/tokens.ts";
+import { errorText } from "../error_text.ts";
 
 /** Name of the high-water file inside `-data-dir`. */
 export const TOKEN_FILE_NAME = "tokens";
@@ -136,8 +137,4 @@ export function lockDataDir(dataDir: string): { release(): void } {
       file.close(); // closing the descriptor drops the lock
     },
   };
-}
-
-function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

@@ -9,7 +9,8 @@ import assert from "node:assert/strict";
 import { connect, LockLostError } from "../../mod.ts";
 import { eventually } from "../helpers/start_server.ts";
 import { RawHttp, rawRequest, type RawResponse } from "../helpers/raw_http.ts";
-import { http, problemText, queue, start } from "./admin_helpers.ts";
+import { assertProblem } from "../helpers/problem.ts";
+import { http, queue, start } from "./admin_helpers.ts";
 
 const TOKEN = "answers-test-token";
 
@@ -89,18 +90,13 @@ Deno.test("a 421 does not echo the Host it refuses", async () => {
     addr,
     `GET /api/info HTTP/1.1\r\nHost: ${evil}\r\nConnection: close\r\n\r\n`,
   );
-  assert.equal(answer.status, 421);
   assert.ok(!answer.body.includes("evil"), answer.body);
-  assert.equal(
-    answer.body,
-    problemText(
-      "host-not-allowed",
-      "Host not allowed",
-      421,
+  await assertProblem(answer, 421, "host-not-allowed", {
+    title: "Host not allowed",
+    detail:
       "The request's Host (or target authority) is not an address of this listener, localhost, " +
-        "or a name in -admin-allowed-hosts",
-    ),
-  );
+      "or a name in -admin-allowed-hosts",
+  });
 });
 
 // ---- event streams and small caps ------------------------------------------------------
@@ -118,25 +114,14 @@ for (const [cap, streamsAllowed] of [[1, 0], [2, 1], [3, 1], [4, 2]] as const) {
         assert.match(await readHead(stream), /^HTTP\/1\.1 200/);
       }
       const refused = await http(addr, "GET", "/api/events");
-      assert.equal(refused.status, 503);
       assertAnswerHeaders("503 too-many-streams", refused.headers);
-      assert.equal(
-        refused.text,
-        cap === 1
-          ? problemText(
-            "too-many-streams",
-            "Too many event streams",
-            503,
-            "Event streams are off: they take at most half of the admin listener's connections, " +
-              "and -max-http-connections 1 leaves none; poll instead",
-          )
-          : problemText(
-            "too-many-streams",
-            "Too many event streams",
-            503,
-            `The admin API has ${streamsAllowed} event streams open; close one or poll`,
-          ),
-      );
+      await assertProblem(refused, 503, "too-many-streams", {
+        title: "Too many event streams",
+        detail: cap === 1
+          ? "Event streams are off: they take at most half of the admin listener's connections, " +
+            "and -max-http-connections 1 leaves none; poll instead"
+          : `The admin API has ${streamsAllowed} event streams open; close one or poll`,
+      });
       assert.equal((await http(addr, "GET", "/api/info")).status, 200);
     } finally {
       for (const c of streams) c.close();
@@ -161,17 +146,12 @@ Deno.test("force-release ?token=T releases the holder with that token only; anot
     "POST",
     `/api/locks/jobs%2Fnightly/release?token=${lock.token - 1}`,
   );
-  assert.equal(stale.status, 409);
-  assert.equal(
-    stale.text,
-    problemText(
-      "holder-changed",
-      "Lock holder changed",
-      409,
+  await assertProblem(stale, 409, "holder-changed", {
+    title: "Lock holder changed",
+    detail:
       `Lock "jobs/nightly" is held with token ${lock.token}, not ${lock.token - 1}: its holder ` +
-        "changed; nothing was released",
-    ),
-  );
+      "changed; nothing was released",
+  });
   assertAnswerHeaders("409", stale.headers);
   assert.deepEqual(t.audit.lines, []);
   assert.equal(lock.lost.aborted, false);
@@ -223,22 +203,21 @@ Deno.test("force-release with a ?token= that is no fencing token is a 400 and re
       "POST",
       `/api/locks/t/release?token=${encodeURIComponent(text)}`,
     );
-    assert.equal(answer.status, 400, text);
-    assert.equal(
-      answer.text,
-      problemText("invalid-query", "Invalid query parameter", 400, detail),
-    );
+    await assertProblem(answer, 400, "invalid-query", {
+      title: "Invalid query parameter",
+      detail,
+      message: text,
+    });
   }
   const twice = await http(
     addr,
     "POST",
     `/api/locks/t/release?token=${lock.token}&token=${lock.token}`,
   );
-  assert.equal(twice.status, 400);
-  assert.equal(
-    twice.text,
-    problemText("invalid-query", "Invalid query parameter", 400, "token is given more than once"),
-  );
+  await assertProblem(twice, 400, "invalid-query", {
+    title: "Invalid query parameter",
+    detail: "token is given more than once",
+  });
   assert.deepEqual(t.audit.lines, []);
   assert.equal(lock.lost.aborted, false);
   await lock.release();

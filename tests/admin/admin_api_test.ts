@@ -6,7 +6,8 @@ import { ManualScheduler } from "../../src/clock.ts";
 import { AUDIT_RETRY_MS } from "../../src/limits.ts";
 import { eventually, startTestServer, type TestServer } from "../helpers/start_server.ts";
 import { VERSION } from "../../src/version.ts";
-import { http, problemText, queue, START, start, START_WALL_MS } from "./admin_helpers.ts";
+import { assertProblem } from "../helpers/problem.ts";
+import { http, queue, START, start, START_WALL_MS } from "./admin_helpers.ts";
 
 function adminAddr(t: TestServer): string {
   return t.server.adminAddr!;
@@ -198,17 +199,10 @@ Deno.test("GET /api/locks?match= with a bad glob is a 400 problem with the glob 
     "GET",
     `/api/locks?match=${encodeURIComponent("jobs/[a")}`,
   );
-  assert.equal(answer.status, 400);
-  assert.equal(answer.headers.get("content-type"), "application/problem+json");
-  assert.equal(
-    answer.text,
-    problemText(
-      "invalid-glob",
-      "Invalid glob",
-      400,
-      'Invalid glob "jobs/[a": unterminated character class at position 6',
-    ),
-  );
+  await assertProblem(answer, 400, "invalid-glob", {
+    title: "Invalid glob",
+    detail: 'Invalid glob "jobs/[a": unterminated character class at position 6',
+  });
 });
 
 const NAME_CASES: { what: string; name: string; encoded: string }[] = [
@@ -256,11 +250,10 @@ Deno.test("a%2Fb is the lock a/b while a/b in the path is an unknown path", asyn
   const other = await client.acquire("a");
   assert.equal((await http(adminAddr(t), "GET", "/api/locks/a%2Fb")).status, 200);
   const literal = await http(adminAddr(t), "GET", "/api/locks/a/b");
-  assert.equal(literal.status, 404);
-  assert.equal(
-    literal.text,
-    problemText("not-found", "Not found", 404, "No resource at /api/locks/a/b"),
-  );
+  await assertProblem(literal, 404, "not-found", {
+    title: "Not found",
+    detail: "No resource at /api/locks/a/b",
+  });
   // "a/release" is a route of lock "a", not the lock "a/release".
   const release = await http(adminAddr(t), "GET", "/api/locks/a/release");
   assert.equal(release.status, 405);
@@ -276,17 +269,10 @@ Deno.test("GET /api/locks/{name} of an unknown or idle lock is a 404 problem", a
   await eventually(() => t.server.context.engine.lockCount === 0, "lock released");
   for (const name of ["was-held", "never/seen"]) {
     const answer = await http(adminAddr(t), "GET", `/api/locks/${encodeURIComponent(name)}`);
-    assert.equal(answer.status, 404);
-    assert.equal(answer.headers.get("content-type"), "application/problem+json");
-    assert.equal(
-      answer.text,
-      problemText(
-        "lock-not-found",
-        "Lock not found",
-        404,
-        `Lock "${name}" has no owner and no waiters`,
-      ),
-    );
+    await assertProblem(answer, 404, "lock-not-found", {
+      title: "Lock not found",
+      detail: `Lock "${name}" has no owner and no waiters`,
+    });
   }
 });
 
@@ -299,17 +285,11 @@ Deno.test("a malformed percent escape in a lock name is a 400 problem", async ()
     ]
   ) {
     const answer = await http(adminAddr(t), method, path);
-    assert.equal(answer.status, 400);
     const raw = path.split("/")[3];
-    assert.equal(
-      answer.text,
-      problemText(
-        "invalid-path-encoding",
-        "Invalid path encoding",
-        400,
-        `The lock name "${raw}" in the path is not valid percent-encoded UTF-8`,
-      ),
-    );
+    await assertProblem(answer, 400, "invalid-path-encoding", {
+      title: "Invalid path encoding",
+      detail: `The lock name "${raw}" in the path is not valid percent-encoded UTF-8`,
+    });
   }
 });
 
@@ -355,13 +335,15 @@ Deno.test("unknown paths are 404 problems and wrong methods 405 problems with Al
     ];
   for (const c of cases) {
     const answer = await http(adminAddr(t), c.method, c.path);
-    assert.equal(answer.status, c.status, `${c.method} ${c.path}`);
-    assert.equal(answer.headers.get("content-type"), "application/problem+json");
     assert.equal(answer.headers.get("allow"), c.allow ?? null);
     const [slug, title] = c.status === 404
       ? ["not-found", "Not found"]
       : ["method-not-allowed", "Method not allowed"];
-    assert.equal(answer.text, problemText(slug, title, c.status, c.detail));
+    await assertProblem(answer, c.status, slug, {
+      title,
+      detail: c.detail,
+      message: `${c.method} ${c.path}`,
+    });
   }
 });
 
@@ -383,11 +365,7 @@ Deno.test("requests from web pages (Origin or Sec-Fetch-Site) are refused with 4
   ];
   for (const headers of pageHeaders) {
     const answer = await http(adminAddr(t), "POST", "/api/locks/csrf/release", headers);
-    assert.equal(answer.status, 403);
-    assert.equal(
-      (answer.json as { type: string }).type,
-      "https://lockd.dev/problems/cross-origin-refused",
-    );
+    await assertProblem(answer, 403, "cross-origin-refused");
   }
   // Typed into the address bar: allowed.
   const typed = await http(adminAddr(t), "GET", "/api/locks/csrf", { "sec-fetch-site": "none" });
@@ -496,16 +474,10 @@ Deno.test("a force-released owner receives ERROR 0x02 naming the lock, then the 
 Deno.test("force-release of an unknown lock is a 404 problem and writes no audit record", async () => {
   await using t = await start();
   const answer = await http(adminAddr(t), "POST", "/api/locks/ghost/release");
-  assert.equal(answer.status, 404);
-  assert.equal(
-    answer.text,
-    problemText(
-      "lock-not-found",
-      "Lock not found",
-      404,
-      'Lock "ghost" has no owner and no waiters',
-    ),
-  );
+  await assertProblem(answer, 404, "lock-not-found", {
+    title: "Lock not found",
+    detail: 'Lock "ghost" has no owner and no waiters',
+  });
   assert.deepEqual(t.audit.lines, []);
 });
 
@@ -544,17 +516,11 @@ Deno.test("force-release of a lock with waiters but no owner is a 409 problem", 
     }),
   );
   const answer = await http(adminAddr(t), "POST", "/api/locks/paused/release");
-  assert.equal(answer.status, 409);
-  assert.equal(
-    answer.text,
-    problemText(
-      "lock-has-no-owner",
-      "Lock has no owner",
-      409,
-      'Cannot force-release lock "paused": it has 1 waiter(s) but no owner ' +
-        "(grants are paused while the audit log cannot be written)",
-    ),
-  );
+  await assertProblem(answer, 409, "lock-has-no-owner", {
+    title: "Lock has no owner",
+    detail: 'Cannot force-release lock "paused": it has 1 waiter(s) but no owner ' +
+      "(grants are paused while the audit log cannot be written)",
+  });
   t.audit.failing = false;
   t.scheduler.advance(AUDIT_RETRY_MS);
   await released;
@@ -625,39 +591,26 @@ Deno.test("kicking an unknown waiter or a waiter of an unknown lock is a 404 pro
   const cases = [
     {
       path: `/api/locks/held/waiters/${ownerAddr}`,
-      text: problemText(
-        "waiter-not-found",
-        "Waiter not found",
-        404,
-        `Lock "held" has no waiter with remote address "${holderAddr(t, "held")}"`,
-      ),
+      slug: "waiter-not-found",
+      title: "Waiter not found",
+      detail: `Lock "held" has no waiter with remote address "${holderAddr(t, "held")}"`,
     },
     {
       path: "/api/locks/nothing/waiters/127.0.0.1%3A1",
-      text: problemText(
-        "lock-not-found",
-        "Lock not found",
-        404,
-        'Lock "nothing" has no owner and no waiters',
-      ),
+      slug: "lock-not-found",
+      title: "Lock not found",
+      detail: 'Lock "nothing" has no owner and no waiters',
     },
   ];
   for (const c of cases) {
     const answer = await http(adminAddr(t), "DELETE", c.path);
-    assert.equal(answer.status, 404);
-    assert.equal(answer.text, c.text);
+    await assertProblem(answer, 404, c.slug, { title: c.title, detail: c.detail });
   }
   const bad = await http(adminAddr(t), "DELETE", "/api/locks/held/waiters/%ZZ");
-  assert.equal(bad.status, 400);
-  assert.equal(
-    bad.text,
-    problemText(
-      "invalid-path-encoding",
-      "Invalid path encoding",
-      400,
-      'The remote address "%ZZ" in the path is not valid percent-encoded UTF-8',
-    ),
-  );
+  await assertProblem(bad, 400, "invalid-path-encoding", {
+    title: "Invalid path encoding",
+    detail: 'The remote address "%ZZ" in the path is not valid percent-encoded UTF-8',
+  });
   assert.deepEqual(t.audit.records().map((r) => r.event), ["acquire"]);
   await lock.release();
 });
@@ -725,13 +678,11 @@ Deno.test("with -admin-token-file every request needs the bearer token; actions 
     await using t = await start({ adminTokenFile });
     await using client = await connect({ addr: t.addr, reconnect: false });
     const lock = await client.acquire("guarded");
-    const unauthorized = problemText(
-      "unauthorized",
-      "Unauthorized",
-      401,
-      "The admin API requires the header Authorization: Bearer <token> with the token from " +
-        "-admin-token-file",
-    );
+    const unauthorized = {
+      title: "Unauthorized",
+      detail: "The admin API requires the header Authorization: Bearer <token> with the token " +
+        "from -admin-token-file",
+    };
     const refusals: [string, string, Record<string, string>][] = [
       ["GET", "/api/info", {}],
       ["GET", "/api/info", { authorization: "Bearer wrong" }],
@@ -743,10 +694,11 @@ Deno.test("with -admin-token-file every request needs the bearer token; actions 
     ];
     for (const [method, path, headers] of refusals) {
       const answer = await http(adminAddr(t), method, path, headers);
-      assert.equal(answer.status, 401, `${method} ${path} ${JSON.stringify(headers)}`);
       assert.equal(answer.headers.get("www-authenticate"), 'Bearer realm="lockd-admin"');
-      assert.equal(answer.headers.get("content-type"), "application/problem+json");
-      assert.equal(answer.text, unauthorized);
+      await assertProblem(answer, 401, "unauthorized", {
+        ...unauthorized,
+        message: `${method} ${path} ${JSON.stringify(headers)}`,
+      });
     }
     assert.equal(t.server.context.engine.getLock("guarded")?.holder?.token, lock.token);
     const info = await http(adminAddr(t), "GET", "/api/info", {

@@ -7,6 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { adminCommand } from "../../src/cli/admin.ts";
+import { problemText } from "../helpers/problem.ts";
 
 const TOKEN = "admin-token-of-the-redirect-test";
 
@@ -151,12 +152,12 @@ Deno.test("lockd admin: a Location that is not a URL is refused in one line", as
 Deno.test("lockd admin release -token T sends ?token=T and shows the server's 409 when the holder changed", async () => {
   await using admin = fakeAdmin(() =>
     new Response(
-      JSON.stringify({
-        type: "https://lockd.dev/problems/holder-changed",
-        title: "Holder changed",
-        status: 409,
-        detail: 'Lock "jobs/a" is held with token 8 now, not 7',
-      }),
+      problemText(
+        "holder-changed",
+        "Holder changed",
+        409,
+        'Lock "jobs/a" is held with token 8 now, not 7',
+      ),
       { status: 409, headers: { "content-type": "application/problem+json" } },
     )
   );

@@ -49,11 +49,6 @@ export async function http(
   };
 }
 
-/** The exact body of a problem answer, as the server writes it. */
-export function problemText(slug: string, title: string, status: number, detail: string): string {
-  return JSON.stringify({ type: `https://lockd.dev/problems/${slug}`, title, status, detail });
-}
-
 /** Starts `client.acquire(name)` and waits until the server has queued it; returns its remote address. */
 export async function queue(
   t: TestServer,

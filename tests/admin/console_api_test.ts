@@ -19,7 +19,8 @@ import {
   ADMIN_LOCKS_LIMIT_MAX,
 } from "../../src/limits.ts";
 import { startTestServer } from "../helpers/start_server.ts";
-import { http, problemText, queue, start } from "./admin_helpers.ts";
+import { assertProblem } from "../helpers/problem.ts";
+import { http, queue, start } from "./admin_helpers.ts";
 
 // ---- GET /api/locks paging ----------------------------------------------------------
 
@@ -98,16 +99,10 @@ Deno.test("?waiters_limit= keeps the head of each queue and adds waiters_total, 
   assert.deepEqual(Object.keys(full), ["name", "holder", "waiters"]);
   assert.equal((full.waiters as unknown[]).length, 2);
   const bad = await http(addr, "GET", "/api/locks/long?waiters_limit=-1");
-  assert.equal(bad.status, 400);
-  assert.equal(
-    bad.text,
-    problemText(
-      "invalid-query",
-      "Invalid query parameter",
-      400,
-      'waiters_limit="-1" is not a whole number of at least 0',
-    ),
-  );
+  await assertProblem(bad, 400, "invalid-query", {
+    title: "Invalid query parameter",
+    detail: 'waiters_limit="-1" is not a whole number of at least 0',
+  });
   await lock.release();
   await (await first.granted).release();
   await (await second.granted).release();
@@ -134,8 +129,10 @@ for (const [query, detail] of BAD_QUERIES) {
   Deno.test(`GET /api/locks?${query} is a 400 invalid-query problem`, async () => {
     await using t = await start();
     const answer = await http(t.server.adminAddr!, "GET", `/api/locks?${query}`);
-    assert.equal(answer.status, 400);
-    assert.equal(answer.text, problemText("invalid-query", "Invalid query parameter", 400, detail));
+    await assertProblem(answer, 400, "invalid-query", {
+      title: "Invalid query parameter",
+      detail,
+    });
   });
 }
 
@@ -344,16 +341,10 @@ Deno.test("event streams count in the connection cap, at most half of it; shutdo
   try {
     assert.equal(t.server.context.counters.http.admin.open, 2, "two connections open");
     const third = await http(addr, "GET", "/api/events");
-    assert.equal(third.status, 503);
-    assert.equal(
-      third.text,
-      problemText(
-        "too-many-streams",
-        "Too many event streams",
-        503,
-        "The admin API has 2 event streams open; close one or poll",
-      ),
-    );
+    await assertProblem(third, 503, "too-many-streams", {
+      title: "Too many event streams",
+      detail: "The admin API has 2 event streams open; close one or poll",
+    });
     // Requests still get through beside the streams.
     assert.equal((await http(addr, "GET", "/api/info")).status, 200);
     assert.equal((await first.next())?.event, "state");

@@ -16,8 +16,9 @@
 
 import assert from "node:assert/strict";
 import { chromium, type Page } from "playwright-core";
-import { startServerProc } from "../../bench/server_proc.ts";
+import { spawnLockd } from "../../bench/lockd_proc.ts";
 import { connect, type Lock, LockLostError } from "../../mod.ts";
+import { problemText } from "../helpers/problem.ts";
 
 const CHROMIUM = Deno.env.get("LOCKD_CHROMIUM") ?? "/usr/bin/chromium";
 /** Chromium's flags for this machine: as root, headless, and no calls home (they are refused here). */
@@ -78,9 +79,9 @@ Deno.test({
   console.log(`console screenshots: ${shots}`);
   const work = await Deno.makeTempDir({ prefix: "lockd-console-test-" });
   await Deno.writeTextFile(`${work}/token`, `${TOKEN}\n`);
-  const server = await startServerProc({
+  const server = await spawnLockd({
     http: true,
-    args: [
+    flags: [
       "-admin-token-file",
       `${work}/token`,
       "-audit-log",
@@ -268,12 +269,12 @@ Deno.test({
       route.fulfill({
         status: 409,
         contentType: "application/problem+json",
-        body: JSON.stringify({
-          type: "https://lockd.dev/problems/holder-changed",
-          title: "Holder changed",
-          status: 409,
-          detail: `Lock "jobs/nightly" is held with token ${next.token + 1} now, not ${next.token}`,
-        }),
+        body: problemText(
+          "holder-changed",
+          "Holder changed",
+          409,
+          `Lock "jobs/nightly" is held with token ${next.token + 1} now, not ${next.token}`,
+        ),
       }));
     await page.getByRole("button", { name: "Force-release…" }).click();
     await confirm.waitFor();
@@ -439,12 +440,12 @@ Deno.test({
       route.fulfill({
         status: 503,
         contentType: "application/problem+json",
-        body: JSON.stringify({
-          type: "https://lockd.dev/problems/too-many-streams",
-          title: "Too many event streams",
-          status: 503,
-          detail: "The admin API has 16 event streams open; close one or poll",
-        }),
+        body: problemText(
+          "too-many-streams",
+          "Too many event streams",
+          503,
+          "The admin API has 16 event streams open; close one or poll",
+        ),
       }));
     const quiet = (at: number, ended: number) => ({
       at: new Date(Date.UTC(2026, 0, 1, 10, 0, at)).toISOString(),

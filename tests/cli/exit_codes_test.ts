@@ -5,44 +5,19 @@
  * runs it.
  */
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
+import { type LockdOutput, runLockd, spawnLockd } from "../../bench/lockd_proc.ts";
 import { connect } from "../../mod.ts";
 import { RUN_EXIT } from "../../src/cli/run.ts";
 import { writeAcl } from "../helpers/acl_file.ts";
 import { startTestServer } from "../helpers/start_server.ts";
 
-const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
+/** The permissions of the compiled binary (deno task compile). */
+const SHIPPED = ["--allow-net", "--allow-read", "--allow-write", "--allow-run"];
 
-interface Outcome {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-async function lockd(args: string[]): Promise<Outcome> {
+async function lockd(args: string[]): Promise<LockdOutput> {
   // A server leaves no lockd-data/ behind (a -data-dir in args comes later and wins).
   const serveArgs = args[0] === "serve" ? ["serve", "-data-dir", "", ...args.slice(1)] : args;
-  const output = await new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "--allow-net",
-      "--allow-read",
-      "--allow-write",
-      "--allow-run",
-      MAIN,
-      ...serveArgs,
-    ],
-    env: { NO_COLOR: "1" },
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const decoder = new TextDecoder();
-  return {
-    code: output.code,
-    stdout: decoder.decode(output.stdout),
-    stderr: decoder.decode(output.stderr),
-  };
+  return await runLockd(serveArgs, { permissions: SHIPPED });
 }
 
 /** A port nothing listens on (bound, then closed). */
@@ -124,35 +99,11 @@ Deno.test("exit codes: lockd serve is 2 for a usage error and 0 after SIGTERM", 
   const bad = await lockd(["serve", "-max-sessions", "0"]);
   assert.equal(bad.code, 2);
   assert.match(bad.stderr, /^lockd: -max-sessions must be at least 1\n/);
-  const child = new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "--allow-net",
-      "--allow-read",
-      "--allow-write",
-      MAIN,
-      "serve",
-      "-listen",
-      "127.0.0.1:0",
-      "-shutdown-grace",
-      "0s",
-      "-data-dir",
-      "",
-    ],
-    stdin: "null",
-    stdout: "null",
-    stderr: "piped",
-  }).spawn();
-  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
-  let log = "";
-  while (!log.includes("lockd started")) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    log += value;
-  }
-  child.kill("SIGTERM");
-  assert.equal((await child.status).code, 0);
-  await reader.cancel();
+  await using server = await spawnLockd({
+    permissions: ["--allow-net", "--allow-read", "--allow-write"],
+    flags: ["-shutdown-grace", "0s"],
+  });
+  assert.equal((await server.stop("SIGTERM")).code, 0);
 });
 
 Deno.test("exit codes: lockd admin and lockd health are 0, 1 or 2, and say where and why", async () => {

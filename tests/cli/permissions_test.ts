@@ -5,9 +5,9 @@
  */
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
+import { runLockd } from "../../bench/lockd_proc.ts";
 import { startTestServer } from "../helpers/start_server.ts";
 
-const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
 const PERMISSIONS = fileURLToPath(new URL("../../src/cli/permissions.ts", import.meta.url));
 
 /** The permission flags of `deno task compile`. */
@@ -54,24 +54,11 @@ Deno.test("permissions: every command but run gives up the run permission; run k
 
 Deno.test("permissions: lockd run works under the shipped permissions, LOCKD_TOKEN set", async () => {
   await using t = await startTestServer();
-  const output = await new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      ...shippedPermissions(),
-      MAIN,
-      "run",
-      "-addr",
-      t.addr,
-      "perm/run",
-      "--",
-      "sh",
-      "-c",
-      'echo "token=$LOCKD_TOKEN"',
-    ],
-    env: { NO_COLOR: "1" },
-    stdin: "null",
-  }).output();
-  const stderr = new TextDecoder().decode(output.stderr);
+  const output = await runLockd(
+    ["run", "-addr", t.addr, "perm/run", "--", "sh", "-c", 'echo "token=$LOCKD_TOKEN"'],
+    { permissions: shippedPermissions() },
+  );
+  const stderr = output.stderr;
   assert.equal(output.code, 0, stderr);
-  assert.match(new TextDecoder().decode(output.stdout), /^token=\d{10,}\n$/);
+  assert.match(output.stdout, /^token=\d{10,}\n$/);
 });

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
+import { lockdCommand } from "../../bench/lockd_proc.ts";
 import { connect } from "../../mod.ts";
 import { EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT, RUN_FLAGS } from "../../src/cli/run.ts";
 import { certPath, keyPath, serverTlsConfig } from "../fixtures/tls/certs.ts";
@@ -8,14 +8,8 @@ import { HostileServer } from "../helpers/hostile_server.ts";
 import { WIRE_CODES } from "../../src/wire/codes.ts";
 import { eventually, startTestServer, TEST_ACTOR } from "../helpers/start_server.ts";
 
-const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
-
 function lockdRun(args: string[]): Deno.ChildProcess {
-  return new Deno.Command(Deno.execPath(), {
-    args: ["run", "--allow-all", MAIN, "run", ...args],
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
+  return lockdCommand(["run", ...args]).spawn();
 }
 
 Deno.test("lockd run serializes two concurrent commands and passes the token", async () => {
@@ -104,24 +98,8 @@ Deno.test("lockd run takes a 1,024-byte lock name and names itself lockd-run@<ho
   await using t = await startTestServer();
   const name = "n/" + "é".repeat(511); // 1,024 UTF-8 bytes: the longest lock name
   // The permissions of the compiled binary (deno task compile): no --allow-sys, no prompt.
-  const run = new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "--allow-net",
-      "--allow-read",
-      "--allow-write",
-      "--allow-run",
-      MAIN,
-      "run",
-      name,
-      "-addr",
-      t.addr,
-      "--",
-      "true",
-    ],
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
+  const run = lockdCommand(["run", name, "-addr", t.addr, "--", "true"], {
+    permissions: ["--allow-net", "--allow-read", "--allow-write", "--allow-run"],
   }).spawn();
   const output = await run.output();
   assert.equal(output.code, 0, new TextDecoder().decode(output.stderr));

@@ -1,99 +1,51 @@
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
+import { runLockd, spawnLockd } from "../../bench/lockd_proc.ts";
 import { connect } from "../../mod.ts";
 
-const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
-
-function lockd(args: string[], stdin: "null" | "piped" = "null"): Deno.ChildProcess {
-  return new Deno.Command(Deno.execPath(), {
-    args: ["run", "--allow-all", MAIN, ...args],
-    stdin,
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-}
-
-/** Reads stderr lines until one matches, returning the match; keeps draining afterwards. */
-async function waitForLine(
-  stream: ReadableStream<Uint8Array>,
-  pattern: RegExp,
-): Promise<{ match: RegExpMatchArray; rest: Promise<string> }> {
-  const reader = stream.pipeThrough(new TextDecoderStream()).getReader();
-  let text = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error(`stream ended before ${pattern}: ${text}`);
-    text += value;
-    const match = text.match(pattern);
-    if (match) {
-      const rest = (async () => {
-        let tail = text;
-        for (;;) {
-          const next = await reader.read();
-          if (next.done) return tail;
-          tail += next.value;
-        }
-      })();
-      return { match, rest };
-    }
-  }
-}
-
 Deno.test("lockd serve starts, writes only audit lines to stdout, and exits 0 on SIGTERM", async () => {
-  const server = lockd([
-    "serve",
-    "-listen",
-    "127.0.0.1:0",
-    "-shutdown-grace",
-    "0s",
-    "-data-dir",
-    "",
-  ]);
-  const stdout = server.stdout.pipeThrough(new TextDecoderStream());
+  await using server = await spawnLockd({ stdout: "piped", flags: ["-shutdown-grace", "0s"] });
+  const stdout = server.child.stdout.pipeThrough(new TextDecoderStream());
   const stdoutText = (async () => {
     let text = "";
     for await (const chunk of stdout) text += chunk;
     return text;
   })();
-  const { match, rest } = await waitForLine(server.stderr, /listen="(127\.0\.0\.1:\d+)"/);
   {
-    await using client = await connect({ addr: match[1] });
+    await using client = await connect({ addr: server.addr });
     const lock = await client.acquire("cli/test");
     await lock.release();
   }
-  server.kill("SIGTERM");
-  const status = await server.status;
+  const status = await server.stop("SIGTERM");
   assert.equal(status.code, 0);
   const lines = (await stdoutText).trim().split("\n");
   assert.deepEqual(lines.map((line) => JSON.parse(line).event), ["acquire", "release"]);
-  const log = await rest;
+  const log = server.log();
   assert.match(log, /shutdown complete/);
 });
 
 Deno.test("a bad flag exits 2 with a one-line reason and the usage", async () => {
-  const output = await lockd(["serve", "-bogus"]).output();
+  const output = await runLockd(["serve", "-bogus"]);
   assert.equal(output.code, 2);
-  const stderr = new TextDecoder().decode(output.stderr);
+  const stderr = output.stderr;
   assert.equal(stderr.split("\n")[0], "lockd: flag provided but not defined: -bogus");
   assert.match(stderr, /Usage: lockd serve \[flags\]/);
   assert.equal(output.stdout.length, 0, "standard output carries nothing but audit lines");
 });
 
 Deno.test("-h prints the usage and exits 0; version prints the version", async () => {
-  const help = await lockd(["serve", "-h"]).output();
+  const help = await runLockd(["serve", "-h"]);
   assert.equal(help.code, 0);
-  assert.match(new TextDecoder().decode(help.stdout), /-io-timeout duration/);
-  const version = await lockd(["version"]).output();
+  assert.match(help.stdout, /-io-timeout duration/);
+  const version = await runLockd(["version"]);
   assert.equal(version.code, 0);
-  assert.match(new TextDecoder().decode(version.stdout), /^\d+\.\d+\.\d+\n$/);
+  assert.match(version.stdout, /^\d+\.\d+\.\d+\n$/);
 });
 
 Deno.test("a port in use fails the start with status 1 and one line", async () => {
   using blocker = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const output = await lockd(["-listen", `127.0.0.1:${blocker.addr.port}`, "-data-dir", ""])
-    .output();
+  const output = await runLockd(["-listen", `127.0.0.1:${blocker.addr.port}`, "-data-dir", ""]);
   assert.equal(output.code, 1);
-  assert.match(new TextDecoder().decode(output.stderr), /lockd: .*(in use|Address)/i);
+  assert.match(output.stderr, /lockd: .*(in use|Address)/i);
 });
 
 Deno.test("every subcommand answers -h with its own usage on standard output and exits 0", async () => {
@@ -107,9 +59,9 @@ Deno.test("every subcommand answers -h with its own usage on standard output and
     [["version", "-h"], /^Usage: lockd version/],
   ];
   for (const [args, usage] of cases) {
-    const output = await lockd(args).output();
+    const output = await runLockd(args);
     assert.equal(output.code, 0, args.join(" "));
-    assert.match(new TextDecoder().decode(output.stdout), usage, args.join(" "));
+    assert.match(output.stdout, usage, args.join(" "));
     assert.equal(output.stderr.length, 0, `${args.join(" ")}: nothing on standard error`);
   }
 });
@@ -131,8 +83,8 @@ async function* walkTs(dir: URL): AsyncGenerator<URL> {
 }
 
 Deno.test("a duration past its maximum exits 2 with one line, before anything listens", async () => {
-  const output = await lockd(["-listen", "127.0.0.1:0", "-handshake-timeout", "600h"]).output();
+  const output = await runLockd(["-listen", "127.0.0.1:0", "-handshake-timeout", "600h"]);
   assert.equal(output.code, 2);
-  const stderr = new TextDecoder().decode(output.stderr);
+  const stderr = output.stderr;
   assert.equal(stderr.split("\n")[0], "lockd: -handshake-timeout must be between 10ms and 5m");
 });

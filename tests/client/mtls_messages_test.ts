@@ -4,7 +4,7 @@
  * apart and name what to check, against a real mutual-TLS listener.
  */
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
+import { runLockd } from "../../bench/lockd_proc.ts";
 import { connect, ConnectionError } from "../../mod.ts";
 import {
   certPath,
@@ -16,7 +16,6 @@ import {
 } from "../fixtures/tls/certs.ts";
 import { startTestServer } from "../helpers/start_server.ts";
 
-const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
 const MISSING =
   /the server requires a client certificate \(mutual TLS\): give tls: \{ cert, key \}/;
 const REFUSED =
@@ -57,16 +56,11 @@ Deno.test("mTLS: a client certificate from another CA, or an expired one, is nam
 Deno.test("mTLS: lockd run names the missing -cert/-key, and a certificate the server refuses", async () => {
   await using t = await startTestServer(serverTlsConfig(true));
   const run = (...flags: string[]) =>
-    new Deno.Command(Deno.execPath(), {
-      args: ["run", "--allow-all", MAIN, "run", "x", "-addr", t.addr, ...flags, "--", "true"],
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
+    runLockd(["run", "x", "-addr", t.addr, ...flags, "--", "true"]);
   const missing = await run("-ca", certPath("ca"));
   assert.equal(missing.code, 1);
   assert.match(
-    new TextDecoder().decode(missing.stderr),
+    missing.stderr,
     /lockd run: .*\(lockd run: -cert FILE -key FILE\)/,
   );
   const refused = await run(
@@ -78,5 +72,5 @@ Deno.test("mTLS: lockd run names the missing -cert/-key, and a certificate the s
     keyPath("other-client"),
   );
   assert.equal(refused.code, 1);
-  assert.match(new TextDecoder().decode(refused.stderr), REFUSED);
+  assert.match(refused.stderr, REFUSED);
 });

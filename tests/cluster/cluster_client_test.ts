@@ -5,10 +5,9 @@
  */
 
 import assert from "node:assert/strict";
-import { EtcdCluster } from "../../bench/etcd_proc.ts";
 import { connect, type LockLostError } from "../../mod.ts";
 import { adminCommand } from "../../src/cli/admin.ts";
-import { startClusterServers } from "../helpers/cluster.ts";
+import { startEtcdCluster } from "../helpers/cluster_fixture.ts";
 import { skipWithoutEtcd, waitFor } from "../helpers/etcd.ts";
 import { startTestServer } from "../helpers/start_server.ts";
 
@@ -27,14 +26,8 @@ Deno.test({
     "cluster client: an address list with a dead first entry reaches the leader through a standby's NOT_LEADER",
   ...options,
   fn: async () => {
-    await using etcd = await EtcdCluster.start();
-    await using servers = await startClusterServers(etcd.clientUrls);
-    const leader = await servers.waitServing();
-    const standby = servers.nodes.find((n) => n !== leader)!;
-    await waitFor(
-      "the standby to know the leader",
-      () => standby.server.context.cluster?.leader?.advertise === leader.addr,
-    );
+    await using servers = await startEtcdCluster();
+    const { leader, standbys: [standby] } = await servers.waitLeaderKnown();
     // Without TLS a NOT_LEADER is followed to a listed address only (docs/protocol.md).
     await using client = await connect({ addrs: [deadAddr(), standby.addr, leader.addr] });
     const lock = await client.acquire("x", { leaseMs: 1_000 });
@@ -53,8 +46,7 @@ Deno.test({
     "cluster client: at a hand-over the owned lock is lost (failover), the waiting claim moves to the new leader and is granted there with a larger token",
   ...options,
   fn: async () => {
-    await using etcd = await EtcdCluster.start();
-    await using servers = await startClusterServers(etcd.clientUrls);
+    await using servers = await startEtcdCluster();
     const leader = await servers.waitServing();
     const addrs = servers.nodes.map((n) => n.addr);
     await using holder = await connect({ addrs });
@@ -90,20 +82,15 @@ Deno.test({
     "cluster: lockd admin with several nodes answers from the leader (a standby's 307 is followed with the token) and shows the cluster in info",
   ...options,
   fn: async () => {
-    await using etcd = await EtcdCluster.start();
     const dir = await Deno.makeTempDir();
     try {
       const tokenFile = `${dir}/token`;
       await Deno.writeTextFile(tokenFile, "s3cret-admin-token-of-32-bytes!!\n");
-      await using servers = await startClusterServers(etcd.clientUrls, 2, {
-        adminTokenFile: tokenFile,
+      await using servers = await startEtcdCluster({
+        nodes: 2,
+        config: { adminTokenFile: tokenFile },
       });
-      const leader = await servers.waitServing();
-      const standby = servers.nodes.find((n) => n !== leader)!;
-      await waitFor(
-        "the standby to know the leader",
-        () => standby.server.context.cluster?.leader?.advertise === leader.addr,
-      );
+      const { leader, standbys: [standby] } = await servers.waitLeaderKnown();
       await using client = await connect({ addr: leader.addr });
       const lock = await client.acquire("jobs/a");
       const admins = `${standby.server.adminAddr},${leader.server.adminAddr}`;

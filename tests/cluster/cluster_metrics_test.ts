@@ -5,15 +5,14 @@
  */
 
 import assert from "node:assert/strict";
-import { EtcdCluster } from "../../bench/etcd_proc.ts";
 import { http } from "../admin/admin_helpers.ts";
 import {
   CLUSTER_FAMILIES,
   CLUSTER_LABEL_VALUES,
   familiesInExposition,
 } from "../deploy/metric_names.ts";
-import { startClusterServers } from "../helpers/cluster.ts";
-import { skipWithoutEtcd, waitFor } from "../helpers/etcd.ts";
+import { startEtcdCluster } from "../helpers/cluster_fixture.ts";
+import { skipWithoutEtcd } from "../helpers/etcd.ts";
 import { hasPromtool, promtoolCheckMetrics } from "../helpers/promtool.ts";
 import { startTestServer } from "../helpers/start_server.ts";
 
@@ -30,14 +29,8 @@ Deno.test({
     "cluster metrics: every cluster family is exposed, and the values tell the leader from a standby",
   ...options,
   fn: async () => {
-    await using etcd = await EtcdCluster.start();
-    await using servers = await startClusterServers(etcd.clientUrls, 2);
-    const leader = await servers.waitServing();
-    const standby = servers.nodes.find((n) => n !== leader)!;
-    await waitFor(
-      "the standby to know the leader",
-      () => standby.server.context.cluster?.leader?.advertise === leader.addr,
-    );
+    await using servers = await startEtcdCluster({ nodes: 2 });
+    const { leader, standbys: [standby] } = await servers.waitLeaderKnown();
     // A keep-alive or two has been confirmed.
     await new Promise((r) => setTimeout(r, 800));
     const scrape = async (addr: string) => (await http(addr, "GET", "/metrics")).text;

@@ -4,22 +4,13 @@
  */
 
 import assert from "node:assert/strict";
-import { ManualScheduler } from "../../src/clock.ts";
+import type { ManualScheduler } from "../../src/clock.ts";
 import { ClusterNode } from "../../src/cluster/cluster_node.ts";
 import { AuditLog } from "../../src/log/audit.ts";
-import { FakeEtcd, settle } from "../helpers/fake_etcd.ts";
+import { FAKE_TTL_MS as TTL_MS, fakeCluster } from "../helpers/cluster_fixture.ts";
+import type { FakeEtcd } from "../helpers/fake_etcd.ts";
 import { MemorySink } from "../helpers/memory_sink.ts";
 import { captureDiagnosticLog } from "../log/capture.ts";
-
-const TTL_MS = 2_000;
-
-/** Moves time in small steps, letting etcd answers settle between them. */
-async function run(scheduler: ManualScheduler, ms: number, stepMs = 10): Promise<void> {
-  for (let t = 0; t < ms; t += stepMs) {
-    scheduler.advance(Math.min(stepMs, ms - t));
-    await settle();
-  }
-}
 
 function clusterNode(etcd: FakeEtcd, scheduler: ManualScheduler, name: string) {
   const sink = new MemorySink();
@@ -38,22 +29,22 @@ function clusterNode(etcd: FakeEtcd, scheduler: ManualScheduler, name: string) {
 
 Deno.test("one election writes one leader_elected record and one elected and one serving line, even when the watch reports the win first", async () => {
   using captured = captureDiagnosticLog("info", "json");
-  const scheduler = new ManualScheduler(1_700_000_000_000, 0);
-  const etcd = new FakeEtcd(scheduler);
+  await using fake = fakeCluster(1_700_000_000_000);
+  const { scheduler, etcd } = fake;
   // Answers arrive 5 ms after etcd processed a request, watch events at once: the standby sees
   // its own key on its watch before it reads that its campaign won (a real etcd does either).
   etcd.answerDelayMs = 5;
   const a = clusterNode(etcd, scheduler, "a");
   const b = clusterNode(etcd, scheduler, "b");
   a.node.start();
-  await run(scheduler, 200);
+  await fake.run(200);
   b.node.start();
-  await run(scheduler, 200);
+  await fake.run(200);
   assert.equal(a.node.serving, true);
   assert.equal(b.node.role, "standby");
   // a hands over: b campaigns while its watch runs.
   const handedOver = a.node.handOver();
-  await run(scheduler, 300);
+  await fake.run(300);
   await handedOver;
   assert.equal(b.node.serving, true);
   const term = b.node.term;

@@ -5,11 +5,10 @@
  */
 
 import assert from "node:assert/strict";
-import { EtcdCluster } from "../../bench/etcd_proc.ts";
 import { WIRE_CODES } from "../../src/wire/codes.ts";
 import { PROTOCOL_VERSION } from "../../src/wire/messages.ts";
 import { http } from "../admin/admin_helpers.ts";
-import { assertOneElectionRecordPerTerm, startClusterServers } from "../helpers/cluster.ts";
+import { assertOneElectionRecordPerTerm, startEtcdCluster } from "../helpers/cluster_fixture.ts";
 import { etcdClient, skipWithoutEtcd, waitFor } from "../helpers/etcd.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 
@@ -26,14 +25,8 @@ Deno.test({
     "cluster: one node serves; standbys answer HELLO with NOT_LEADER naming it; /readyz and the admin API follow",
   ...options,
   fn: async () => {
-    await using etcd = await EtcdCluster.start();
-    await using servers = await startClusterServers(etcd.clientUrls);
-    const leader = await servers.waitServing();
-    const standbys = servers.nodes.filter((n) => n !== leader);
-    await waitFor(
-      "standbys to know the leader",
-      () => standbys.every((n) => n.server.context.cluster?.leader?.advertise === leader.addr),
-    );
+    await using servers = await startEtcdCluster();
+    const { leader, standbys } = await servers.waitLeaderKnown();
 
     const welcome = await hello(leader.addr);
     assert.equal(welcome?.type, "welcome");
@@ -87,8 +80,7 @@ Deno.test({
     "cluster: a step-down closes every session with NOT_LEADER; ownerships end as failover, audited with the term",
   ...options,
   fn: async () => {
-    await using etcd = await EtcdCluster.start();
-    await using servers = await startClusterServers(etcd.clientUrls);
+    await using servers = await startEtcdCluster();
     const leader = await servers.waitServing();
     const term = leader.server.context.cluster!.term;
     await using holder = await RawClient.session(leader.addr);
@@ -96,7 +88,7 @@ Deno.test({
     const granted = await holder.next();
     assert.equal(granted?.type, "acquired");
     // An operator deletes the leader key: the leader steps down (key_lost).
-    const client = etcdClient(etcd.clientUrls);
+    const client = etcdClient(servers.etcd.clientUrls);
     try {
       await client.txn([], [{ type: "delete", key: "test/leader" }], []);
     } finally {
@@ -127,8 +119,7 @@ Deno.test({
     "cluster: shutting the leader down hands over: its sessions get NOT_LEADER and a standby serves within a second",
   ...options,
   fn: async () => {
-    await using etcd = await EtcdCluster.start();
-    await using servers = await startClusterServers(etcd.clientUrls);
+    await using servers = await startEtcdCluster();
     const leader = await servers.waitServing();
     await using session = await RawClient.session(leader.addr);
     const startMs = performance.now();
@@ -153,14 +144,8 @@ Deno.test({
     "cluster: a HELLO at a standby while the leader is dead is held, then answered by the new leader",
   ...options,
   fn: async () => {
-    await using etcd = await EtcdCluster.start();
-    await using servers = await startClusterServers(etcd.clientUrls);
-    const leader = await servers.waitServing();
-    const standbys = servers.nodes.filter((n) => n !== leader);
-    await waitFor(
-      "standbys to know the leader",
-      () => standbys.every((n) => n.server.context.cluster?.leader?.advertise === leader.addr),
-    );
+    await using servers = await startEtcdCluster();
+    const { leader, standbys } = await servers.waitLeaderKnown();
     // The leader dies unannounced: its listener and etcd traffic stop, its lease runs out.
     leader.server.context.cluster!.close();
     await leader.server.shutdown();
@@ -189,22 +174,26 @@ Deno.test({
   ...options,
   fn: async () => {
     const fixtures = new URL("../fixtures/", import.meta.url).pathname;
-    await using etcd = await EtcdCluster.start({
-      members: 1,
-      tls: {
-        certFile: `${fixtures}etcd/etcd-server.pem`,
-        keyFile: `${fixtures}etcd/etcd-server-key.pem`,
-        caFile: `${fixtures}tls/ca.pem`,
-        clientCertFile: `${fixtures}tls/client-cn.pem`,
-        clientKeyFile: `${fixtures}tls/client-cn-key.pem`,
+    await using servers = await startEtcdCluster({
+      etcd: {
+        members: 1,
+        tls: {
+          certFile: `${fixtures}etcd/etcd-server.pem`,
+          keyFile: `${fixtures}etcd/etcd-server-key.pem`,
+          caFile: `${fixtures}tls/ca.pem`,
+          clientCertFile: `${fixtures}tls/client-cn.pem`,
+          clientKeyFile: `${fixtures}tls/client-cn-key.pem`,
+        },
+      },
+      nodes: 1,
+      config: {
+        clusterEtcdCa: `${fixtures}tls/ca.pem`,
+        clusterEtcdCert: `${fixtures}tls/client-cn.pem`,
+        clusterEtcdKey: `${fixtures}tls/client-cn-key.pem`,
       },
     });
+    const etcd = servers.etcd;
     assert.ok(etcd.clientUrls[0].startsWith("https://"));
-    await using servers = await startClusterServers(etcd.clientUrls, 1, {
-      clusterEtcdCa: `${fixtures}tls/ca.pem`,
-      clusterEtcdCert: `${fixtures}tls/client-cn.pem`,
-      clusterEtcdKey: `${fixtures}tls/client-cn-key.pem`,
-    });
     const leader = await servers.waitServing();
     const info = JSON.parse((await http(leader.server.adminAddr!, "GET", "/api/info")).text);
     assert.equal(info.cluster.etcd[0].healthy, true);
@@ -212,9 +201,11 @@ Deno.test({
     await session.send({ type: "acquire", requestId: 1, name: "t", leaseMs: 500, waitMs: 0 });
     assert.equal((await session.next())?.type, "acquired");
     // Without a client certificate etcd refuses the connection: the node never leads.
-    await using refused = await startClusterServers(etcd.clientUrls, 1, {
-      clusterEtcdCa: `${fixtures}tls/ca.pem`,
-    }, "other");
+    const refused = await servers.startNodes(
+      1,
+      { clusterEtcdCa: `${fixtures}tls/ca.pem` },
+      "other",
+    );
     await new Promise((r) => setTimeout(r, 1_500));
     assert.equal(refused.nodes[0].server.context.cluster?.role, "starting");
   },

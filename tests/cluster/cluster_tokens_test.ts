@@ -1,11 +1,12 @@
 /** Fencing tokens reserved in etcd, on an in-memory etcd with manual time. */
 
 import assert from "node:assert/strict";
-import { ManualScheduler } from "../../src/clock.ts";
+import type { ManualScheduler } from "../../src/clock.ts";
 import { ClusterTokens, TokensNotReserved } from "../../src/cluster/cluster_tokens.ts";
 import type { KeyValue } from "../../src/cluster/etcd.ts";
 import { clockTokenFloor } from "../../src/core/tokens.ts";
-import { FakeEtcd, settle } from "../helpers/fake_etcd.ts";
+import { fakeCluster } from "../helpers/cluster_fixture.ts";
+import { type FakeEtcd, settle } from "../helpers/fake_etcd.ts";
 
 const WALL_MS = Date.UTC(2026, 0, 1);
 const BLOCK = 100;
@@ -33,8 +34,7 @@ function elect(etcd: FakeEtcd, name: string): number {
 }
 
 Deno.test("a first term starts above the wall-clock floor and stores its first block", async () => {
-  const scheduler = new ManualScheduler(WALL_MS, 0);
-  const etcd = new FakeEtcd(scheduler);
+  const { scheduler, etcd } = fakeCluster(WALL_MS);
   const { t } = tokens(etcd, scheduler);
   const term = elect(etcd, "a");
   await t.begin(term, WALL_MS);
@@ -45,8 +45,7 @@ Deno.test("a first term starts above the wall-clock floor and stores its first b
 });
 
 Deno.test("a new term starts above the stored mark even when the wall clock is behind", async () => {
-  const scheduler = new ManualScheduler(WALL_MS, 0);
-  const etcd = new FakeEtcd(scheduler);
+  const { scheduler, etcd } = fakeCluster(WALL_MS);
   const stored = clockTokenFloor(WALL_MS) + 5_000_000;
   etcd.putDirect("test/tokens", String(stored));
   const { t } = tokens(etcd, scheduler);
@@ -55,8 +54,7 @@ Deno.test("a new term starts above the stored mark even when the wall clock is b
 });
 
 Deno.test("the next block is reserved in the background at half, so grants never wait at normal rates", async () => {
-  const scheduler = new ManualScheduler(WALL_MS, 0);
-  const etcd = new FakeEtcd(scheduler);
+  const { scheduler, etcd } = fakeCluster(WALL_MS);
   const { t, reservedCount } = tokens(etcd, scheduler);
   await t.begin(elect(etcd, "a"), WALL_MS);
   const issued: number[] = [];
@@ -70,8 +68,7 @@ Deno.test("the next block is reserved in the background at half, so grants never
 });
 
 Deno.test("with the block used up and etcd down, next() throws TokensNotReserved; onReserved once it is back", async () => {
-  const scheduler = new ManualScheduler(WALL_MS, 0);
-  const etcd = new FakeEtcd(scheduler);
+  const { scheduler, etcd } = fakeCluster(WALL_MS);
   const { t, reservedCount } = tokens(etcd, scheduler);
   await t.begin(elect(etcd, "a"), WALL_MS);
   etcd.setMode("down");
@@ -91,8 +88,7 @@ Deno.test("with the block used up and etcd down, next() throws TokensNotReserved
 });
 
 Deno.test("a deposed leader's reservation fails and reports the new leader key", async () => {
-  const scheduler = new ManualScheduler(WALL_MS, 0);
-  const etcd = new FakeEtcd(scheduler);
+  const { scheduler, etcd } = fakeCluster(WALL_MS);
   const a = tokens(etcd, scheduler);
   const termA = elect(etcd, "a");
   await a.t.begin(termA, WALL_MS);
@@ -106,8 +102,7 @@ Deno.test("a deposed leader's reservation fails and reports the new leader key",
 });
 
 Deno.test("tokens grow across fail-overs: each term starts above everything the last one reserved", async () => {
-  const scheduler = new ManualScheduler(WALL_MS, 0);
-  const etcd = new FakeEtcd(scheduler);
+  const { scheduler, etcd } = fakeCluster(WALL_MS);
   const seen: number[] = [];
   for (let round = 0; round < 4; round++) {
     const { t } = tokens(etcd, scheduler);
@@ -121,8 +116,7 @@ Deno.test("tokens grow across fail-overs: each term starts above everything the 
 });
 
 Deno.test("a reservation whose answer was lost is not applied twice, and nothing below the stored mark is issued", async () => {
-  const scheduler = new ManualScheduler(WALL_MS, 0);
-  const etcd = new FakeEtcd(scheduler);
+  const { scheduler, etcd } = fakeCluster(WALL_MS);
   const { t } = tokens(etcd, scheduler);
   const term = elect(etcd, "a");
   const realTxn = etcd.txn.bind(etcd);
@@ -144,8 +138,8 @@ Deno.test("a reservation whose answer was lost is not applied twice, and nothing
 });
 
 Deno.test("next() before begin() and after end() throws", () => {
-  const scheduler = new ManualScheduler(WALL_MS, 0);
-  const { t } = tokens(new FakeEtcd(scheduler), scheduler);
+  const { scheduler, etcd } = fakeCluster(WALL_MS);
+  const { t } = tokens(etcd, scheduler);
   assert.throws(() => t.next(), TokensNotReserved);
   t.end();
   assert.throws(() => t.next(), TokensNotReserved);

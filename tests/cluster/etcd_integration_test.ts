@@ -6,52 +6,21 @@
  */
 
 import assert from "node:assert/strict";
-import { EtcdCluster } from "../../bench/etcd_proc.ts";
 import { systemScheduler } from "../../src/clock.ts";
 import { ClusterTokens, TokensNotReserved } from "../../src/cluster/cluster_tokens.ts";
 import type { KeyValue } from "../../src/cluster/etcd.ts";
-import type { EtcdHttpClient } from "../../src/cluster/etcd_http.ts";
-import { Leadership, type LeadershipEvent } from "../../src/cluster/leadership.ts";
+import {
+  REAL_TTL_MS as TTL_MS,
+  type RealLeadership,
+  startEtcdCluster,
+} from "../helpers/cluster_fixture.ts";
 import { etcdClient, EtcdLink, skipWithoutEtcd, waitFor } from "../helpers/etcd.ts";
 
-const TTL_MS = 2_000;
-
-interface TestNode extends Disposable {
-  readonly name: string;
-  readonly leadership: Leadership;
-  readonly etcd: EtcdHttpClient;
-  readonly events: { atMs: number; event: LeadershipEvent }[];
-}
-
-function startNode(name: string, endpoints: readonly string[]): TestNode {
-  const etcd = etcdClient(endpoints, TTL_MS / 2);
-  const events: { atMs: number; event: LeadershipEvent }[] = [];
-  const leadership = new Leadership({
-    etcd,
-    scheduler: systemScheduler,
-    cluster: "it",
-    node: { name, advertise: `127.0.0.1:${name}`, admin: null },
-    ttlMs: TTL_MS,
-    onEvent: (event) => events.push({ atMs: performance.now(), event }),
-  });
-  leadership.start();
-  return {
-    name,
-    leadership,
-    etcd,
-    events,
-    [Symbol.dispose]() {
-      leadership.close();
-      etcd.close();
-    },
-  };
-}
-
-function leaders(nodes: TestNode[]): TestNode[] {
+function leaders(nodes: RealLeadership[]): RealLeadership[] {
   return nodes.filter((n) => n.leadership.role === "leader" || n.leadership.role === "paused");
 }
 
-function kinds(node: TestNode): string[] {
+function kinds(node: RealLeadership): string[] {
   return node.events.map(({ event: e }) =>
     e.type === "stepped_down" ? `stepped_down:${e.reason}` : e.type
   );
@@ -63,7 +32,8 @@ Deno.test({
   name: "the gateway client does leases, guarded transactions, reads and a watch on a real etcd",
   ...options,
   fn: async () => {
-    await using cluster = await EtcdCluster.start();
+    await using fixture = await startEtcdCluster({ nodes: 0 });
+    const cluster = fixture.etcd;
     const etcd = etcdClient(cluster.clientUrls);
     try {
       const lease = await etcd.grantLease(2);
@@ -122,33 +92,29 @@ Deno.test({
   name: "three nodes elect one leader; when it dies unannounced a standby leads within TTL + 1 s",
   ...options,
   fn: async () => {
-    await using cluster = await EtcdCluster.start();
-    const nodes = ["a", "b", "c"].map((n) => startNode(n, cluster.clientUrls));
-    try {
-      await waitFor("a leader", () => leaders(nodes).length === 1);
-      await waitFor(
-        "every standby to see it",
-        () => nodes.every((n) => n.leadership.leader?.term === leaders(nodes)[0].leadership.term),
-      );
-      const first = leaders(nodes)[0];
-      const term = first.leadership.term;
-      await new Promise((r) => setTimeout(r, 300));
-      assert.equal(leaders(nodes).length, 1);
-      first.leadership.close(); // like SIGKILL: nothing is said to etcd
-      const killedAt = performance.now();
-      const rest = nodes.filter((n) => n !== first);
-      await waitFor("a new leader", () => leaders(rest).length === 1, 5_000);
-      const tookMs = performance.now() - killedAt;
-      const second = leaders(rest)[0];
-      assert.ok(second.leadership.term > term);
-      assert.ok(tookMs <= TTL_MS + 1_000, `fail-over took ${tookMs.toFixed(0)} ms`);
-      await waitFor(
-        "the other standby to follow",
-        () => rest.every((n) => n.leadership.leader?.term === second.leadership.term),
-      );
-    } finally {
-      for (const n of nodes) n[Symbol.dispose]();
-    }
+    await using fixture = await startEtcdCluster({ nodes: 0 });
+    const nodes = ["a", "b", "c"].map((n) => fixture.leadership(n));
+    await waitFor("a leader", () => leaders(nodes).length === 1);
+    await waitFor(
+      "every standby to see it",
+      () => nodes.every((n) => n.leadership.leader?.term === leaders(nodes)[0].leadership.term),
+    );
+    const first = leaders(nodes)[0];
+    const term = first.leadership.term;
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(leaders(nodes).length, 1);
+    first.leadership.close(); // like SIGKILL: nothing is said to etcd
+    const killedAt = performance.now();
+    const rest = nodes.filter((n) => n !== first);
+    await waitFor("a new leader", () => leaders(rest).length === 1, 5_000);
+    const tookMs = performance.now() - killedAt;
+    const second = leaders(rest)[0];
+    assert.ok(second.leadership.term > term);
+    assert.ok(tookMs <= TTL_MS + 1_000, `fail-over took ${tookMs.toFixed(0)} ms`);
+    await waitFor(
+      "the other standby to follow",
+      () => rest.every((n) => n.leadership.leader?.term === second.leadership.term),
+    );
   },
 });
 
@@ -157,38 +123,35 @@ Deno.test({
     "killing the etcd leader member pauses the lockd leader at most: no leader change, no step-down",
   ...options,
   fn: async () => {
-    await using cluster = await EtcdCluster.start();
-    const nodes = ["a", "b", "c"].map((n) => startNode(n, cluster.clientUrls));
-    try {
-      await waitFor("a leader", () => leaders(nodes).length === 1);
-      const leader = leaders(nodes)[0];
-      const term = leader.leadership.term;
-      for (let kill = 0; kill < 2; kill++) {
-        const member = await cluster.leader();
-        assert.ok(member !== null);
-        await cluster.kill(member);
-        await cluster.waitHealthy();
-        // Whatever etcd did, the lockd leader must be serving its same term again.
-        await waitFor("the leader to serve again", () => leader.leadership.serving(), 5_000);
-        cluster.restart(member);
-        await cluster.waitHealthy();
-      }
-      await new Promise((r) => setTimeout(r, TTL_MS));
-      assert.equal(leader.leadership.term, term);
-      assert.deepEqual(leaders(nodes), [leader]);
-      for (const n of nodes) {
-        assert.ok(
-          !kinds(n).some((k) => k.startsWith("stepped_down")),
-          `${n.name}: ${kinds(n).join()}`,
-        );
-      }
-      const pauses = leader.events.filter(({ event }) => event.type === "resumed")
-        .map(({ event }) => event.type === "resumed" ? event.pausedMs : 0);
-      console.log(`pauses: ${pauses.map((ms) => ms.toFixed(0)).join(", ") || "none"} ms`);
-      for (const ms of pauses) assert.ok(ms <= 3_000, `paused ${ms} ms`);
-    } finally {
-      for (const n of nodes) n[Symbol.dispose]();
+    await using fixture = await startEtcdCluster({ nodes: 0 });
+    const cluster = fixture.etcd;
+    const nodes = ["a", "b", "c"].map((n) => fixture.leadership(n));
+    await waitFor("a leader", () => leaders(nodes).length === 1);
+    const leader = leaders(nodes)[0];
+    const term = leader.leadership.term;
+    for (let kill = 0; kill < 2; kill++) {
+      const member = await cluster.leader();
+      assert.ok(member !== null);
+      await cluster.kill(member);
+      await cluster.waitHealthy();
+      // Whatever etcd did, the lockd leader must be serving its same term again.
+      await waitFor("the leader to serve again", () => leader.leadership.serving(), 5_000);
+      cluster.restart(member);
+      await cluster.waitHealthy();
     }
+    await new Promise((r) => setTimeout(r, TTL_MS));
+    assert.equal(leader.leadership.term, term);
+    assert.deepEqual(leaders(nodes), [leader]);
+    for (const n of nodes) {
+      assert.ok(
+        !kinds(n).some((k) => k.startsWith("stepped_down")),
+        `${n.name}: ${kinds(n).join()}`,
+      );
+    }
+    const pauses = leader.events.filter(({ event }) => event.type === "resumed")
+      .map(({ event }) => event.type === "resumed" ? event.pausedMs : 0);
+    console.log(`pauses: ${pauses.map((ms) => ms.toFixed(0)).join(", ") || "none"} ms`);
+    for (const ms of pauses) assert.ok(ms <= 3_000, `paused ${ms} ms`);
   },
 });
 
@@ -197,55 +160,51 @@ Deno.test({
     "a leader cut off from etcd stops serving before its safeUntil, a standby takes over, the old one follows it after the cut heals",
   ...options,
   fn: async () => {
-    await using cluster = await EtcdCluster.start();
+    await using fixture = await startEtcdCluster({ nodes: 0 });
+    const cluster = fixture.etcd;
     await using link = EtcdLink.open(cluster.clientUrls);
-    const a = startNode("a", link.urls);
-    const others: TestNode[] = [];
-    try {
-      await waitFor("a to lead", () => a.leadership.role === "leader");
-      others.push(startNode("b", cluster.clientUrls), startNode("c", cluster.clientUrls));
-      await waitFor("standbys", () => others.every((n) => n.leadership.role === "standby"));
-      await new Promise((r) => setTimeout(r, 300));
-      const term = a.leadership.term;
-      link.partition();
-      const cutAt = performance.now();
-      // Count every moment a claims to serve after its own safeUntil (the breach the soak checks).
-      let servedLate = 0;
-      let servingUntil = cutAt;
-      const probe = setInterval(() => {
-        const now = performance.now();
-        if (a.leadership.serving(now)) {
-          servingUntil = now;
-          if (now >= a.leadership.safeUntilMs) servedLate++;
-        }
-      }, 5);
-      try {
-        await waitFor("a new leader", () => leaders(others).length === 1, 6_000);
-        const newLeaderAt = performance.now();
-        assert.ok(servingUntil < newLeaderAt, "the old leader served while the new one led");
-        await waitFor(
-          "a to step down",
-          () => kinds(a).some((k) => k.startsWith("stepped_down")),
-          6_000,
-        );
-      } finally {
-        clearInterval(probe);
+    const a = fixture.leadership("a", link.urls);
+    const others: RealLeadership[] = [];
+    await waitFor("a to lead", () => a.leadership.role === "leader");
+    others.push(fixture.leadership("b"), fixture.leadership("c"));
+    await waitFor("standbys", () => others.every((n) => n.leadership.role === "standby"));
+    await new Promise((r) => setTimeout(r, 300));
+    const term = a.leadership.term;
+    link.partition();
+    const cutAt = performance.now();
+    // Count every moment a claims to serve after its own safeUntil (the breach the soak checks).
+    let servedLate = 0;
+    let servingUntil = cutAt;
+    const probe = setInterval(() => {
+      const now = performance.now();
+      if (a.leadership.serving(now)) {
+        servingUntil = now;
+        if (now >= a.leadership.safeUntilMs) servedLate++;
       }
-      assert.equal(servedLate, 0);
-      assert.ok(kinds(a).includes("paused"));
-      assert.ok(kinds(a).includes("stepped_down:etcd_unreachable"), kinds(a).join());
-      const newTerm = leaders(others)[0].leadership.term;
-      assert.ok(newTerm > term);
-      link.heal();
+    }, 5);
+    try {
+      await waitFor("a new leader", () => leaders(others).length === 1, 6_000);
+      const newLeaderAt = performance.now();
+      assert.ok(servingUntil < newLeaderAt, "the old leader served while the new one led");
       await waitFor(
-        "a to follow the new leader",
-        () => a.leadership.role === "standby" && a.leadership.leader?.term === newTerm,
+        "a to step down",
+        () => kinds(a).some((k) => k.startsWith("stepped_down")),
         6_000,
       );
     } finally {
-      a[Symbol.dispose]();
-      for (const n of others) n[Symbol.dispose]();
+      clearInterval(probe);
     }
+    assert.equal(servedLate, 0);
+    assert.ok(kinds(a).includes("paused"));
+    assert.ok(kinds(a).includes("stepped_down:etcd_unreachable"), kinds(a).join());
+    const newTerm = leaders(others)[0].leadership.term;
+    assert.ok(newTerm > term);
+    link.heal();
+    await waitFor(
+      "a to follow the new leader",
+      () => a.leadership.role === "standby" && a.leadership.leader?.term === newTerm,
+      6_000,
+    );
   },
 });
 
@@ -253,25 +212,21 @@ Deno.test({
   name: "a planned hand-over elects a standby within a second",
   ...options,
   fn: async () => {
-    await using cluster = await EtcdCluster.start();
-    const nodes = ["a", "b", "c"].map((n) => startNode(n, cluster.clientUrls));
-    try {
-      await waitFor("a leader", () => leaders(nodes).length === 1);
-      await waitFor(
-        "standbys",
-        () => nodes.filter((n) => n.leadership.role === "standby").length === 2,
-      );
-      const first = leaders(nodes)[0];
-      const startMs = performance.now();
-      await first.leadership.resign();
-      const rest = nodes.filter((n) => n !== first);
-      await waitFor("a new leader", () => leaders(rest).length === 1, 2_000);
-      const tookMs = performance.now() - startMs;
-      assert.ok(tookMs <= 1_000, `hand-over took ${tookMs.toFixed(0)} ms`);
-      assert.deepEqual(kinds(first).slice(-1), ["stepped_down:shutdown"]);
-    } finally {
-      for (const n of nodes) n[Symbol.dispose]();
-    }
+    await using fixture = await startEtcdCluster({ nodes: 0 });
+    const nodes = ["a", "b", "c"].map((n) => fixture.leadership(n));
+    await waitFor("a leader", () => leaders(nodes).length === 1);
+    await waitFor(
+      "standbys",
+      () => nodes.filter((n) => n.leadership.role === "standby").length === 2,
+    );
+    const first = leaders(nodes)[0];
+    const startMs = performance.now();
+    await first.leadership.resign();
+    const rest = nodes.filter((n) => n !== first);
+    await waitFor("a new leader", () => leaders(rest).length === 1, 2_000);
+    const tookMs = performance.now() - startMs;
+    assert.ok(tookMs <= 1_000, `hand-over took ${tookMs.toFixed(0)} ms`);
+    assert.deepEqual(kinds(first).slice(-1), ["stepped_down:shutdown"]);
   },
 });
 
@@ -280,10 +235,10 @@ Deno.test({
     "a deposed leader's token reservation fails on a real etcd; the new term starts above its mark",
   ...options,
   fn: async () => {
-    await using cluster = await EtcdCluster.start();
-    const a = startNode("a", cluster.clientUrls);
+    await using fixture = await startEtcdCluster({ nodes: 0 });
+    const a = fixture.leadership("a");
     await waitFor("a to lead", () => a.leadership.role === "leader");
-    const b = startNode("b", cluster.clientUrls);
+    const b = fixture.leadership("b");
     const fenced: (KeyValue | undefined)[] = [];
     const tokensA = new ClusterTokens({
       etcd: a.etcd,
@@ -323,8 +278,6 @@ Deno.test({
     } finally {
       tokensA.end();
       tokensB.end();
-      a[Symbol.dispose]();
-      b[Symbol.dispose]();
     }
   },
 });

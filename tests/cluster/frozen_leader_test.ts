@@ -12,20 +12,15 @@
  */
 
 import assert from "node:assert/strict";
-import { ManualClock, ManualScheduler } from "../../src/clock.ts";
+import type { ManualScheduler } from "../../src/clock.ts";
 import { HELD_REQUESTS_PER_SESSION_MAX } from "../../src/limits.ts";
 import { WIRE_CODES } from "../../src/wire/codes.ts";
 import { type Message, WAIT_FOREVER } from "../../src/wire/messages.ts";
-import { FakeEtcd, settle } from "../helpers/fake_etcd.ts";
-import { FAKE_TTL_MS, runFor, startFakeClusterServer } from "../helpers/fake_cluster.ts";
+import { FAKE_TTL_MS, type FakeCluster, fakeCluster } from "../helpers/cluster_fixture.ts";
+import { type FakeEtcd, settle } from "../helpers/fake_etcd.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 
 const WALL_MS = 1_700_000_000_000;
-
-/** Moves the clock without running any timer: a process frozen by SIGSTOP. */
-function freeze(scheduler: ManualScheduler, ms: number): void {
-  ManualClock.prototype.advance.call(scheduler, ms);
-}
 
 /** Reads messages until the server closes the connection (settling fake etcd in between). */
 async function drain(raw: RawClient): Promise<Message[]> {
@@ -67,12 +62,32 @@ async function setup(
   return { scheduler, etcd, holder, waiter, token: granted.token };
 }
 
+/**
+ * One node that leads (keep-alives confirmed at 667 and 1333 ms), a session open to it; then etcd
+ * stalls until the node has paused.
+ */
+async function pausedLeader(fake: FakeCluster) {
+  const t = await fake.server("n1");
+  await fake.run(1_500);
+  const cluster = t.server.context.cluster!;
+  const raw = await RawClient.session(t.addr);
+  try {
+    fake.etcd.setMode("stall");
+    await fake.run(1_650);
+    assert.equal(cluster.role, "paused");
+  } catch (error) {
+    await raw[Symbol.asyncDispose]();
+    throw error;
+  }
+  return { t, cluster, raw };
+}
+
 for (const order of ["timers first", "sockets first"] as const) {
   Deno.test(`a leader frozen past its lease writes no acquire and no expiry when it wakes (${order})`, async () => {
-    const scheduler = new ManualScheduler(WALL_MS, 0);
-    const etcd = new FakeEtcd(scheduler);
-    await using t = await startFakeClusterServer(etcd, scheduler, "n1");
-    await runFor(scheduler, 100);
+    await using fake = fakeCluster(WALL_MS);
+    const { scheduler, etcd } = fake;
+    const t = await fake.server("n1");
+    await fake.run(100);
     const cluster = t.server.context.cluster!;
     assert.equal(cluster.serving, true);
     const term = cluster.term;
@@ -81,13 +96,13 @@ for (const order of ["timers first", "sockets first"] as const) {
     await using waiter = s.waiter;
     const queued = await waiter.next();
     assert.equal(queued?.type, "queued");
-    await runFor(scheduler, 100);
+    await fake.run(100);
     const before = t.audit.records().length;
 
     // SIGSTOP for 3 × TTL: the holder's lease and the node's etcd lease run out, no timer runs.
     // Meanwhile the waiter asks for another lock and heartbeats, and the holder goes away: the
     // frozen node reads all of it when it wakes.
-    freeze(scheduler, 3 * FAKE_TTL_MS);
+    fake.freeze(3 * FAKE_TTL_MS);
     await waiter.send(
       { type: "acquire", requestId: 2, name: "b", leaseMs: 1_000, waitMs: WAIT_FOREVER },
       { type: "heartbeat", requestId: 3 },
@@ -101,7 +116,7 @@ for (const order of ["timers first", "sockets first"] as const) {
       await settle();
       scheduler.advance(0);
     }
-    await runFor(scheduler, 1_000);
+    await fake.run(1_000);
     const after = t.audit.records().slice(before);
     const decided = after.filter((r) => r.event === "acquire" || r.event === "release");
     // No grant, no expiry, no graceful release: only the step-down's failover ending of the
@@ -124,10 +139,10 @@ for (const order of ["timers first", "sockets first"] as const) {
 }
 
 Deno.test("a paused leader decides nothing until it resumes, then does what waited, in order", async () => {
-  const scheduler = new ManualScheduler(WALL_MS, 0);
-  const etcd = new FakeEtcd(scheduler);
-  await using t = await startFakeClusterServer(etcd, scheduler, "n1");
-  await runFor(scheduler, 1_500); // keep-alives confirmed at 667 and 1333: safeUntil 3333
+  await using fake = fakeCluster(WALL_MS);
+  const { scheduler, etcd } = fake;
+  const t = await fake.server("n1");
+  await fake.run(1_500); // keep-alives confirmed at 667 and 1333: safeUntil 3333
   const cluster = t.server.context.cluster!;
   assert.equal(cluster.serving, true);
   // A lease that ends within the node's safeUntil (3200 ≤ 3333), after its pause begins (3133).
@@ -144,13 +159,11 @@ Deno.test("a paused leader decides nothing until it resumes, then does what wait
   // etcd stops answering (an etcd leader election): the leader pauses at 3133 and may not
   // decide that the lease of "a" ran out at 3200, nor anything else, until it resumes.
   etcd.setMode("stall");
-  // (Whatever fails, the hand-over at the end needs etcd.)
-  await using _up = { [Symbol.asyncDispose]: () => Promise.resolve(etcd.setMode("up")) };
-  await runFor(scheduler, 1_650);
+  await fake.run(1_650);
   assert.equal(cluster.role, "paused");
   await waiter.send({ type: "acquire", requestId: 2, name: "b", leaseMs: 1_000, waitMs: 0 });
   leaver.conn.close();
-  await runFor(scheduler, 100);
+  await fake.run(100);
   assert.equal(cluster.role, "paused");
   assert.deepEqual(t.audit.records().slice(before), [], "a paused leader wrote audit records");
   assert.equal(t.server.context.engine.holderOf("a")?.token, s.token);
@@ -160,7 +173,7 @@ Deno.test("a paused leader decides nothing until it resumes, then does what wait
   etcd.extendLeases(3_000);
   const resumedAtWallMs = scheduler.wallMs();
   etcd.setMode("up");
-  await runFor(scheduler, 200);
+  await fake.run(200);
   assert.equal(cluster.role, "leader");
   const after = t.audit.records().slice(before);
   assert.deepEqual(
@@ -183,16 +196,10 @@ Deno.test("a paused leader decides nothing until it resumes, then does what wait
 });
 
 Deno.test("requests sent to a paused leader wait in the session's reader, bounded, and are answered in order once it resumes", async () => {
-  const scheduler = new ManualScheduler(WALL_MS, 0);
-  const etcd = new FakeEtcd(scheduler);
-  await using t = await startFakeClusterServer(etcd, scheduler, "n1");
-  await runFor(scheduler, 1_500);
-  const cluster = t.server.context.cluster!;
-  await using client = await RawClient.session(t.addr);
-  etcd.setMode("stall");
-  await using _up = { [Symbol.asyncDispose]: () => Promise.resolve(etcd.setMode("up")) };
-  await runFor(scheduler, 1_650);
-  assert.equal(cluster.role, "paused");
+  await using fake = fakeCluster(WALL_MS);
+  const { etcd } = fake;
+  const { t, cluster, raw } = await pausedLeader(fake);
+  await using client = raw;
   // Far more than a held session keeps: it stops reading, the rest waits in the kernel.
   const count = 50_000;
   const heartbeats = Array.from({ length: count }, (_, i) => ({
@@ -200,7 +207,7 @@ Deno.test("requests sent to a paused leader wait in the session's reader, bounde
     requestId: i + 1,
   }));
   await client.send(...heartbeats);
-  await runFor(scheduler, 50);
+  await fake.run(50);
   const session = [...t.server.context.connections][0];
   // At most the limit plus one read's worth (64 KiB of 9-byte frames).
   assert.ok(session.heldRequests > 0);
@@ -211,7 +218,7 @@ Deno.test("requests sent to a paused leader wait in the session's reader, bounde
   assert.equal(t.server.context.engine.stats.heartbeatsTotal, 0);
   etcd.extendLeases(3_000);
   etcd.setMode("up");
-  await runFor(scheduler, 100);
+  await fake.run(100);
   assert.equal(cluster.role, "leader");
   for (let i = 1; i <= count; i++) {
     const ack = await client.next();
@@ -221,16 +228,10 @@ Deno.test("requests sent to a paused leader wait in the session's reader, bounde
 });
 
 Deno.test("a paused leader that finds another node's key steps down with NOT_LEADER naming that node", async () => {
-  const scheduler = new ManualScheduler(WALL_MS, 0);
-  const etcd = new FakeEtcd(scheduler);
-  await using t = await startFakeClusterServer(etcd, scheduler, "n1");
-  await runFor(scheduler, 1_500);
-  const cluster = t.server.context.cluster!;
-  await using client = await RawClient.session(t.addr);
-  etcd.setMode("stall");
-  await using _up = { [Symbol.asyncDispose]: () => Promise.resolve(etcd.setMode("up")) };
-  await runFor(scheduler, 1_650);
-  assert.equal(cluster.role, "paused");
+  await using fake = fakeCluster(WALL_MS);
+  const { etcd } = fake;
+  const { cluster, raw } = await pausedLeader(fake);
+  await using client = raw;
   // Meanwhile another node leads (here an operator's hand: the key replaced on n1's lease, so
   // n1's keep-alives still confirm and it reads the key to resume). A closed loopback port.
   const lease = cluster.leadership.leaseId!;
@@ -242,7 +243,7 @@ Deno.test("a paused leader that finds another node's key steps down with NOT_LEA
   );
   etcd.extendLeases(3_000);
   etcd.setMode("up");
-  await runFor(scheduler, 200);
+  await fake.run(200);
   const heard = await drain(client);
   const last = heard.at(-1);
   assert.ok(last?.type === "error", JSON.stringify(heard));

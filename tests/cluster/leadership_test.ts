@@ -4,42 +4,25 @@
  */
 
 import assert from "node:assert/strict";
-import { ManualClock, ManualScheduler, type Scheduler } from "../../src/clock.ts";
-import { Leadership, type LeadershipEvent } from "../../src/cluster/leadership.ts";
-import { FakeEtcd, settle } from "../helpers/fake_etcd.ts";
+import type { Scheduler } from "../../src/clock.ts";
+import type { LeadershipEvent } from "../../src/cluster/leadership.ts";
+import {
+  FAKE_TTL_MS as TTL_MS,
+  type FakeCluster,
+  fakeCluster,
+  type FakeLeadership,
+} from "../helpers/cluster_fixture.ts";
+import { settle } from "../helpers/fake_etcd.ts";
 
-const TTL_MS = 2_000;
 const MARGIN_MS = 200;
 
-interface Node {
-  leadership: Leadership;
-  events: LeadershipEvent[];
-}
-
-function node(etcd: FakeEtcd, scheduler: ManualScheduler, name: string): Node {
-  const events: LeadershipEvent[] = [];
-  const leadership = new Leadership({
-    etcd,
-    scheduler,
-    cluster: "test",
-    node: { name, advertise: `${name}:7400`, admin: `${name}:7401` },
-    ttlMs: TTL_MS,
-    onEvent: (e) => events.push(e),
-  });
-  return { leadership, events };
-}
-
-/** Moves time in small steps, letting etcd answers settle between them. */
-async function run(scheduler: ManualScheduler, ms: number, stepMs = 10): Promise<void> {
-  for (let t = 0; t < ms; t += stepMs) {
-    scheduler.advance(Math.min(stepMs, ms - t));
-    await settle();
-  }
-}
-
-/** Moves the clock without running any timer: a process frozen by SIGSTOP. */
-function freeze(scheduler: ManualScheduler, ms: number): void {
-  ManualClock.prototype.advance.call(scheduler, ms);
+/** Node "a" alone: it leads, and one keep-alive is confirmed (at 667 ms). */
+async function confirmedLeader(fake: FakeCluster): Promise<FakeLeadership> {
+  const a = fake.leadership("a");
+  a.leadership.start();
+  await settle();
+  await fake.run(700);
+  return a;
 }
 
 function types(events: LeadershipEvent[]): string[] {
@@ -47,9 +30,9 @@ function types(events: LeadershipEvent[]): string[] {
 }
 
 Deno.test("a lone node leads; its term is the create revision of the leader key", async () => {
-  const scheduler = new ManualScheduler(0, 0);
-  const etcd = new FakeEtcd(scheduler);
-  const a = node(etcd, scheduler, "a");
+  await using fake = fakeCluster();
+  const { etcd } = fake;
+  const a = fake.leadership("a");
   a.leadership.start();
   await settle();
   const key = etcd.peek("test/leader");
@@ -62,16 +45,15 @@ Deno.test("a lone node leads; its term is the create revision of the leader key"
   assert.equal(a.leadership.safeUntilMs, TTL_MS);
   assert.equal(a.leadership.leader?.advertise, "a:7400");
   assert.deepEqual(types(a.events), ["elected", "leader_changed"]);
-  a.leadership.close();
 });
 
 Deno.test("keep-alives go out every TTL/3 and move safeUntil to their send time + TTL", async () => {
-  const scheduler = new ManualScheduler(0, 0);
-  const etcd = new FakeEtcd(scheduler);
+  await using fake = fakeCluster();
+  const { etcd } = fake;
   etcd.latencyMs = 5; // processed 5 ms after the send: safeUntil still counts from the send
-  const a = node(etcd, scheduler, "a");
+  const a = fake.leadership("a");
   a.leadership.start();
-  await run(scheduler, 2_100);
+  await fake.run(2_100);
   const granted = etcd.requests.find((r) => r.op === "grant")!.sentAtMs;
   const sends = etcd.requests.filter((r) => r.op === "keepalive").map((r) => r.sentAtMs);
   assert.equal(sends.length, 3);
@@ -80,14 +62,12 @@ Deno.test("keep-alives go out every TTL/3 and move safeUntil to their send time 
   assert.deepEqual([sends[1] - sends[0], sends[2] - sends[1]].map(Math.round), [667, 667]);
   assert.equal(a.leadership.safeUntilMs, sends[2] + TTL_MS);
   assert.equal(a.leadership.role, "leader");
-  a.leadership.close();
 });
 
 Deno.test("a standby sees the leader, and campaigns when the key goes with the leader's lease", async () => {
-  const scheduler = new ManualScheduler(0, 0);
-  const etcd = new FakeEtcd(scheduler);
-  const a = node(etcd, scheduler, "a");
-  const b = node(etcd, scheduler, "b");
+  await using fake = fakeCluster();
+  const a = fake.leadership("a");
+  const b = fake.leadership("b");
   a.leadership.start();
   await settle();
   b.leadership.start();
@@ -96,11 +76,11 @@ Deno.test("a standby sees the leader, and campaigns when the key goes with the l
   assert.equal(b.leadership.leader?.name, "a");
   assert.equal(b.leadership.serving(), false);
   const termA = a.leadership.term;
-  await run(scheduler, 1_000);
+  await fake.run(1_000);
   // a dies without a word (SIGKILL): its lease runs out, then b is elected.
   const safeUntilA = a.leadership.safeUntilMs;
   a.leadership.close();
-  await run(scheduler, 3_000);
+  await fake.run(3_000);
   assert.equal(b.leadership.role, "leader");
   assert.ok(b.leadership.term > termA);
   assert.ok(
@@ -113,48 +93,43 @@ Deno.test("a standby sees the leader, and campaigns when the key goes with the l
     "elected",
     "leader_changed",
   ]);
-  b.leadership.close();
 });
 
 Deno.test("a leader whose keep-alives go unanswered pauses before safeUntil − margin", async () => {
-  const scheduler = new ManualScheduler(0, 0);
-  const etcd = new FakeEtcd(scheduler);
-  const a = node(etcd, scheduler, "a");
-  a.leadership.start();
-  await settle();
-  await run(scheduler, 700); // one keep-alive confirmed at 667
+  await using fake = fakeCluster();
+  const { etcd } = fake;
+  const a = await confirmedLeader(fake); // one keep-alive confirmed at 667
   const lastConfirmedSend = 2_000 / 3;
   etcd.setMode("stall");
   const pauseAt = lastConfirmedSend + TTL_MS - MARGIN_MS;
-  await run(scheduler, pauseAt - 700 - 10, 5);
+  await fake.run(pauseAt - 700 - 10, 5);
   assert.equal(a.leadership.role, "leader");
   assert.ok(a.leadership.serving());
-  await run(scheduler, 15, 5);
+  await fake.run(15, 5);
   assert.equal(a.leadership.role, "paused");
   assert.equal(a.leadership.serving(), false);
   assert.deepEqual(types(a.events).slice(-1), ["paused"]);
-  a.leadership.close();
 });
 
 Deno.test("a paused leader resumes without a leader change once a newer keep-alive is confirmed and its key reads back", async () => {
-  const scheduler = new ManualScheduler(0, 0);
-  const etcd = new FakeEtcd(scheduler);
-  const a = node(etcd, scheduler, "a");
-  const b = node(etcd, scheduler, "b");
+  await using fake = fakeCluster();
+  const { etcd } = fake;
+  const a = fake.leadership("a");
+  const b = fake.leadership("b");
   a.leadership.start();
   await settle();
   b.leadership.start();
   await settle();
-  await run(scheduler, 700);
+  await fake.run(700);
   const term = a.leadership.term;
   // etcd stalls (an etcd leader election); the new etcd leader extends every lease.
   etcd.setMode("stall");
-  await run(scheduler, 1_850);
+  await fake.run(1_850);
   assert.equal(a.leadership.role, "paused");
   etcd.extendLeases(3_000);
   const getsBefore = etcd.count("get");
   etcd.setMode("up");
-  await run(scheduler, 300);
+  await fake.run(300);
   assert.equal(a.leadership.role, "leader");
   assert.equal(a.leadership.term, term);
   assert.ok(etcd.count("get") > getsBefore, "resumed without reading the key");
@@ -165,40 +140,31 @@ Deno.test("a paused leader resumes without a leader change once a newer keep-ali
   assert.equal(b.leadership.leader?.term, term);
   assert.ok(!types(a.events).some((t) => t.startsWith("stepped_down")));
   a.leadership.close();
-  b.leadership.close();
 });
 
 Deno.test("a paused leader does not resume on a confirmation of a keep-alive sent before the pause", async () => {
-  const scheduler = new ManualScheduler(0, 0);
-  const etcd = new FakeEtcd(scheduler);
-  const a = node(etcd, scheduler, "a");
-  a.leadership.start();
-  await settle();
-  await run(scheduler, 700);
+  await using fake = fakeCluster();
+  const { etcd } = fake;
+  const a = await confirmedLeader(fake);
   etcd.setMode("stall");
-  await run(scheduler, 1_790); // paused at 2466; keep-alives sent since then are stalled
+  await fake.run(1_790); // paused at 2466; keep-alives sent since then are stalled
   assert.equal(a.leadership.role, "paused");
   a.leadership.serving(); // nothing changes while etcd says nothing
   assert.equal(a.leadership.role, "paused");
-  a.leadership.close();
 });
 
 Deno.test("a leader frozen past safeUntil pauses at its first check, before any timer runs", async () => {
-  const scheduler = new ManualScheduler(0, 0);
-  const etcd = new FakeEtcd(scheduler);
-  const a = node(etcd, scheduler, "a");
-  a.leadership.start();
-  await settle();
-  await run(scheduler, 700);
+  await using fake = fakeCluster();
+  const a = await confirmedLeader(fake);
   assert.ok(a.leadership.serving());
-  freeze(scheduler, 3 * TTL_MS); // SIGSTOP for 3 × TTL: no timer ran
+  fake.freeze(3 * TTL_MS); // SIGSTOP for 3 × TTL: no timer ran
   assert.equal(a.leadership.role, "leader"); // nothing noticed yet...
   assert.equal(a.leadership.serving(), false); // ...but the check before a frame does
   assert.equal(a.leadership.role, "paused");
   // On waking, its lease is gone: it steps down instead of resuming, and (alone) is elected
   // again in a new term.
   const term = a.leadership.term;
-  await run(scheduler, 200);
+  await fake.run(200);
   assert.deepEqual(types(a.events).slice(2), [
     "paused",
     "stepped_down:lease_expired",
@@ -207,73 +173,63 @@ Deno.test("a leader frozen past safeUntil pauses at its first check, before any 
     "leader_changed",
   ]);
   assert.ok(a.leadership.term > term);
-  a.leadership.close();
 });
 
 Deno.test("a paused leader whose key another node now holds steps down as deposed", async () => {
-  const scheduler = new ManualScheduler(0, 0);
-  const etcd = new FakeEtcd(scheduler);
-  const a = node(etcd, scheduler, "a");
-  a.leadership.start();
-  await settle();
-  await run(scheduler, 700);
+  await using fake = fakeCluster();
+  const { etcd } = fake;
+  const a = await confirmedLeader(fake);
   etcd.setMode("stall");
-  await run(scheduler, 1_800);
+  await fake.run(1_800);
   assert.equal(a.leadership.role, "paused");
   // Meanwhile an operator replaced the key (same lease, so the keep-alive still confirms).
   etcd.deleteDirect("test/leader");
   etcd.putDirect("test/leader", JSON.stringify({ name: "x", advertise: "x:1", admin: null }));
   etcd.extendLeases(3_000);
   etcd.setMode("up");
-  await run(scheduler, 200);
+  await fake.run(200);
   assert.ok(types(a.events).includes("stepped_down:deposed"), types(a.events).join());
   assert.equal(a.leadership.leader?.name, "x");
-  a.leadership.close();
 });
 
 Deno.test("a leader steps down when its key is deleted (watch), then campaigns again", async () => {
-  const scheduler = new ManualScheduler(0, 0);
-  const etcd = new FakeEtcd(scheduler);
-  const a = node(etcd, scheduler, "a");
+  await using fake = fakeCluster();
+  const { etcd } = fake;
+  const a = fake.leadership("a");
   a.leadership.start();
-  await run(scheduler, 100);
+  await fake.run(100);
   const term = a.leadership.term;
   etcd.deleteDirect("test/leader");
-  await run(scheduler, 100);
+  await fake.run(100);
   assert.ok(types(a.events).includes("stepped_down:key_lost"));
   assert.equal(a.leadership.role, "leader"); // re-elected with a new lease and term
   assert.ok(a.leadership.term > term);
-  a.leadership.close();
 });
 
 Deno.test("a paused leader cut off from etcd gives up at safeUntil + TTL (etcd_unreachable)", async () => {
-  const scheduler = new ManualScheduler(0, 0);
-  const etcd = new FakeEtcd(scheduler);
-  const a = node(etcd, scheduler, "a");
-  a.leadership.start();
-  await settle();
-  await run(scheduler, 700);
+  await using fake = fakeCluster();
+  const { etcd } = fake;
+  const a = await confirmedLeader(fake);
   const safeUntil = a.leadership.safeUntilMs;
   etcd.setMode("down");
-  await run(scheduler, safeUntil + TTL_MS - 700 - 20);
+  await fake.run(safeUntil + TTL_MS - 700 - 20);
   assert.equal(a.leadership.role, "paused");
-  await run(scheduler, 40);
+  await fake.run(40);
   assert.ok(types(a.events).includes("stepped_down:etcd_unreachable"));
   assert.equal(a.leadership.role, "starting");
   const stepped = a.events.find((e) => e.type === "stepped_down");
   assert.ok(stepped?.type === "stepped_down" && stepped.pausedMs! >= TTL_MS + MARGIN_MS - 20);
-  a.leadership.close();
 });
 
 Deno.test("resign hands over at once: the key is deleted and a standby is elected within a round trip", async () => {
-  const scheduler = new ManualScheduler(0, 0);
-  const etcd = new FakeEtcd(scheduler);
-  const a = node(etcd, scheduler, "a");
-  const b = node(etcd, scheduler, "b");
+  await using fake = fakeCluster();
+  const { etcd } = fake;
+  const a = fake.leadership("a");
+  const b = fake.leadership("b");
   a.leadership.start();
   await settle();
   b.leadership.start();
-  await run(scheduler, 500);
+  await fake.run(500);
   const leaseA = a.leadership.leaseId!;
   await a.leadership.resign();
   await settle();
@@ -281,22 +237,20 @@ Deno.test("resign hands over at once: the key is deleted and a standby is electe
   assert.equal(etcd.leaseExists(leaseA), false);
   assert.equal(b.leadership.role, "leader");
   assert.deepEqual(types(a.events).slice(-1), ["stepped_down:shutdown"]);
-  b.leadership.close();
 });
 
 Deno.test("a campaign whose answer was lost still makes the node leader (the read finds its key)", async () => {
-  const scheduler = new ManualScheduler(0, 0);
-  const etcd = new FakeEtcd(scheduler);
-  const a = node(etcd, scheduler, "a");
+  await using fake = fakeCluster();
+  const a = fake.leadership("a");
   a.leadership.start();
   await settle(); // the lease is granted, the read done, the campaign sent
   assert.equal(a.leadership.role, "leader");
   a.leadership.close();
 
   // Now with the campaign's answer lost: etcd stalls right after the grant.
-  const scheduler2 = new ManualScheduler(0, 0);
-  const etcd2 = new FakeEtcd(scheduler2);
-  const c = node(etcd2, scheduler2, "c");
+  await using fake2 = fakeCluster();
+  const etcd2 = fake2.etcd;
+  const c = fake2.leadership("c");
   const realTxn = etcd2.txn.bind(etcd2);
   let dropped = false;
   etcd2.txn = (compare, success, failure, options) => {
@@ -306,75 +260,72 @@ Deno.test("a campaign whose answer was lost still makes the node leader (the rea
     return result.then(() => Promise.reject(new Error("connection reset")));
   };
   c.leadership.start();
-  await run(scheduler2, 400);
+  await fake2.run(400);
   assert.equal(c.leadership.role, "leader");
   assert.equal(c.leadership.term, etcd2.peek("test/leader")!.createRevision);
-  c.leadership.close();
 });
 
 Deno.test("a standby whose watch went silent still sees the deletion by re-reading every TTL", async () => {
-  const scheduler = new ManualScheduler(0, 0);
-  const etcd = new FakeEtcd(scheduler);
-  const a = node(etcd, scheduler, "a");
-  const b = node(etcd, scheduler, "b");
+  await using fake = fakeCluster();
+  const { etcd } = fake;
+  const a = fake.leadership("a");
+  const b = fake.leadership("b");
   a.leadership.start();
   await settle();
   b.leadership.start();
-  await run(scheduler, 100);
+  await fake.run(100);
   // Black-hole the watch streams for a moment (they stay silent), then etcd answers again.
   etcd.setMode("stall");
   etcd.setMode("up");
   a.leadership.close();
-  await run(scheduler, 2_000 + 2_000 + 100);
+  await fake.run(2_000 + 2_000 + 100);
   assert.equal(b.leadership.role, "leader");
-  b.leadership.close();
 });
 
 Deno.test("a standby whose lease expired while etcd was unreachable gets a new one", async () => {
-  const scheduler = new ManualScheduler(0, 0);
-  const etcd = new FakeEtcd(scheduler);
-  const a = node(etcd, scheduler, "a");
-  const b = node(etcd, scheduler, "b");
+  await using fake = fakeCluster();
+  const { etcd } = fake;
+  const a = fake.leadership("a");
+  const b = fake.leadership("b");
   a.leadership.start();
   await settle();
   b.leadership.start();
-  await run(scheduler, 100);
+  await fake.run(100);
   const leaseB = b.leadership.leaseId!;
   etcd.setMode("down");
-  await run(scheduler, 3_000);
+  await fake.run(3_000);
   etcd.setMode("up");
-  await run(scheduler, 1_000);
+  await fake.run(1_000);
   assert.ok(b.leadership.leaseId !== null && b.leadership.leaseId !== leaseB);
   a.leadership.close();
-  b.leadership.close();
 });
 
 Deno.test("a win reported by the watch before the campaign's answer elects the node once", async () => {
-  const scheduler = new ManualScheduler(0, 0);
-  const etcd = new FakeEtcd(scheduler);
+  await using fake = fakeCluster();
+  const { etcd } = fake;
   // Answers come 5 ms after etcd processed the request; the watch stream carries the change
   // at once: the standby sees its own key before it reads that its campaign won.
   etcd.answerDelayMs = 5;
-  const a = node(etcd, scheduler, "a");
-  const b = node(etcd, scheduler, "b");
+  const a = fake.leadership("a");
+  const b = fake.leadership("b");
   a.leadership.start();
-  await run(scheduler, 100);
+  await fake.run(100);
   b.leadership.start();
-  await run(scheduler, 100);
+  await fake.run(100);
   assert.equal(b.leadership.role, "standby");
   const resigned = a.leadership.resign();
-  await run(scheduler, 100);
+  await fake.run(100);
   await resigned;
   assert.equal(b.leadership.role, "leader");
   const elected = b.events.filter((e) => e.type === "elected");
   assert.deepEqual(elected, [{ type: "elected", term: b.leadership.term }]);
-  b.leadership.close();
 });
 
 // ---- regressions found while turning leadership into a state machine ---------------------
 
 Deno.test("a pause timer that fires a little early still pauses the leader at its deadline, with nothing asking serving()", async () => {
-  const scheduler = new ManualScheduler(0, 0);
+  await using fake = fakeCluster();
+  const { scheduler, etcd } = fake;
   // Real timers count whole milliseconds: setTimeout(f, 1333.4) may run f at 1333.
   const truncating: Scheduler = {
     monotonicMs: () => scheduler.monotonicMs(),
@@ -382,26 +333,17 @@ Deno.test("a pause timer that fires a little early still pauses the leader at it
     setTimer: (callback, delayMs) =>
       scheduler.setTimer(callback, delayMs >= 1 ? Math.floor(delayMs) : delayMs),
   };
-  const etcd = new FakeEtcd(scheduler);
-  const events: LeadershipEvent[] = [];
-  const a = new Leadership({
-    etcd,
-    scheduler: truncating,
-    cluster: "test",
-    node: { name: "a", advertise: "a:7400", admin: null },
-    ttlMs: TTL_MS,
-    onEvent: (e) => events.push(e),
-  });
+  const { leadership: a, events } = fake.leadership("a", { scheduler: truncating, admin: null });
   a.start();
   await settle();
   // Steps of 10.3 ms: the answers are read at fractional times, so the pause timers are armed
   // for fractional delays...
-  await run(scheduler, 1_000, 10.3);
+  await fake.run(1_000, 10.3);
   etcd.setMode("stall"); // ...and then no confirmation comes
   const deadlineMs = a.safeUntilMs - MARGIN_MS;
-  await run(scheduler, deadlineMs - scheduler.monotonicMs() - 20, 10.3);
+  await fake.run(deadlineMs - scheduler.monotonicMs() - 20, 10.3);
   assert.equal(a.role, "leader");
-  await run(scheduler, 20.5, 0.25);
+  await fake.run(20.5, 0.25);
   // Before the fix the timer found the deadline 0.x ms ahead, and nothing armed it again: the
   // node stayed in role "leader" (shown to operators, no faster re-checks, no pause limit).
   assert.equal(a.role, "paused");
@@ -410,34 +352,26 @@ Deno.test("a pause timer that fires a little early still pauses the leader at it
 });
 
 Deno.test("a late failure of a read from before a step-down does not cancel the retries of the new lease", async () => {
-  const scheduler = new ManualScheduler(0, 0);
-  const etcd = new FakeEtcd(scheduler);
+  await using fake = fakeCluster();
+  const { etcd } = fake;
   let getDelayMs = 0;
   const client = etcd.client({ requestDelayMs: (op) => op === "get" ? getDelayMs : 0 });
-  const events: LeadershipEvent[] = [];
-  const a = new Leadership({
-    etcd: client,
-    scheduler,
-    cluster: "test",
-    node: { name: "a", advertise: "a:7400", admin: null },
-    ttlMs: TTL_MS,
-    onEvent: (e) => events.push(e),
-  });
+  const { leadership: a, events } = fake.leadership("a", { etcd: client, admin: null });
   a.start();
-  await run(scheduler, 100);
+  await fake.run(100);
   assert.equal(a.role, "leader");
   // The watch breaks: the leader reads the key again, and that read will time out (TTL/2).
   getDelayMs = 5_000;
   client.breakWatches();
-  await run(scheduler, 300);
+  await fake.run(300);
   // Meanwhile it steps down (its key is gone), and etcd refuses its new lease for a while.
   etcd.setMode("down");
   a.deposed(undefined);
   assert.equal(a.role, "starting");
-  await run(scheduler, 1_500); // the old read fails in here
+  await fake.run(1_500); // the old read fails in here
   etcd.setMode("up");
   getDelayMs = 0;
-  await run(scheduler, 5_000);
+  await fake.run(5_000);
   // Before the fix the old read's failure replaced the grant's retry timer with one for the old
   // lease, which did nothing: the node stayed "starting" without a lease for good.
   assert.equal(a.role, "leader", types(events).join());
@@ -447,8 +381,8 @@ Deno.test("a late failure of a read from before a step-down does not cancel the 
 });
 
 Deno.test("a leader deposed by a read starts no watch until it has a new lease", async () => {
-  const scheduler = new ManualScheduler(0, 0);
-  const etcd = new FakeEtcd(scheduler);
+  await using fake = fakeCluster();
+  const { scheduler, etcd } = fake;
   let silent = false;
   let dropKeepAliveAnswers = false;
   let grantDelayMs = 0;
@@ -458,17 +392,9 @@ Deno.test("a leader deposed by a read starts no watch until it has a new lease",
     requestDelayMs: (op) => op === "grant" ? grantDelayMs : 0,
     scheduler,
   });
-  const events: LeadershipEvent[] = [];
-  const a = new Leadership({
-    etcd: client,
-    scheduler,
-    cluster: "test",
-    node: { name: "a", advertise: "a:7400", admin: null },
-    ttlMs: TTL_MS,
-    onEvent: (e) => events.push(e),
-  });
+  const { leadership: a, events } = fake.leadership("a", { etcd: client, admin: null });
   a.start();
-  await run(scheduler, 100);
+  await fake.run(100);
   const leaseA = a.leaseId!;
   // Its watch goes silent; an operator replaces the key (on a's lease, so keep-alives still
   // confirm); a keep-alive fails, the next succeeds: a reads the key again and is deposed.
@@ -481,14 +407,14 @@ Deno.test("a leader deposed by a read starts no watch until it has a new lease",
   );
   dropKeepAliveAnswers = true;
   grantDelayMs = 1_000; // the new lease takes a while
-  await run(scheduler, 700); // the keep-alive at 667 goes unanswered (times out at 1333)
+  await fake.run(700); // the keep-alive at 667 goes unanswered (times out at 1333)
   dropKeepAliveAnswers = false;
   silent = false;
-  await run(scheduler, 800);
+  await fake.run(800);
   assert.ok(types(events).includes("stepped_down:deposed"), types(events).join());
   // The key changes again while the new lease is on its way.
   etcd.putDirect("test/leader", JSON.stringify({ name: "y", advertise: "y:1", admin: null }));
-  await run(scheduler, 50);
+  await fake.run(50);
   // Before the fix the read's watch was started for the lease-less next life: its events made
   // the node a "standby" without a lease.
   assert.equal(a.role, "starting");
@@ -498,32 +424,24 @@ Deno.test("a leader deposed by a read starts no watch until it has a new lease",
 });
 
 Deno.test("a late answer of an older campaign does not elect a leader again with an older term", async () => {
-  const scheduler = new ManualScheduler(0, 0);
-  const etcd = new FakeEtcd(scheduler);
+  await using fake = fakeCluster();
+  const { scheduler, etcd } = fake;
   let txnDelayMs = 0;
   const client = etcd.client({
     dropWatchBatch: () => true, // silent watch: b learns only from answers and reads
     answerDelayMs: (op) => op === "txn" ? txnDelayMs : 0,
     scheduler,
   });
-  const events: LeadershipEvent[] = [];
-  const b = new Leadership({
-    etcd: client,
-    scheduler,
-    cluster: "test",
-    node: { name: "b", advertise: "b:7400", admin: null },
-    ttlMs: TTL_MS,
-    onEvent: (e) => events.push(e),
-  });
+  const { leadership: b, events } = fake.leadership("b", { etcd: client, admin: null });
   etcd.putDirect("test/leader", JSON.stringify({ name: "x", advertise: "x:1", admin: null }));
   b.start();
-  await run(scheduler, 100);
+  await fake.run(100);
   assert.equal(b.role, "standby");
   // The key goes; b's re-read (every TTL) finds it absent and campaigns: that answer is slow
   // (but within the request's timeout, TTL/2).
   etcd.deleteDirect("test/leader");
   txnDelayMs = 900;
-  for (let i = 0; i < 300 && etcd.peek("test/leader") === undefined; i++) await run(scheduler, 10);
+  for (let i = 0; i < 300 && etcd.peek("test/leader") === undefined; i++) await fake.run(10);
   const first = etcd.peek("test/leader")!;
   assert.equal(first.lease, b.leaseId);
   assert.equal(b.role, "standby");
@@ -532,11 +450,11 @@ Deno.test("a late answer of an older campaign does not elect a leader again with
   etcd.deleteDirect("test/leader");
   txnDelayMs = 0;
   client.breakWatches();
-  await run(scheduler, 400);
+  await fake.run(400);
   const second = etcd.peek("test/leader")!;
   assert.ok(second.createRevision > first.createRevision);
   assert.equal(b.term, second.createRevision);
-  await run(scheduler, 600); // the first campaign's answer arrives
+  await fake.run(600); // the first campaign's answer arrives
   // Before the fix b was elected again, with the older term.
   assert.deepEqual(events.filter((e) => e.type === "elected"), [
     { type: "elected", term: second.createRevision },

@@ -7,11 +7,9 @@
  * scraped; each panel needs one query whose metrics are all in the scrape.
  */
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
+import { spawnLockd } from "../../bench/lockd_proc.ts";
 import { familiesInExposition, metricFamilies } from "./metric_names.ts";
 import { readRepoFile } from "../helpers/doc_blocks.ts";
-
-const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
 
 /** The permission flags of `deno task compile` (what the binary is built with). */
 function shippedPermissions(): string[] {
@@ -45,57 +43,27 @@ function panels(): Panel[] {
 }
 
 Deno.test("every dashboard panel has data under the shipped permissions (no --allow-all)", async () => {
-  const server = new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      ...shippedPermissions(),
-      MAIN,
-      "serve",
-      "-listen",
-      "127.0.0.1:0",
-      "-ops-listen",
-      "127.0.0.1:0",
-      "-admin-listen",
-      "127.0.0.1:0",
-      "-shutdown-grace",
-      "0s",
-      "-data-dir",
-      "",
-    ],
-    stdin: "null",
-    stdout: "null",
-    stderr: "piped",
-  }).spawn();
-  const stderr = server.stderr.pipeThrough(new TextDecoderStream()).getReader();
-  let log = "";
-  try {
-    let ops: string | undefined;
-    while (ops === undefined) {
-      const { value, done } = await stderr.read();
-      if (done) throw new Error(`lockd exited before its ops server started:\n${log}`);
-      log += value;
-      ops = /ops_listen="([^"]+)"/.exec(log)?.[1];
-    }
-    const scrape = await (await fetch(`http://${ops}/metrics`)).text();
-    const present = familiesInExposition(scrape);
-    assert.ok(
-      !present.has("process_open_fds"),
-      "no /proc without --allow-all (else retire this test)",
-    );
-    const empty: string[] = [];
-    for (const panel of panels()) {
-      const shown = (panel.targets ?? []).some((target) => {
-        const families = [...metricFamilies(target.expr ?? "")];
-        // `up` comes from Prometheus' scrape, not from lockd.
-        if (families.length === 0) return /^up\{/.test(target.expr ?? "");
-        return families.every((family) => present.has(family));
-      });
-      if (!shown) empty.push(panel.title ?? "(untitled)");
-    }
-    assert.deepEqual(empty, [], "panels with no query that has data");
-  } finally {
-    server.kill("SIGTERM");
-    await server.status;
-    await stderr.cancel();
+  await using server = await spawnLockd({
+    permissions: shippedPermissions(),
+    http: true,
+    flags: ["-shutdown-grace", "0s"],
+  });
+  const ops = server.opsAddr;
+  const scrape = await (await fetch(`http://${ops}/metrics`)).text();
+  const present = familiesInExposition(scrape);
+  assert.ok(
+    !present.has("process_open_fds"),
+    "no /proc without --allow-all (else retire this test)",
+  );
+  const empty: string[] = [];
+  for (const panel of panels()) {
+    const shown = (panel.targets ?? []).some((target) => {
+      const families = [...metricFamilies(target.expr ?? "")];
+      // `up` comes from Prometheus' scrape, not from lockd.
+      if (families.length === 0) return /^up\{/.test(target.expr ?? "");
+      return families.every((family) => present.has(family));
+    });
+    if (!shown) empty.push(panel.title ?? "(untitled)");
   }
+  assert.deepEqual(empty, [], "panels with no query that has data");
 });

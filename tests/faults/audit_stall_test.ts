@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import { BenchConn, type Reply } from "../../bench/bench_client.ts";
-import { startServerProc } from "../../bench/server_proc.ts";
+import { spawnLockd } from "../../bench/lockd_proc.ts";
 import { connect } from "../../mod.ts";
 
 const WRITE_TIMEOUT_MS = 300;
@@ -60,10 +60,10 @@ function metricValue(exposition: string, sample: string): number {
 }
 
 Deno.test("a stdout reader that stops never freezes the server: probes answer, heartbeats hold leases, grants pause with 0x0c, and all recovers whole", async () => {
-  await using proc = await startServerProc({
+  await using proc = await spawnLockd({
     http: true,
     stdout: "piped",
-    args: ["-audit-write-timeout", `${WRITE_TIMEOUT_MS}ms`, "-shutdown-grace", "0s"],
+    flags: ["-audit-write-timeout", `${WRITE_TIMEOUT_MS}ms`, "-shutdown-grace", "0s"],
   });
   const ops = `http://${proc.opsAddr}`;
   let audit = "";

@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import { BenchConn } from "../../bench/bench_client.ts";
-import { cpuSeconds, startServerProc } from "../../bench/server_proc.ts";
+import { cpuSeconds, spawnLockd } from "../../bench/lockd_proc.ts";
 
 const FD_LIMIT = 64;
 const FLOOD = 120;
@@ -20,10 +20,10 @@ async function metric(opsAddr: string, name: string): Promise<number> {
 }
 
 Deno.test("under a low descriptor limit, accept errors are counted, the acceptor backs off, and service resumes", async () => {
-  await using proc = await startServerProc({
+  await using proc = await spawnLockd({
     fdLimit: FD_LIMIT,
     http: true,
-    args: ["-audit-log", "/dev/null"],
+    flags: ["-audit-log", "/dev/null"],
   });
   const existing = await BenchConn.session(proc.addr, "existing");
   // A probe connection to the ops server opened before the flood (as a monitoring agent's

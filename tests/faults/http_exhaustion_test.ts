@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import { BenchConn } from "../../bench/bench_client.ts";
-import { type ServerProc, startServerProc } from "../../bench/server_proc.ts";
+import { type LockdProc, spawnLockd } from "../../bench/lockd_proc.ts";
 
 async function scrape(opsAddr: string): Promise<string> {
   const response = await fetch(`http://${opsAddr}/metrics`, { signal: AbortSignal.timeout(2_000) });
@@ -21,7 +21,7 @@ function sample(text: string, name: string, labels = ""): number {
   return line === undefined ? NaN : Number(line.slice(prefix.length));
 }
 
-async function alive(proc: ServerProc): Promise<boolean> {
+async function alive(proc: LockdProc): Promise<boolean> {
   const exited = await Promise.race([
     proc.child.status.then(() => true),
     new Promise<false>((resolve) => setTimeout(() => resolve(false), 50)),
@@ -69,10 +69,10 @@ async function until<T>(what: string, timeoutMs: number, fn: () => Promise<T | n
 }
 
 Deno.test("with the protocol port's descriptors exhausted, probes and scrapes on new connections do not kill lockd; the ops listener recovers", async () => {
-  await using proc = await startServerProc({
+  await using proc = await spawnLockd({
     fdLimit: 64,
     http: true,
-    args: ["-audit-log", "/dev/null"],
+    flags: ["-audit-log", "/dev/null"],
   });
   const conns = await flood(proc.addr, 120);
   try {
@@ -106,10 +106,10 @@ Deno.test("with the protocol port's descriptors exhausted, probes and scrapes on
 });
 
 Deno.test("150 idle connections to the admin port and 150 to the ops port under ulimit -n 128: lockd lives, the guard closes them, both listeners serve again", async () => {
-  await using proc = await startServerProc({
+  await using proc = await spawnLockd({
     fdLimit: 128,
     http: true,
-    args: ["-audit-log", "/dev/null", "-http-header-timeout", "1s"],
+    flags: ["-audit-log", "/dev/null", "-http-header-timeout", "1s"],
   });
   const session = await BenchConn.session(proc.addr, "before");
   const conns = [...await flood(proc.adminAddr!, 150), ...await flood(proc.opsAddr!, 150)];

@@ -6,7 +6,7 @@
 
 import assert from "node:assert/strict";
 import { BenchConn } from "../../bench/bench_client.ts";
-import { startServerProc } from "../../bench/server_proc.ts";
+import { spawnLockd } from "../../bench/lockd_proc.ts";
 
 const CLIENTS = 8;
 
@@ -36,8 +36,8 @@ Deno.test("tokens issued after a SIGKILL restart on the same data dir exceed eve
   try {
     let before: number[] = [];
     for (let round = 0; round < 2; round++) {
-      const proc = await startServerProc({
-        args: ["-data-dir", dataDir, "-audit-log", "/dev/null"],
+      const proc = await spawnLockd({
+        flags: ["-data-dir", dataDir, "-audit-log", "/dev/null"],
       });
       try {
         // Kill while clients are mid-loop.

@@ -8,11 +8,10 @@
  */
 
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
 import { BenchConn } from "../../bench/bench_client.ts";
+import { type LockdProc, spawnLockd } from "../../bench/lockd_proc.ts";
 import { connect } from "../../mod.ts";
 
-const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
 const LEASE_MS = 1_000;
 
 async function get(url: string, timeoutMs = 2_000): Promise<{ status: number; body: string }> {
@@ -25,15 +24,10 @@ function metricValue(exposition: string, sample: string): number {
   return line === undefined ? NaN : Number(line.slice(sample.length + 1));
 }
 
-function spawnServer(): Deno.ChildProcess {
-  return new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "-A",
-      MAIN,
-      "serve",
-      "-listen",
-      "127.0.0.1:0",
+/** `lockd serve -log-level debug` whose standard error is read only until it has started. */
+function spawnServer(): Promise<LockdProc> {
+  return spawnLockd({
+    flags: [
       "-ops-listen",
       "127.0.0.1:0",
       "-log-level",
@@ -42,29 +36,11 @@ function spawnServer(): Deno.ChildProcess {
       "json",
       "-audit-log",
       "/dev/null",
-      "-data-dir",
-      "",
       "-shutdown-grace",
       "0s",
     ],
-    stdin: "null",
-    stdout: "null",
-    stderr: "piped",
-  }).spawn();
-}
-
-/** Reads standard error until the server has started; its addresses. */
-async function started(
-  reader: ReadableStreamDefaultReader<string>,
-): Promise<{ addr: string; ops: string }> {
-  let text = "";
-  while (!text.includes('"lockd started"')) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error(`lockd serve ended:\n${text}`);
-    text += value;
-  }
-  const line = JSON.parse(text.split("\n").find((l) => l.includes('"lockd started"'))!);
-  return { addr: line.listen, ops: `http://${line.ops_listen}` };
+    stderrAfterStart: "handed-over",
+  });
 }
 
 /** Acquire/release cycles (four debug lines each) until the server reports dropped lines. */
@@ -87,15 +63,15 @@ async function fillUntilDropped(fill: BenchConn, ops: string): Promise<number> {
 }
 
 Deno.test("a standard error nobody reads never freezes the server: lines are dropped and counted, and reported once it is read again", async () => {
-  const child = spawnServer();
-  const killer = setTimeout(() => child.kill("SIGKILL"), 60_000);
-  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
+  // Read until the server has started, then stop reading: the pipe fills up.
+  await using server = await spawnServer();
+  const killer = setTimeout(() => server.child.kill("SIGKILL"), 60_000);
+  const reader = server.stderrReader!;
+  const { addr } = server;
+  const ops = `http://${server.opsAddr}`;
   let text = "";
   let filler: BenchConn | null = null;
   try {
-    // Read until the server has started, then stop reading: the pipe fills up.
-    const { addr, ops } = await started(reader);
-
     await using holder = await connect({ addr, reconnect: false });
     const held = await holder.acquire("stderr/held", { leaseMs: LEASE_MS });
     const fill = await BenchConn.session(addr, "filler");
@@ -140,9 +116,8 @@ Deno.test("a standard error nobody reads never freezes the server: lines are dro
   } finally {
     filler?.close();
     await filler?.done;
-    child.kill("SIGTERM");
     // A server frozen on standard error (the code before the fix) never handles SIGTERM.
-    const stuck = setTimeout(() => child.kill("SIGKILL"), 10_000);
+    const stopping = server.stop("SIGTERM", 10_000);
     // Whatever is left is read to the end: the process must exit within a bound.
     const rest = (async () => {
       for (;;) {
@@ -150,20 +125,20 @@ Deno.test("a standard error nobody reads never freezes the server: lines are dro
         if (done) return;
       }
     })();
-    const status = await child.status;
+    const status = await stopping;
     await rest;
     clearTimeout(killer);
-    clearTimeout(stuck);
     assert.equal(status.code, 0, `exit status ${status.code} (signal ${status.signal})`);
   }
 });
 
 Deno.test("with a standard error nobody reads, SIGTERM still ends the process: the buffered lines get a bounded time", async () => {
-  const child = spawnServer();
+  await using server = await spawnServer();
+  const { child } = server;
   const killer = setTimeout(() => child.kill("SIGKILL"), 60_000);
-  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
+  const ops = `http://${server.opsAddr}`;
   try {
-    const { addr, ops } = await started(reader);
+    const addr = server.addr;
     const fill = await BenchConn.session(addr, "filler");
     await fillUntilDropped(fill, ops);
     fill.close();
@@ -183,12 +158,5 @@ Deno.test("with a standard error nobody reads, SIGTERM still ends the process: t
     assert.ok(performance.now() - stoppingMs < 10_000);
   } finally {
     clearTimeout(killer);
-    try {
-      child.kill("SIGKILL");
-    } catch {
-      // already exited
-    }
-    await child.status;
-    await reader.cancel();
   }
 });

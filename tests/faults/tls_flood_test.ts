@@ -14,7 +14,7 @@
 
 import assert from "node:assert/strict";
 import { BenchConn, type BenchTls } from "../../bench/bench_client.ts";
-import { startServerProc } from "../../bench/server_proc.ts";
+import { spawnLockd } from "../../bench/lockd_proc.ts";
 import { certPath, certPem, keyPath, keyPem } from "../fixtures/tls/certs.ts";
 
 const SLOW_CERT = new URL("../fixtures/tls/slow/", import.meta.url).pathname;
@@ -45,9 +45,9 @@ function runFlood(addr: string, mode: string, durationMs: number, concurrency: n
 
 Deno.test("a ClientHello flood and a silent-connection flood do not let any heartbeating holder's lease expire", async () => {
   const ratePerS = 40;
-  await using proc = await startServerProc({
+  await using proc = await spawnLockd({
     http: true,
-    args: [
+    flags: [
       "-audit-log",
       "/dev/null",
       "-tls-cert",
@@ -128,10 +128,10 @@ Deno.test("a ClientHello flood and a silent-connection flood do not let any hear
 });
 
 Deno.test("after descriptor exhaustion the TLS listener accepts again, and the failed accepts are counted", async () => {
-  await using proc = await startServerProc({
+  await using proc = await spawnLockd({
     fdLimit: 64,
     http: true,
-    args: [
+    flags: [
       "-audit-log",
       "/dev/null",
       "-tls-cert",

@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
+import { runLockd } from "../../bench/lockd_proc.ts";
 import { ManualScheduler } from "../../src/clock.ts";
 import { TokenIssuer } from "../../src/core/tokens.ts";
 import { TOKEN_RETRY_MS_MAX, TOKEN_RETRY_MS_MIN } from "../../src/limits.ts";
@@ -16,6 +16,7 @@ import { startServer } from "../../src/server/start.ts";
 import { http } from "../admin/admin_helpers.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 import { startTestServer } from "../helpers/start_server.ts";
+import { assertProblem } from "../helpers/problem.ts";
 
 Deno.test("a token store that fails during a hand-off: /readyz 503, a 409 naming the token store, and the waiter gets the lock when a retry succeeds", async () => {
   let failing = false;
@@ -46,9 +47,9 @@ Deno.test("a token store that fails during a hand-off: /readyz 503, a 409 naming
   assert.deepEqual([ready.status, ready.text], [503, "token store unavailable"]);
   assert.equal((await http(t.server.opsAddr!, "GET", "/healthz")).status, 200);
   const forced = await http(t.server.adminAddr!, "POST", "/api/locks/x/release");
-  assert.equal(forced.status, 409);
-  const detail = (forced.json as { detail: string }).detail;
-  assert.match(detail, /no fencing token can be reserved: No space left on device/);
+  const { detail } = await assertProblem(forced, 409, undefined, {
+    detail: /no fencing token can be reserved: No space left on device/,
+  });
   assert.doesNotMatch(detail, /audit/);
   await owner.send({ type: "acquire", requestId: 3, name: "y", leaseMs: 0, waitMs: 0 });
   const refused = await owner.next();
@@ -131,16 +132,11 @@ Deno.test("start-up: an exhausted token space stops the start", async () => {
 
 Deno.test("start-up errors of lockd serve are one line on standard error and exit 1", async () => {
   const dir = await Deno.makeTempDir();
-  const main = fileURLToPath(new URL("../../main.ts", import.meta.url));
   try {
     await using first = await startTestServer({ dataDir: dir });
-    const output = await new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", main, "serve", "-listen", "127.0.0.1:0", "-data-dir", dir],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
+    const output = await runLockd(["serve", "-listen", "127.0.0.1:0", "-data-dir", dir]);
     assert.equal(output.code, 1);
-    const lines = new TextDecoder().decode(output.stderr).trim().split("\n");
+    const lines = output.stderr.trim().split("\n");
     const last = lines.at(-1)!;
     assert.match(last, /^lockd: -data-dir ".*" is in use by another lockd server/);
     assert.ok(first.addr);

@@ -8,7 +8,8 @@ import assert from "node:assert/strict";
 import { serveConfigFromArgs } from "../../src/cli/serve.ts";
 import { FlagError } from "../../src/cli/flags.ts";
 import { HostPolicy, parseAllowedHosts, parseHost } from "../../src/http/host_policy.ts";
-import { problemText, start } from "../admin/admin_helpers.ts";
+import { start } from "../admin/admin_helpers.ts";
+import { assertProblem } from "../helpers/problem.ts";
 import { rawRequest } from "../helpers/raw_http.ts";
 
 const POLICY_CASES: [
@@ -164,19 +165,13 @@ Deno.test("the admin API refuses a rebound Host with 421 and answers its own add
     );
 
   const refused = await get(`evil.example:${port}`);
-  assert.equal(refused.status, 421);
-  assert.equal(refused.headers.get("content-type"), "application/problem+json");
-  assert.equal(
-    refused.body,
-    problemText(
-      "host-not-allowed",
-      "Host not allowed",
-      421,
-      // Issue 19 item 5: the refused Host is not echoed.
+  await assertProblem(refused, 421, "host-not-allowed", {
+    title: "Host not allowed",
+    // Issue 19 item 5: the refused Host is not echoed.
+    detail:
       "The request's Host (or target authority) is not an address of this listener, localhost, " +
-        "or a name in -admin-allowed-hosts",
-    ),
-  );
+      "or a name in -admin-allowed-hosts",
+  });
   // Refused before anything else: an unknown path and a force-release alike.
   assert.equal((await get("evil.example", "/nope")).status, 421);
   assert.equal((await get("evil.example", "/api/locks")).status, 421);

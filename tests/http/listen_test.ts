@@ -18,6 +18,7 @@ import { HTTP_PROBE_CONNECTIONS_RESERVED } from "../../src/limits.ts";
 import { ServerCounters } from "../../src/counters.ts";
 import { eventually } from "../helpers/start_server.ts";
 import { RawHttp } from "../helpers/raw_http.ts";
+import { assertProblem } from "../helpers/problem.ts";
 
 const LIMITS: HttpLimits = {
   headerTimeoutMs: 10_000,
@@ -177,11 +178,9 @@ Deno.test("at the cap, the least recently active connection not serving a reques
   using fresh2 = await RawHttp.connect(h.addr);
   // One that never sent a request is told why.
   const told = await idle1.response();
-  assert.equal(told.status, 503);
-  assert.match(
-    JSON.parse(told.body).detail,
-    /closed for a newer one before it completed a request/,
-  );
+  await assertProblem(told, 503, undefined, {
+    detail: /closed for a newer one before it completed a request/,
+  });
   assert.equal(await idle1.closedWithin(2_000), true);
   using fresh3 = await RawHttp.connect(h.addr);
   assert.equal((await half.response()).status, 503, "the slowloris head came next");
@@ -238,9 +237,7 @@ Deno.test("at the cap with every connection serving a request, a new one gets 50
     using other = await RawHttp.connect(h.addr);
     await other.send(get("/api/locks"));
     const answer = await other.response();
-    assert.equal(answer.status, 503);
-    assert.equal(answer.headers.get("content-type"), "application/problem+json");
-    assert.match(answer.body, /too-many-connections/);
+    await assertProblem(answer, 503, "too-many-connections");
     assert.equal(await other.closedWithin(2_000), true);
     assert.equal(h.counters.http.admin.dropped.limit, 1);
     assert.equal(streams, 2);
@@ -345,9 +342,7 @@ for (const [name, request, status, detail] of REFUSED) {
     using client = await RawHttp.connect(h.addr);
     await client.send(request);
     const answer = await client.response();
-    assert.equal(answer.status, status);
-    assert.equal(answer.headers.get("content-type"), "application/problem+json");
-    assert.match(JSON.parse(answer.body).detail, detail);
+    await assertProblem(answer, status, undefined, { detail });
     assert.equal(await client.closedWithin(2_000), true);
     assert.deepEqual(h.peers, []);
     assert.equal(h.counters.http.admin.dropped.invalid_request, 1);

@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import { RawHttp } from "../helpers/raw_http.ts";
 import { startTestServer } from "../helpers/start_server.ts";
+import { assertProblem } from "../helpers/problem.ts";
 
 const CAP = 16;
 const TOKEN = "probe-room-token";
@@ -132,10 +133,7 @@ Deno.test("400 concurrent scrapes of /metrics at the default cap each get an HTT
       client = await RawHttp.connect(ops);
       await client.send("GET /metrics HTTP/1.1\r\nHost: lockd\r\n\r\n");
       const answer = await client.response();
-      if (answer.status === 503) {
-        assert.equal(answer.headers.get("content-type"), "application/problem+json");
-        assert.match(answer.body, /too-many-connections/);
-      }
+      if (answer.status === 503) await assertProblem(answer, 503, "too-many-connections");
       return String(answer.status);
     } catch (error) {
       return `no answer: ${error instanceof Error ? error.message : error}`;

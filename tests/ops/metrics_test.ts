@@ -10,7 +10,8 @@ import {
 } from "../../src/counters.ts";
 import { PROMETHEUS_CONTENT_TYPE } from "../../src/ops/prometheus.ts";
 import { CLUSTER_ONLY_WIRE_CODES, WIRE_CODES } from "../../src/wire/codes.ts";
-import { http, problemText, queue } from "../admin/admin_helpers.ts";
+import { http, queue } from "../admin/admin_helpers.ts";
+import { assertProblem } from "../helpers/problem.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 import { eventually, startTestServer, type TestServer } from "../helpers/start_server.ts";
 
@@ -273,24 +274,17 @@ Deno.test("the ops server answers unknown paths with 404 and other methods with 
   await using t = await startTestServer({ opsListen: "127.0.0.1:0" });
   const ops = t.server.opsAddr!;
   const notFound = await http(ops, "GET", "/api/info");
-  assert.equal(notFound.status, 404);
-  assert.equal(
-    notFound.text,
-    problemText("not-found", "Not found", 404, "No resource at /api/info"),
-  );
+  await assertProblem(notFound, 404, "not-found", {
+    title: "Not found",
+    detail: "No resource at /api/info",
+  });
   for (const path of ["/metrics", "/healthz", "/readyz"]) {
     const answer = await http(ops, "POST", path);
-    assert.equal(answer.status, 405);
     assert.equal(answer.headers.get("allow"), "GET, HEAD");
-    assert.equal(
-      answer.text,
-      problemText(
-        "method-not-allowed",
-        "Method not allowed",
-        405,
-        `${path} does not support POST; allowed: GET, HEAD`,
-      ),
-    );
+    await assertProblem(answer, 405, "method-not-allowed", {
+      title: "Method not allowed",
+      detail: `${path} does not support POST; allowed: GET, HEAD`,
+    });
   }
   const head = await http(ops, "HEAD", "/healthz");
   assert.equal(head.status, 200);

@@ -6,11 +6,9 @@
  */
 
 import assert from "node:assert/strict";
-import { ManualScheduler } from "../../src/clock.ts";
 import { CLUSTER_ONLY_WIRE_CODES, formatWireCode, WIRE_CODES } from "../../src/wire/codes.ts";
 import { http } from "../admin/admin_helpers.ts";
-import { FakeEtcd } from "../helpers/fake_etcd.ts";
-import { startFakeClusterServer } from "../helpers/fake_cluster.ts";
+import { fakeCluster } from "../helpers/cluster_fixture.ts";
 import { startTestServer } from "../helpers/start_server.ts";
 
 /** Every value of `label` in the samples of `family`, in exposition order. */
@@ -42,11 +40,8 @@ Deno.test("a single node exposes exactly the spec's four release reasons and no 
 });
 
 Deno.test("a cluster node adds failover and 0x11 NOT_LEADER", async () => {
-  const scheduler = new ManualScheduler(1_700_000_000_000, 0);
-  const etcd = new FakeEtcd(scheduler);
-  await using t = await startFakeClusterServer(etcd, scheduler, "n1", {
-    opsListen: "127.0.0.1:0",
-  });
+  await using fake = fakeCluster(1_700_000_000_000);
+  const t = await fake.server("n1", { opsListen: "127.0.0.1:0" });
   const text = (await http(t.server.opsAddr!, "GET", "/metrics")).text;
   assert.deepEqual(labelValues(text, "lockd_releases_total", "reason"), [
     ...SPEC_REASONS,

@@ -1,8 +1,9 @@
 /**
- * Plays every row of the "Every error case" table of docs/protocol.md against a
- * real server over TCP: the ERROR's code, request id and name, and whether the
- * connection closes after it. The table is read from the doc, so a row without
- * a scenario (or a scenario without a row) fails too.
+ * The one suite of wire error codes: plays every row of the "Every error case" table of
+ * docs/protocol.md against a real server over TCP: the ERROR's code, request id and name, and
+ * whether the connection closes after it. The table is read from the doc, so a row without a
+ * scenario (or a scenario without a row) fails too, and every wire code must have a row: each
+ * code is produced by some scenario.
  */
 import assert from "node:assert/strict";
 import { ManualScheduler } from "../../src/clock.ts";
@@ -13,9 +14,8 @@ import { WIRE_CODES, type WireCodeName } from "../../src/wire/codes.ts";
 import { encodeFrame } from "../../src/wire/frame.ts";
 import type { ErrorMessage, Message } from "../../src/wire/messages.ts";
 import { VERSION } from "../../src/version.ts";
-import { EtcdCluster } from "../../bench/etcd_proc.ts";
 import { writeAcl } from "../helpers/acl_file.ts";
-import { startClusterServers } from "../helpers/cluster.ts";
+import { startEtcdCluster } from "../helpers/cluster_fixture.ts";
 import { skipWithoutEtcd } from "../helpers/etcd.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 import { eventually, startTestServer, type TestServer } from "../helpers/start_server.ts";
@@ -137,6 +137,9 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
         out.push(await observe(raw));
       }
     }
+    // The server still serves others.
+    await using ok = await RawClient.session(t.addr);
+    assert.equal((await acquire(ok, 1, "x"))?.type, "acquired");
     return out;
   },
 
@@ -180,7 +183,7 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
   async "HELLO with a version the server does not speak"() {
     await using t = await server();
     const out: Observation[] = [];
-    for (const version of [0, 2, 0xffff]) {
+    for (const version of [0, 2, 99, 0xffff]) {
       await using raw = await RawClient.connect(t.addr);
       await raw.send({ type: "hello", version, clientName: "future" });
       out.push(await observe(raw));
@@ -352,13 +355,25 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
   },
 
   async "ACQUIRE while no fencing token can be reserved"() {
+    let failing = true;
     const tokens = new TokenIssuer(0, 1, () => {
-      throw new Error("No space left on device (os error 28)");
+      if (failing) throw new Error("No space left on device (os error 28)");
     });
-    await using t = await startTestServer({}, { tokens });
+    const scheduler = new ManualScheduler();
+    await using t = await startTestServer({}, { scheduler, tokens });
     await using a = await RawClient.session(t.addr);
     await a.send({ type: "acquire", requestId: 3, name: "no-token", leaseMs: 0, waitMs: 0 });
-    return [await observe(a, { acquireId: 3, requestName: "no-token" })];
+    const out = [await observe(a, { acquireId: 3, requestName: "no-token" })];
+    const refused = out[0].error;
+    assert.match(
+      refused?.type === "error" ? refused.message : "",
+      /no fencing token could be reserved \(No space left on device \(os error 28\)\)/,
+    );
+    // Once the store can be written again, the next reservation (a retry) grants again.
+    failing = false;
+    scheduler.advance(10_000);
+    assert.equal((await acquire(a, 4, "no-token"))?.type, "acquired");
+    return out;
   },
 
   async "ACQUIRE past `-max-claims-per-session`"() {
@@ -420,7 +435,9 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
     await using a = await RawClient.session(t.addr);
     await using b = await RawClient.session(t.addr);
     assert.equal((await acquire(a, 1, "held"))?.type, "acquired");
-    assert.equal((await acquire(b, 2, "held", WAIT_FOREVER))?.type, "queued");
+    const queued = await acquire(b, 2, "held", WAIT_FOREVER);
+    assert.equal(queued?.type, "queued");
+    assert.deepEqual(queued, { type: "queued", requestId: 2, name: "held", position: 1 });
     await b.send({ type: "release", requestId: 3, name: "held", token: 0 });
     return [
       await observe(b, { acquireId: 2, requestName: "held" }, async (raw) => {
@@ -447,6 +464,9 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
       out.push(await observe(a, { releaseId: requestId, requestName: name }));
       requestId++;
     }
+    // The refusals left the ownership as it was: a heartbeat renews it.
+    await a.send({ type: "heartbeat", requestId: 20 });
+    assert.deepEqual(await a.next(), { type: "heartbeat_ack", requestId: 20, renewed: 1 });
     return out;
   },
 
@@ -469,10 +489,15 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
   async "an operator force-releases an ownership of this session"() {
     await using t = await server({ adminListen: "127.0.0.1:0" });
     await using raw = await RawClient.session(t.addr);
+    await using waiter = await RawClient.session(t.addr);
     assert.equal((await acquire(raw, 1, "jobs/nightly"))?.type, "acquired");
     assert.equal((await acquire(raw, 2, "other"))?.type, "acquired");
+    assert.equal((await acquire(waiter, 1, "jobs/nightly", WAIT_FOREVER))?.type, "queued");
     assert.equal(await admin(t, "POST", "/api/locks/jobs%2Fnightly/release"), 200);
-    return [await observe(raw, { lock: "jobs/nightly" })];
+    const out = [await observe(raw, { lock: "jobs/nightly" })];
+    // The lock goes to the next waiter.
+    assert.equal((await waiter.next())?.type, "acquired");
+    return out;
   },
 
   async "an operator removes a waiter of this session"() {
@@ -490,22 +515,15 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
   },
 
   async "HELLO at a cluster node that does not serve (a standby)"() {
-    await using etcd = await EtcdCluster.start();
-    await using servers = await startClusterServers(etcd.clientUrls, 2);
-    const leader = await servers.waitServing();
-    const standby = servers.nodes.find((n) => n !== leader)!;
-    await eventually(
-      () => standby.server.context.cluster?.leader?.advertise === leader.addr,
-      "the standby knows the leader",
-    );
+    await using servers = await startEtcdCluster({ nodes: 2 });
+    const { leader, standbys: [standby] } = await servers.waitLeaderKnown();
     await using raw = await RawClient.connect(standby.addr);
     await raw.send({ type: "hello", version: 1, clientName: "x" });
     return [await observe(raw, { leader: leader.addr })];
   },
 
   async "the cluster node stops leading with a session open (step-down or hand-over)"() {
-    await using etcd = await EtcdCluster.start();
-    await using servers = await startClusterServers(etcd.clientUrls, 1);
+    await using servers = await startEtcdCluster({ nodes: 1 });
     const leader = await servers.waitServing();
     await using raw = await RawClient.session(leader.addr);
     assert.equal((await acquire(raw, 1, "held"))?.type, "acquired");

@@ -14,6 +14,7 @@ import { AclParseError, parseAcl } from "../../src/security/acl.ts";
 import { compileGlob, GlobError } from "../../src/security/glob.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 import { startTestServer } from "../helpers/start_server.ts";
+import { assertProblem } from "../helpers/problem.ts";
 
 const NFC = "caf\u00e9/menu"; // é as one code point
 const NFD = "cafe\u0301/menu"; // e + COMBINING ACUTE ACCENT
@@ -85,15 +86,12 @@ Deno.test("admin API: a lock name that is not NFC in a path is a 400 problem", a
     ]
   ) {
     const response = await fetch(url, { method });
-    const body = await response.json();
-    assert.equal(response.status, 400, `${method} ${url}`);
-    assert.equal(response.headers.get("content-type"), "application/problem+json");
-    assert.equal(body.type, "https://lockd.dev/problems/invalid-lock-name");
-    assert.equal(body.title, "Invalid lock name");
-    assert.equal(
-      body.detail,
-      `Lock name "${NFD}" in the path is refused: lock name is not in Unicode Normalization Form C (NFC)`,
-    );
+    await assertProblem(response, 400, "invalid-lock-name", {
+      title: "Invalid lock name",
+      detail:
+        `Lock name "${NFD}" in the path is refused: lock name is not in Unicode Normalization Form C (NFC)`,
+      message: `${method} ${url}`,
+    });
   }
   // The NFC spelling is a valid name: an idle lock is still a 404.
   const idle = await fetch(
@@ -108,13 +106,9 @@ Deno.test("admin API: ?match= with a glob that is not NFC is a 400 invalid-glob 
   const response = await fetch(
     `http://${t.server.adminAddr}/api/locks?match=${encodeURIComponent("cafe\u0301/**")}`,
   );
-  const body = await response.json();
-  assert.equal(response.status, 400);
-  assert.equal(body.type, "https://lockd.dev/problems/invalid-glob");
-  assert.equal(
-    body.detail,
-    'Invalid glob "cafe\u0301/**": pattern is not in Unicode Normalization Form C (NFC)',
-  );
+  await assertProblem(response, 400, "invalid-glob", {
+    detail: 'Invalid glob "cafe\u0301/**": pattern is not in Unicode Normalization Form C (NFC)',
+  });
 });
 
 Deno.test("globs: a pattern that is not NFC is refused; escapes and classes count too", () => {
@@ -216,20 +210,19 @@ Deno.test("admin API: a lock name with an invisible character in a path is a 400
     ]
   ) {
     const response = await fetch(url, { method });
-    const body = await response.json();
-    assert.equal(response.status, 400, `${method} ${url}`);
-    assert.equal(body.type, "https://lockd.dev/problems/invalid-lock-name");
-    assert.equal(
-      body.detail,
-      'Lock name "jobs/\\u202Egol.x" in the path is refused: lock name contains a bidirectional ' +
+    await assertProblem(response, 400, "invalid-lock-name", {
+      detail:
+        'Lock name "jobs/\\u202Egol.x" in the path is refused: lock name contains a bidirectional ' +
         "control character (U+202E)",
-    );
+      message: `${method} ${url}`,
+    });
   }
   const zeroWidth = await fetch(
     `http://${t.server.adminAddr}/api/locks/${encodeURIComponent("night\u200bly")}`,
   );
-  assert.equal(zeroWidth.status, 400);
-  assert.match((await zeroWidth.json()).detail, /invisible format character \(U\+200B\)/);
+  await assertProblem(zeroWidth, 400, undefined, {
+    detail: /invisible format character \(U\+200B\)/,
+  });
 });
 
 Deno.test("admin API: ?match= with an invisible character is a 400 invalid-glob problem", async () => {
@@ -251,10 +244,7 @@ Deno.test("admin API: ?match= with an invisible character is a 400 invalid-glob 
     const response = await fetch(
       `http://${t.server.adminAddr}/api/locks?match=${encodeURIComponent(pattern)}`,
     );
-    const body = await response.json();
-    assert.equal(response.status, 400);
-    assert.equal(body.type, "https://lockd.dev/problems/invalid-glob");
-    assert.equal(body.detail, detail);
+    await assertProblem(response, 400, "invalid-glob", { detail });
   }
 });
 

@@ -4,6 +4,7 @@
  * named and what to do; softer findings are warnings.
  */
 import assert from "node:assert/strict";
+import { runLockd } from "../../bench/lockd_proc.ts";
 import { X509Certificate } from "node:crypto";
 import { readCertificateProfile } from "../../src/security/cert_checks.ts";
 import { loadServerTls, TlsConfigError } from "../../src/security/tls.ts";
@@ -135,30 +136,22 @@ Deno.test("cert checks: an X.509 v1 certificate is refused", async () => {
 
 Deno.test("cert checks: lockd serve with a CA as its certificate exits 1 with the reason", async () => {
   // A real process: the reason goes to standard error through the diagnostic log's writer.
-  const output = await new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "-A",
-      new URL("../../main.ts", import.meta.url).pathname,
-      "serve",
-      "-listen",
-      "127.0.0.1:0",
-      "-tls-cert",
-      certPath("ca"),
-      "-tls-key",
-      keyPath("ca"),
-      "-log-level",
-      "error",
-      "-data-dir",
-      "",
-    ],
-    stdin: "null",
-    stdout: "null",
-    stderr: "piped",
-  }).output();
+  const output = await runLockd([
+    "serve",
+    "-listen",
+    "127.0.0.1:0",
+    "-tls-cert",
+    certPath("ca"),
+    "-tls-key",
+    keyPath("ca"),
+    "-log-level",
+    "error",
+    "-data-dir",
+    "",
+  ]);
   assert.equal(output.code, 1);
   assert.match(
-    new TextDecoder().decode(output.stderr),
+    output.stderr,
     /^lockd: The certificate in .* is a CA certificate/m,
   );
 });

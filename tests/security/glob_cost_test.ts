@@ -9,6 +9,7 @@ import { connect } from "../../mod.ts";
 import { GLOB_BYTES_MAX } from "../../src/limits.ts";
 import { AclParseError, parseAcl } from "../../src/security/acl.ts";
 import { startTestServer } from "../helpers/start_server.ts";
+import { assertProblem } from "../helpers/problem.ts";
 
 const LOCKS = 1000;
 
@@ -22,13 +23,11 @@ Deno.test("admin API: a match glob longer than the limit is a 400 problem, answe
     const response = await fetch(
       `http://${t.server.adminAddr}/api/locks?match=${encodeURIComponent(glob)}`,
     );
-    const body = await response.json();
-    assert.equal(response.status, 400);
-    assert.equal(body.type, "https://lockd.dev/problems/invalid-glob");
-    assert.match(
-      body.detail,
-      new RegExp(`pattern is ${glob.length} bytes long, more than the limit of ${GLOB_BYTES_MAX}$`),
-    );
+    await assertProblem(response, 400, "invalid-glob", {
+      detail: new RegExp(
+        `pattern is ${glob.length} bytes long, more than the limit of ${GLOB_BYTES_MAX}$`,
+      ),
+    });
   }
 });
 

@@ -6,6 +6,7 @@
  * plain listener reports "server does not speak TLS".
  */
 import assert from "node:assert/strict";
+import { runLockd } from "../../bench/lockd_proc.ts";
 import * as tls from "node:tls";
 import { connect, ConnectionError, LockdError, WrongProtocolError } from "../../mod.ts";
 import { parseHostPort } from "../../src/host_port.ts";
@@ -76,8 +77,6 @@ Deno.test("wrong protocol: a TLS client on the plain listener reports that the s
   assert.match(error.message, /the server does not speak TLS/);
 });
 
-const MAIN = new URL("../../main.ts", import.meta.url).pathname;
-
 /** Connects once and returns the error, and how long it took to come. */
 async function connectError(addr: string): Promise<{ error: unknown; tookMs: number }> {
   const startedMs = performance.now();
@@ -141,27 +140,11 @@ Deno.test("wrong protocol: any HTTP server, and a server that answers other byte
 Deno.test("wrong protocol: lockd run -addr at the ops port exits 1 within a second, saying which address it takes", async () => {
   await using t = await startTestServer({ opsListen: "127.0.0.1:0" });
   const startedMs = performance.now();
-  const output = await new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "--allow-net",
-      "--allow-read",
-      "--allow-run",
-      MAIN,
-      "run",
-      "x",
-      "-addr",
-      t.server.opsAddr!,
-      "--",
-      "true",
-    ],
-    env: { NO_COLOR: "1" },
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
+  const output = await runLockd(["run", "x", "-addr", t.server.opsAddr!, "--", "true"], {
+    permissions: ["--allow-net", "--allow-read", "--allow-run"],
+  });
   const tookMs = performance.now() - startedMs;
-  const stderr = new TextDecoder().decode(output.stderr);
+  const stderr = output.stderr;
   assert.equal(output.code, 1, stderr);
   assert.match(
     stderr,

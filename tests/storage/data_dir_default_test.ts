@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
+import { spawnLockd } from "../../bench/lockd_proc.ts";
 import { connect } from "../../mod.ts";
 import { ManualScheduler } from "../../src/clock.ts";
 import { DATA_DIR_DEFAULT, DEFAULT_CONFIG } from "../../src/config.ts";
@@ -16,52 +16,20 @@ import { TOKEN_FILE_NAME } from "../../src/storage/token_store.ts";
 import { MemorySink } from "../helpers/memory_sink.ts";
 import { captureDiagnosticLog } from "../log/capture.ts";
 
-const MAIN = fileURLToPath(new URL("../../main.ts", import.meta.url));
 const NOT_DURABLE = /fencing tokens are not durable \(-data-dir ""\)/;
 
 /** Runs `lockd serve` in `cwd` until it has started, then stops it; returns its standard error. */
 async function serveIn(cwd: string, flags: string[]): Promise<string> {
-  const child = new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "-A",
-      MAIN,
-      "serve",
-      "-listen",
-      "127.0.0.1:0",
-      "-shutdown-grace",
-      "0s",
-      "-audit-log",
-      "/dev/null",
-      ...flags,
-    ],
+  await using server = await spawnLockd({
     cwd,
-    stdin: "null",
-    stdout: "null",
-    stderr: "piped",
-    env: { NO_COLOR: "1" },
-  }).spawn();
-  const timer = setTimeout(() => child.kill("SIGKILL"), 20_000);
-  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
-  let log = "";
-  try {
-    while (!log.includes("lockd started")) {
-      const { value, done } = await reader.read();
-      if (done) throw new Error(`lockd serve ended before it started:\n${log}`);
-      log += value;
-    }
-    child.kill("SIGTERM");
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      log += value;
-    }
-    assert.equal((await child.status).code, 0, log);
-    return log;
-  } finally {
-    clearTimeout(timer);
-    await reader.cancel().catch(() => {});
-  }
+    dataDir: null, // lockd's own default unless flags give one
+    flags: ["-shutdown-grace", "0s", "-audit-log", "/dev/null", ...flags],
+    startTimeoutMs: 20_000,
+  });
+  const status = await server.stop("SIGTERM", 20_000);
+  const log = server.log();
+  assert.equal(status.code, 0, log);
+  return log;
 }
 
 async function entries(dir: string): Promise<string[]> {
