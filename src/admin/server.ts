@@ -21,7 +21,7 @@ import { type AdminToken, hasValidAuthorization, hasValidToken } from "./auth.ts
 import { browserVerdict } from "./browser_policy.ts";
 import { CONSOLE_ASSETS, consoleResponse } from "./console_assets.ts";
 import { EventHub } from "./events.ts";
-import { notLeaderDetail } from "./handlers.ts";
+import { type AdminContext, notLeaderDetail } from "./handlers.ts";
 import { StatsHistory } from "./history.ts";
 import { ADMIN_ROUTES } from "./routes.ts";
 
@@ -62,7 +62,7 @@ export interface AdminServerOptions {
  * other pages' fetches or frames.
  */
 export function startAdminServer(options: AdminServerOptions): HttpListener {
-  const { server, operator, opsAddr, token, limits } = options;
+  const { server, token, limits } = options;
   const { scheduler, engine } = server;
   const router = createRouter(ADMIN_ROUTES);
   const events = new EventHub({
@@ -95,7 +95,44 @@ export function startAdminServer(options: AdminServerOptions): HttpListener {
     priority: (head: RequestHead) =>
       token !== null && hasValidAuthorization(head.fields.get("authorization") ?? null, token),
   } as const;
-  const handle = async (request: Request, remoteAddr: string): Promise<Response> => {
+  const handle = adminHandler(options, bound, router, { history, events });
+  const listener = listenHttp(
+    options.at,
+    listenOptions,
+    async (request, remoteAddr) => withAnswerHeaders(await handle(request, remoteAddr)),
+  );
+  // Only now: a listener that could not start leaves no timer behind.
+  history.start();
+  bound.hosts = new HostPolicy({
+    listenHost: options.at.hostname,
+    boundHost: parseHostPort(listener.addr).hostname,
+    allowedHosts: options.allowedHosts,
+  });
+  return {
+    addr: listener.addr,
+    async close() {
+      // Event streams never end by themselves: end them first, or the HTTP server's shutdown
+      // waits for them forever. New ones are refused from now on.
+      events.close();
+      history.stop();
+      await listener.close();
+    },
+  };
+}
+
+/**
+ * The admin listener's answer to one request, in the order of the checks above: Host, the
+ * console's files, the token, the browser policy, the leader, then the route table.
+ */
+function adminHandler(
+  options: AdminServerOptions,
+  bound: { hosts?: HostPolicy },
+  router: (request: Request, context: AdminContext) => Promise<Response>,
+  live: { history: StatsHistory; events: EventHub },
+): (request: Request, remoteAddr: string) => Promise<Response> {
+  const { server, operator, opsAddr, token } = options;
+  const { history, events } = live;
+  return async (request, remoteAddr) => {
     if (!hostAllowed(request, bound.hosts!)) {
       // The Host is not echoed: a page must not get text of its choosing into an answer.
       return problemResponse(
@@ -135,28 +172,6 @@ export function startAdminServer(options: AdminServerOptions): HttpListener {
       history,
       events,
     });
-  };
-  const listener = listenHttp(
-    options.at,
-    listenOptions,
-    async (request, remoteAddr) => withAnswerHeaders(await handle(request, remoteAddr)),
-  );
-  // Only now: a listener that could not start leaves no timer behind.
-  history.start();
-  bound.hosts = new HostPolicy({
-    listenHost: options.at.hostname,
-    boundHost: parseHostPort(listener.addr).hostname,
-    allowedHosts: options.allowedHosts,
-  });
-  return {
-    addr: listener.addr,
-    async close() {
-      // Event streams never end by themselves: end them first, or the HTTP server's shutdown
-      // waits for them forever. New ones are refused from now on.
-      events.close();
-      history.stop();
-      await listener.close();
-    },
   };
 }
 

@@ -106,38 +106,9 @@ export async function runCommand(
   args: readonly string[],
   io: RunIo = { stderr: (line) => console.error(line) },
 ): Promise<number> {
-  let name: string;
-  let command: string[];
-  let values;
-  try {
-    const parsed = parseFlags(args, RUN_FLAGS);
-    values = parsed.values;
-    if (parsed.positionals.length !== 1) {
-      throw new FlagError("lockd run needs exactly one lock NAME before --");
-    }
-    if (parsed.afterDoubleDash === null || parsed.afterDoubleDash.length === 0) {
-      throw new FlagError("lockd run needs a command after --");
-    }
-    name = parsed.positionals[0];
-    command = parsed.afterDoubleDash;
-    if (!values.get("cert") !== !values.get("key")) {
-      throw new FlagError("-cert and -key go together (the client certificate and its key)");
-    }
-  } catch (error) {
-    if (error instanceof FlagError) {
-      io.stderr(`lockd run: ${error.message}`);
-      io.stderr(RUN_USAGE);
-      return RUN_EXIT.usage.status;
-    }
-    throw error;
-  }
-  const addrs = ((values.get("addr") as string | undefined) ?? "127.0.0.1:7400").split(",")
-    .map((a) => a.trim()).filter((a) => a !== "");
-  if (addrs.length === 0) {
-    io.stderr("lockd run: -addr needs at least one host:port");
-    io.stderr(RUN_USAGE);
-    return RUN_EXIT.usage.status;
-  }
+  const parsed = parseRunArgs(args, io);
+  if (typeof parsed === "number") return parsed;
+  const { name, command, values, addrs } = parsed;
   const leaseMs = (values.get("lease") as number | undefined) ?? 0;
   const waitMs = values.get("wait") as number | undefined;
   const killGraceMs = (values.get("kill-grace") as number | undefined) ?? KILL_GRACE_MS_DEFAULT;
@@ -192,6 +163,47 @@ export async function runCommand(
   } finally {
     await client.close();
   }
+}
+
+/** `lockd run`'s arguments, checked; or, when they are not usable, the exit status. */
+function parseRunArgs(args: readonly string[], io: RunIo): RunArgs | number {
+  let parsed;
+  try {
+    parsed = parseFlags(args, RUN_FLAGS);
+    if (parsed.positionals.length !== 1) {
+      throw new FlagError("lockd run needs exactly one lock NAME before --");
+    }
+    if (parsed.afterDoubleDash === null || parsed.afterDoubleDash.length === 0) {
+      throw new FlagError("lockd run needs a command after --");
+    }
+    if (!parsed.values.get("cert") !== !parsed.values.get("key")) {
+      throw new FlagError("-cert and -key go together (the client certificate and its key)");
+    }
+  } catch (error) {
+    if (error instanceof FlagError) {
+      io.stderr(`lockd run: ${error.message}`);
+      io.stderr(RUN_USAGE);
+      return RUN_EXIT.usage.status;
+    }
+    throw error;
+  }
+  const values = parsed.values;
+  const addrs = ((values.get("addr") as string | undefined) ?? "127.0.0.1:7400").split(",")
+    .map((a) => a.trim()).filter((a) => a !== "");
+  if (addrs.length === 0) {
+    io.stderr("lockd run: -addr needs at least one host:port");
+    io.stderr(RUN_USAGE);
+    return RUN_EXIT.usage.status;
+  }
+  return { name: parsed.positionals[0], command: parsed.afterDoubleDash, values, addrs };
+}
+
+/** What `lockd run` was asked to do. */
+interface RunArgs {
+  readonly name: string;
+  readonly command: string[];
+  readonly values: ReturnType<typeof parseFlags>["values"];
+  readonly addrs: string[];
 }
 
 /**

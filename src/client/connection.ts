@@ -7,7 +7,7 @@
  */
 
 import type { Scheduler } from "../clock.ts";
-import { parseHostPort } from "../host_port.ts";
+import { type HostPort, parseHostPort } from "../host_port.ts";
 import { ProtocolError, WIRE_CODES, wireCodeInfo } from "../wire/codes.ts";
 import { FrameWriter } from "../wire/frame.ts";
 import { FrameReader } from "../wire/frame_reader.ts";
@@ -100,67 +100,91 @@ export class Connection {
     connection.#tls = options.tls !== undefined;
     connection.#clientCertificate = options.tls?.cert !== undefined;
     connection.#addr = options.addr;
-    return new Promise<Connection>((resolve, reject) => {
-      const attempt = new AbortController();
-      const onOuterAbort = () => attempt.abort(options.signal!.reason);
-      const timer = options.scheduler.setTimer(
-        () =>
-          attempt.abort(
-            new ConnectionError(
-              `Cannot connect to lockd at ${options.addr}: no WELCOME within ${options.timeoutMs} ms`,
-            ),
+    return new Promise<Connection>((resolve, reject) =>
+      connection.#handshake(options, target, resolve, reject)
+    );
+  }
+
+  /**
+   * Dials and says HELLO; settles once: with the WELCOME (or the refusal that answers the
+   * HELLO), the dial's failure, the timeout or the caller's abort.
+   */
+  #handshake(
+    options: ConnectionOptions,
+    target: HostPort,
+    resolve: (connection: Connection) => void,
+    reject: (error: Error) => void,
+  ): void {
+    const attempt = new AbortController();
+    const onOuterAbort = () => attempt.abort(options.signal!.reason);
+    const timer = options.scheduler.setTimer(
+      () =>
+        attempt.abort(
+          new ConnectionError(
+            `Cannot connect to lockd at ${options.addr}: no WELCOME within ${options.timeoutMs} ms`,
           ),
-        options.timeoutMs,
-      );
-      let settled = false;
-      const settle = (error: Error | null) => {
-        if (settled) return;
-        settled = true;
-        timer.cancel();
-        options.signal?.removeEventListener("abort", onOuterAbort);
-        attempt.signal.removeEventListener("abort", onAttemptAbort);
-        connection.#onHandshake = null;
-        if (error === null) {
-          connection.#state = "open";
-          resolve(connection);
-        } else {
-          connection.#shut();
-          reject(error);
-        }
-      };
-      const onAttemptAbort = () => settle(attempt.signal.reason);
-      connection.#onHandshake = settle;
-      attempt.signal.addEventListener("abort", onAttemptAbort, { once: true });
-      if (options.signal?.aborted) attempt.abort(options.signal.reason);
-      else options.signal?.addEventListener("abort", onOuterAbort, { once: true });
+        ),
+      options.timeoutMs,
+    );
+    let settled = false;
+    const settle = (error: Error | null) => {
       if (settled) return;
-      options.dial(
-        { hostname: target.hostname, port: target.port, tls: options.tls },
-        {
-          onData: (bytes) => connection.#onData(bytes),
-          onClose: (error) => connection.#onSocketClosed(error),
-        },
-        attempt.signal,
-      ).then(
-        (socket) => {
-          if (settled) {
-            socket.close();
-            return;
-          }
-          connection.#socket = socket;
-          const hello = new FrameWriter();
-          hello.push({ type: "hello", version: PROTOCOL_VERSION, clientName: options.clientName });
-          socket.write(hello.take());
-        },
-        (error) =>
-          settle(
-            new ConnectionError(
-              `Cannot connect to lockd at ${options.addr}: ${dialFailureText(error, options)}`,
-              { cause: error },
-            ),
+      settled = true;
+      timer.cancel();
+      options.signal?.removeEventListener("abort", onOuterAbort);
+      attempt.signal.removeEventListener("abort", onAttemptAbort);
+      this.#onHandshake = null;
+      if (error === null) {
+        this.#state = "open";
+        resolve(this);
+      } else {
+        this.#shut();
+        reject(error);
+      }
+    };
+    const onAttemptAbort = () => settle(attempt.signal.reason);
+    this.#onHandshake = settle;
+    attempt.signal.addEventListener("abort", onAttemptAbort, { once: true });
+    if (options.signal?.aborted) attempt.abort(options.signal.reason);
+    else options.signal?.addEventListener("abort", onOuterAbort, { once: true });
+    if (settled) return;
+    this.#dial(options, target, attempt.signal, () => settled, settle);
+  }
+
+  /** Dials the server and writes HELLO; a socket that arrives after the end is closed. */
+  #dial(
+    options: ConnectionOptions,
+    target: HostPort,
+    signal: AbortSignal,
+    settled: () => boolean,
+    settle: (error: Error) => void,
+  ): void {
+    options.dial(
+      { hostname: target.hostname, port: target.port, tls: options.tls },
+      {
+        onData: (bytes) => this.#onData(bytes),
+        onClose: (error) => this.#onSocketClosed(error),
+      },
+      signal,
+    ).then(
+      (socket) => {
+        if (settled()) {
+          socket.close();
+          return;
+        }
+        this.#socket = socket;
+        const hello = new FrameWriter();
+        hello.push({ type: "hello", version: PROTOCOL_VERSION, clientName: options.clientName });
+        socket.write(hello.take());
+      },
+      (error) =>
+        settle(
+          new ConnectionError(
+            `Cannot connect to lockd at ${options.addr}: ${dialFailureText(error, options)}`,
+            { cause: error },
           ),
-      );
-    });
+        ),
+    );
   }
 
   /** The server's WELCOME. */

@@ -33,116 +33,167 @@ export function openAny(
   preferred: string | null,
   signal: AbortSignal | undefined,
   avoid: string | null = null,
-): Promise<{ connection: Connection; addr: string }> {
+): Promise<Opened> {
   const rest = settings.addrs.filter((a) => a !== preferred && a !== avoid);
   const order = [
     ...(preferred === null ? [] : [preferred]),
     ...rest,
     ...(avoid !== null && avoid !== preferred && settings.addrs.includes(avoid) ? [avoid] : []),
   ];
-  const tried = new Set<string>(); // node keys
-  let redirects = 0;
-  let lastError: unknown = null;
-  let inFlight = 0;
-  let settled = false;
-  let stagger: Timer | null = null;
-  const attempts = new Set<AbortController>();
   return new Promise((resolve, reject) => {
-    const finish = (error: unknown) => {
-      settled = true;
-      stagger?.cancel();
-      if (settings.addrs.length > 1 && error instanceof Error && !signal?.aborted) {
-        reject(
-          new ConnectionError(
-            `Cannot connect to any lockd node of ${settings.addrs.join(", ")}: ${error.message}`,
-            { cause: error },
-          ),
-        );
-      } else {
-        reject(error);
-      }
-    };
-    const startNext = () => {
-      stagger?.cancel();
-      stagger = null;
-      if (settled) return;
-      while (order.length > 0 && tried.has(nodeKey(order[0]))) order.shift();
-      if (order.length === 0) {
-        if (inFlight === 0) finish(lastError);
-        return;
-      }
-      const addr = order.shift()!;
-      tried.add(nodeKey(addr));
-      inFlight++;
-      const attempt = new AbortController();
-      attempts.add(attempt);
-      const onOuterAbort = () => attempt.abort(signal!.reason);
-      signal?.addEventListener("abort", onOuterAbort, { once: true });
-      Connection.open({ ...settings, addr, signal: attempt.signal }).then(
-        (connection) => {
-          inFlight--;
-          attempts.delete(attempt);
-          signal?.removeEventListener("abort", onOuterAbort);
-          if (settled) {
-            connection.close();
-            return;
-          }
-          settled = true;
-          stagger?.cancel();
-          for (const other of attempts) other.abort(new ConnectionError("Another node answered"));
-          resolve({ connection, addr });
-        },
-        (error) => {
-          inFlight--;
-          attempts.delete(attempt);
-          signal?.removeEventListener("abort", onOuterAbort);
-          if (settled) return;
-          lastError = error;
-          if (signal?.aborted) {
-            settled = true;
-            stagger?.cancel();
-            for (const other of attempts) other.abort(signal.reason);
-            reject(error);
-            return;
-          }
-          if (error instanceof LockdError && error.code === WIRE_CODES.NOT_LEADER.code) {
-            const verdict = redirectVerdict(
-              error.lockName,
-              settings.addrs,
-              settings.tls !== undefined,
-            );
-            if (verdict.follow) {
-              if (!tried.has(nodeKey(verdict.addr)) && redirects < REDIRECTS_PER_ROUND_MAX) {
-                redirects++;
-                order.unshift(verdict.addr);
-              }
-            } else if (verdict.why !== "no_leader") {
-              // A redirect that is not followed: that node failed; the list goes on.
-              lastError = verdict.why === "invalid"
-                ? new ServerProtocolError(
-                  addr,
-                  refusedRedirectText(addr, error.lockName, "invalid"),
-                  {
-                    cause: error,
-                  },
-                )
-                : new ConnectionError(
-                  `Cannot connect to lockd: ${
-                    refusedRedirectText(addr, error.lockName, "outside_list")
-                  }`,
-                  { cause: error },
-                );
-            }
-          }
-          startNext();
-        },
-      );
-      // A node that neither answers nor refuses (frozen, black-holed) must not hold the others
-      // back: the next address starts in parallel; the first WELCOME wins.
-      if (order.length > 0) stagger = settings.scheduler.setTimer(startNext, NEXT_NODE_AFTER_MS);
-    };
-    startNext();
+    new NodeRound(settings, order, signal, resolve, reject).startNext();
   });
+}
+
+/** A round's outcome: the first connection welcomed, and the address it was dialled at. */
+interface Opened {
+  readonly connection: Connection;
+  readonly addr: string;
+}
+
+/** One round's state: the addresses left, the attempts running, whether it has settled. */
+class NodeRound {
+  readonly #settings: Settings;
+  /** The addresses still to try, in order; a followed redirect goes in front. */
+  readonly #order: string[];
+  readonly #signal: AbortSignal | undefined;
+  readonly #resolve: (opened: Opened) => void;
+  readonly #reject: (error: unknown) => void;
+  readonly #tried = new Set<string>(); // node keys
+  readonly #attempts = new Set<AbortController>();
+  #redirects = 0;
+  #lastError: unknown = null;
+  #inFlight = 0;
+  #settled = false;
+  #stagger: Timer | null = null;
+
+  constructor(
+    settings: Settings,
+    order: string[],
+    signal: AbortSignal | undefined,
+    resolve: (opened: Opened) => void,
+    reject: (error: unknown) => void,
+  ) {
+    this.#settings = settings;
+    this.#order = order;
+    this.#signal = signal;
+    this.#resolve = resolve;
+    this.#reject = reject;
+  }
+
+  /** Dials the next address not tried yet, or, with none left and none running, fails. */
+  startNext(): void {
+    this.#stagger?.cancel();
+    this.#stagger = null;
+    if (this.#settled) return;
+    const order = this.#order;
+    while (order.length > 0 && this.#tried.has(nodeKey(order[0]))) order.shift();
+    if (order.length === 0) {
+      if (this.#inFlight === 0) this.#finish(this.#lastError);
+      return;
+    }
+    const addr = order.shift()!;
+    this.#tried.add(nodeKey(addr));
+    this.#inFlight++;
+    const attempt = new AbortController();
+    this.#attempts.add(attempt);
+    const signal = this.#signal;
+    const onOuterAbort = () => attempt.abort(signal!.reason);
+    signal?.addEventListener("abort", onOuterAbort, { once: true });
+    const ended = () => {
+      this.#inFlight--;
+      this.#attempts.delete(attempt);
+      signal?.removeEventListener("abort", onOuterAbort);
+    };
+    Connection.open({ ...this.#settings, addr, signal: attempt.signal }).then(
+      (connection) => {
+        ended();
+        this.#welcomed(connection, addr);
+      },
+      (error) => {
+        ended();
+        this.#failed(addr, error);
+      },
+    );
+    // A node that neither answers nor refuses (frozen, black-holed) must not hold the others
+    // back: the next address starts in parallel; the first WELCOME wins.
+    if (order.length > 0) {
+      this.#stagger = this.#settings.scheduler.setTimer(() => this.startNext(), NEXT_NODE_AFTER_MS);
+    }
+  }
+
+  /** The first WELCOME wins: the other attempts are called off; a later one is closed. */
+  #welcomed(connection: Connection, addr: string): void {
+    if (this.#settled) {
+      connection.close();
+      return;
+    }
+    this.#settled = true;
+    this.#stagger?.cancel();
+    for (const other of this.#attempts) other.abort(new ConnectionError("Another node answered"));
+    this.#resolve({ connection, addr });
+  }
+
+  /** An attempt failed: the round ends if the caller gave up, else a redirect or the next. */
+  #failed(addr: string, error: unknown): void {
+    if (this.#settled) return;
+    this.#lastError = error;
+    const signal = this.#signal;
+    if (signal?.aborted) {
+      this.#settled = true;
+      this.#stagger?.cancel();
+      for (const other of this.#attempts) other.abort(signal.reason);
+      this.#reject(error);
+      return;
+    }
+    if (error instanceof LockdError && error.code === WIRE_CODES.NOT_LEADER.code) {
+      this.#redirected(addr, error);
+    }
+    this.startNext();
+  }
+
+  /** A NOT_LEADER: its leader goes first if redirect.ts allows following it. */
+  #redirected(addr: string, error: LockdError): void {
+    const settings = this.#settings;
+    const verdict = redirectVerdict(error.lockName, settings.addrs, settings.tls !== undefined);
+    if (verdict.follow) {
+      if (!this.#tried.has(nodeKey(verdict.addr)) && this.#redirects < REDIRECTS_PER_ROUND_MAX) {
+        this.#redirects++;
+        this.#order.unshift(verdict.addr);
+      }
+    } else if (verdict.why !== "no_leader") {
+      // A redirect that is not followed: that node failed; the list goes on.
+      this.#lastError = verdict.why === "invalid"
+        ? new ServerProtocolError(
+          addr,
+          refusedRedirectText(addr, error.lockName, "invalid"),
+          {
+            cause: error,
+          },
+        )
+        : new ConnectionError(
+          `Cannot connect to lockd: ${refusedRedirectText(addr, error.lockName, "outside_list")}`,
+          { cause: error },
+        );
+    }
+  }
+
+  /** No address is left: the round fails with the last failure (named for a cluster). */
+  #finish(error: unknown): void {
+    const { addrs } = this.#settings;
+    this.#settled = true;
+    this.#stagger?.cancel();
+    if (addrs.length > 1 && error instanceof Error && !this.#signal?.aborted) {
+      this.#reject(
+        new ConnectionError(
+          `Cannot connect to any lockd node of ${addrs.join(", ")}: ${error.message}`,
+          { cause: error },
+        ),
+      );
+    } else {
+      this.#reject(error);
+    }
+  }
 }
 
 /** What a client was configured with (connect() options, resolved). */

@@ -19,6 +19,9 @@ import { quoteUntrusted } from "./redirect.ts";
 /** A frame after WELCOME: a reply, or (request id 0) a server condition. */
 export type Reply = Exclude<ServerMessage, Welcome>;
 
+/** The reply of one type. */
+type ReplyOf<T extends Reply["type"]> = Extract<Reply, { readonly type: T }>;
+
 /**
  * A request whose answer may still come. Legal transitions: acquire `waiting` → `owned`
  * (ACQUIRED) → gone (LEASE_EXPIRED, or the answer to the RELEASE of that ownership); `waiting`
@@ -82,21 +85,8 @@ export class ReplyLedger {
         if (message.name !== expected.name) return this.#wrongName(what, message.name, expected);
         expected.queued = true;
         return null;
-      case "acquired": {
-        if (expected.kind !== "acquire" || expected.phase !== "waiting") {
-          return `${what}, which is not an ACQUIRE waiting for its grant`;
-        }
-        if (message.name !== expected.name) return this.#wrongName(what, message.name, expected);
-        const leaseMaxMs = this.#welcome.leaseMaxMs;
-        if (message.leaseMs < LEASE_MS_MIN || message.leaseMs > leaseMaxMs) {
-          return `${what} with a lease of ${message.leaseMs} ms, outside ${LEASE_MS_MIN}..${leaseMaxMs} ms`;
-        }
-        if (message.token < 1 || message.token > TOKEN_MAX) {
-          return `${what} with token ${message.token}`;
-        }
-        expected.phase = "owned";
-        return null;
-      }
+      case "acquired":
+        return this.#acceptAcquired(message, expected, what);
       case "released":
         if (expected.kind !== "release") return `${what}, which is not a RELEASE`;
         if (message.name !== expected.name) return this.#wrongName(what, message.name, expected);
@@ -111,32 +101,58 @@ export class ReplyLedger {
           if (id === requestId) break;
         }
         return null;
-      case "error": {
-        const code = message.code;
-        const codeText = `${what} with code ${formatWireCode(code)}`;
-        if (expected.kind === "heartbeat") return `${codeText}: a HEARTBEAT has no error answer`;
-        if (!this.#nameFits(message.name, expected.name)) {
-          return this.#wrongName(what, message.name, expected);
-        }
-        if (expected.kind === "release") {
-          if (code !== NOT_OWNER && knownCode(code)) {
-            return `${codeText}: a RELEASE is answered RELEASED or NOT_OWNER`;
-          }
-          this.#releaseAnswered(requestId, expected.acquireRequestId);
-          return null;
-        }
-        if (expected.phase === "owned") {
-          if (code !== LEASE_EXPIRED) return `${codeText} for an ACQUIRE that owns its lock`;
-          this.#expected.delete(requestId);
-          return null;
-        }
-        if (code === LEASE_EXPIRED || code === NOT_OWNER || wireCodeInfo(code).closes) {
-          return `${codeText} for an ACQUIRE still waiting`;
-        }
-        this.#expected.delete(requestId);
-        return null;
-      }
+      case "error":
+        return this.#acceptError(message, expected, what);
     }
+  }
+
+  /** ACQUIRED: only for an ACQUIRE still waiting, with a lease and a token in range. */
+  #acceptAcquired(
+    message: ReplyOf<"acquired">,
+    expected: Expected,
+    what: string,
+  ): string | null {
+    if (expected.kind !== "acquire" || expected.phase !== "waiting") {
+      return `${what}, which is not an ACQUIRE waiting for its grant`;
+    }
+    if (message.name !== expected.name) return this.#wrongName(what, message.name, expected);
+    const leaseMaxMs = this.#welcome.leaseMaxMs;
+    if (message.leaseMs < LEASE_MS_MIN || message.leaseMs > leaseMaxMs) {
+      return `${what} with a lease of ${message.leaseMs} ms, outside ${LEASE_MS_MIN}..${leaseMaxMs} ms`;
+    }
+    if (message.token < 1 || message.token > TOKEN_MAX) {
+      return `${what} with token ${message.token}`;
+    }
+    expected.phase = "owned";
+    return null;
+  }
+
+  /** ERROR: each kind of request has its own codes it can be answered with. */
+  #acceptError(message: ReplyOf<"error">, expected: Expected, what: string): string | null {
+    const requestId = message.requestId;
+    const code = message.code;
+    const codeText = `${what} with code ${formatWireCode(code)}`;
+    if (expected.kind === "heartbeat") return `${codeText}: a HEARTBEAT has no error answer`;
+    if (!this.#nameFits(message.name, expected.name)) {
+      return this.#wrongName(what, message.name, expected);
+    }
+    if (expected.kind === "release") {
+      if (code !== NOT_OWNER && knownCode(code)) {
+        return `${codeText}: a RELEASE is answered RELEASED or NOT_OWNER`;
+      }
+      this.#releaseAnswered(requestId, expected.acquireRequestId);
+      return null;
+    }
+    if (expected.phase === "owned") {
+      if (code !== LEASE_EXPIRED) return `${codeText} for an ACQUIRE that owns its lock`;
+      this.#expected.delete(requestId);
+      return null;
+    }
+    if (code === LEASE_EXPIRED || code === NOT_OWNER || wireCodeInfo(code).closes) {
+      return `${codeText} for an ACQUIRE still waiting`;
+    }
+    this.#expected.delete(requestId);
+    return null;
   }
 
   #releaseAnswered(requestId: number, acquireRequestId: number): void {

@@ -316,27 +316,7 @@ export class EtcdHttpClient implements Etcd {
           const line = rest.slice(0, newline).trim();
           rest = rest.slice(newline + 1);
           if (line === "") continue;
-          const message = JSON.parse(line);
-          if (message.error) throw errorOf(message.error, endpoint, 200);
-          const result = message.result ?? {};
-          if (num(result.compact_revision) > 0) {
-            throw new EtcdError(
-              "compacted",
-              `${endpoint}: revision ${fromRevision} was compacted (now ${result.compact_revision})`,
-              endpoint,
-            );
-          }
-          if (result.canceled) {
-            throw new EtcdError(
-              "unavailable",
-              `${endpoint}: the watch was cancelled: ${result.cancel_reason ?? "no reason given"}`,
-              endpoint,
-            );
-          }
-          const events: WatchEvent[] = (result.events ?? []).map((e: Json) => ({
-            type: e.type === "DELETE" ? "delete" : "put",
-            kv: keyValue(e.kv),
-          }));
+          const events = watchEvents(JSON.parse(line), endpoint, fromRevision);
           if (events.length > 0) yield events;
         }
       }
@@ -468,4 +448,28 @@ function messageOf(error: unknown): string {
   if (error instanceof DOMException && error.name === "TimeoutError") return "timed out";
   if (error instanceof DOMException && error.name === "AbortError") return "aborted";
   return errorText(error);
+}
+
+/** The events of one message of a watch stream; its error, compaction or cancel thrown. */
+function watchEvents(message: Json, endpoint: string, fromRevision: number): WatchEvent[] {
+  if (message.error) throw errorOf(message.error, endpoint, 200);
+  const result = message.result ?? {};
+  if (num(result.compact_revision) > 0) {
+    throw new EtcdError(
+      "compacted",
+      `${endpoint}: revision ${fromRevision} was compacted (now ${result.compact_revision})`,
+      endpoint,
+    );
+  }
+  if (result.canceled) {
+    throw new EtcdError(
+      "unavailable",
+      `${endpoint}: the watch was cancelled: ${result.cancel_reason ?? "no reason given"}`,
+      endpoint,
+    );
+  }
+  return (result.events ?? []).map((e: Json) => ({
+    type: e.type === "DELETE" ? "delete" : "put",
+    kv: keyValue(e.kv),
+  }));
 }

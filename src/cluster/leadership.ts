@@ -244,16 +244,8 @@ export class Leadership {
 
   #execute(effect: Exclude<LeadershipEffect, { type: "emit" | "release" }>): void {
     switch (effect.type) {
-      case "set_timer": {
-        this.#timers.get(effect.timer)?.cancel();
-        const timer = this.#scheduler.setTimer(() => {
-          if (this.#timers.get(effect.timer) !== timer) return;
-          this.#timers.delete(effect.timer);
-          this.#apply({ type: "timer_fired", timer: effect.timer });
-        }, effect.delayMs);
-        this.#timers.set(effect.timer, timer);
-        return;
-      }
+      case "set_timer":
+        return this.#setTimer(effect.timer, effect.delayMs);
       case "cancel_timer":
         this.#timers.get(effect.timer)?.cancel();
         this.#timers.delete(effect.timer);
@@ -304,32 +296,8 @@ export class Leadership {
         );
         return;
       }
-      case "campaign": {
-        const { epoch } = effect;
-        this.#etcd.txn(
-          [{ key: this.#keys.leader, target: "create", revision: 0 }],
-          [{
-            type: "put",
-            key: this.#keys.leader,
-            value: JSON.stringify(this.#config.node),
-            lease: effect.leaseId,
-          }],
-          [{ type: "get", key: this.#keys.leader }],
-          { timeoutMs: effect.timeoutMs },
-        ).then(
-          (result) =>
-            this.#apply({
-              type: "campaign_answered",
-              epoch,
-              succeeded: result.succeeded,
-              revision: result.revision,
-              kv: result.gets[0],
-            }),
-          (error) =>
-            this.#apply({ type: "campaign_failed", epoch, leaseNotFound: leaseNotFound(error) }),
-        );
-        return;
-      }
+      case "campaign":
+        return this.#campaign(effect);
       case "watch":
         this.#startWatch(effect.epoch, effect.watch, effect.fromRevision);
         return;
@@ -338,6 +306,44 @@ export class Leadership {
         this.#watch = null;
         return;
     }
+  }
+
+  /** Arms a named timer (replacing the one of that name): its firing is an input. */
+  #setTimer(name: LeadershipTimer, delayMs: number): void {
+    this.#timers.get(name)?.cancel();
+    const timer = this.#scheduler.setTimer(() => {
+      if (this.#timers.get(name) !== timer) return;
+      this.#timers.delete(name);
+      this.#apply({ type: "timer_fired", timer: name });
+    }, delayMs);
+    this.#timers.set(name, timer);
+  }
+
+  /** Creates the leader key under this node's lease unless it exists; reads it either way. */
+  #campaign(effect: Extract<LeadershipEffect, { type: "campaign" }>): void {
+    const { epoch } = effect;
+    this.#etcd.txn(
+      [{ key: this.#keys.leader, target: "create", revision: 0 }],
+      [{
+        type: "put",
+        key: this.#keys.leader,
+        value: JSON.stringify(this.#config.node),
+        lease: effect.leaseId,
+      }],
+      [{ type: "get", key: this.#keys.leader }],
+      { timeoutMs: effect.timeoutMs },
+    ).then(
+      (result) =>
+        this.#apply({
+          type: "campaign_answered",
+          epoch,
+          succeeded: result.succeeded,
+          revision: result.revision,
+          kv: result.gets[0],
+        }),
+      (error) =>
+        this.#apply({ type: "campaign_failed", epoch, leaseNotFound: leaseNotFound(error) }),
+    );
   }
 
   #startWatch(epoch: number, watch: number, fromRevision: number): void {

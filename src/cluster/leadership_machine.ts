@@ -382,6 +382,9 @@ function parseLeader(kv: KeyValue): LeaderInfo {
   };
 }
 
+/** The input of one type. */
+type InputOf<T extends LeadershipInput["type"]> = Extract<LeadershipInput, { readonly type: T }>;
+
 /** One step in the making: the state so far and the commands so far. */
 class Transition {
   readonly #config: LeadershipConfig;
@@ -407,33 +410,12 @@ class Transition {
       case "timer_fired":
         return this.#timerFired(input.timer);
       case "lease_granted":
-        if (!this.#current(input.epoch)) {
-          // Answer to a lease request of a past life: give the lease back.
-          this.effects.push({ type: "revoke_lease", leaseId: input.leaseId });
-          return;
-        }
-        if (s.tag !== "starting" || s.leaseId !== null) {
-          throw new Error(`A second lease granted in epoch ${s.epoch}`);
-        }
-        this.#set({ ...s, leaseId: input.leaseId });
-        this.#confirm(input.sendMs, input.ttlS);
-        this.#armKeepAlive();
-        this.#observe();
-        return;
+        return this.#leaseGranted(input);
       case "lease_grant_failed":
         if (this.#current(input.epoch)) this.#retryLater();
         return;
-      case "keep_alive_answered": {
-        if (!this.#current(input.epoch)) return;
-        if (input.ttlS <= 0) return this.#leaseGone();
-        const wasFailing = s.keepAliveFailing;
-        this.#set({ ...s, keepAliveFailing: false });
-        this.#confirm(input.sendMs, input.ttlS);
-        // A black-holed connection can leave a watch stream silent: start it again.
-        const now = this.state;
-        if (wasFailing && (now.tag === "standby" || now.tag === "leader")) this.#observe();
-        return;
-      }
+      case "keep_alive_answered":
+        return this.#keepAliveAnswered(input);
       case "keep_alive_failed":
         if (!this.#current(input.epoch)) return;
         if (input.leaseNotFound) return this.#leaseGone();
@@ -441,44 +423,17 @@ class Transition {
         this.#armRecheck();
         return;
       case "leader_read":
-        if (!this.#current(input.epoch)) return;
-        this.#set({ ...s, observing: false });
-        if (input.kv === undefined) {
-          if (LEADING.has(s.tag)) this.#stepDown("key_lost");
-          else this.#campaign();
-          return;
-        }
-        this.#seeKey(input.kv);
-        if (this.state.epoch === input.epoch) this.#startWatch(input.revision + 1);
-        return;
+        return this.#leaderRead(input);
       case "leader_read_failed":
         if (!this.#current(input.epoch)) return;
         this.#set({ ...s, observing: false });
         this.#retryLater();
         return;
       case "verify_read":
-        if (!this.#current(input.epoch) || s.tag !== "paused") return;
-        this.#set({ ...s, verifying: false });
-        if (s.term !== input.term) return;
-        return this.#verified(s, input.kv);
       case "verify_read_failed":
-        if (!this.#current(input.epoch) || s.tag !== "paused") return;
-        this.#set({ ...s, verifying: false });
-        if (s.term === input.term && s.verifyAgain) this.#verify();
-        return;
+        return this.#verifyReadEnded(input);
       case "campaign_answered":
-        if (!this.#current(input.epoch)) return;
-        if (input.succeeded) {
-          this.#becomeLeader(input.revision);
-        } else if (input.kv === undefined) {
-          // Deleted again between the compare and now: try again.
-          this.#retryLater(0);
-          return;
-        } else {
-          this.#seeKey(input.kv);
-        }
-        if (this.state.epoch === input.epoch) this.#startWatch(input.revision + 1);
-        return;
+        return this.#campaignAnswered(input);
       case "campaign_failed":
         if (!this.#current(input.epoch)) return;
         if (input.leaseNotFound) return this.#leaseGone();
@@ -500,32 +455,109 @@ class Transition {
         this.#checkDeadline(input.atMs);
         return;
       case "fenced":
-        if (!LEADING.has(s.tag)) return;
-        if (input.current === undefined) this.#stepDown("key_lost");
-        else if (input.current.createRevision !== leadingTerm(s)) {
-          this.#stepDown("deposed", input.current);
-        }
-        return;
-      case "resign": {
-        const term = leadingTerm(s);
-        const leaseId = s.tag === "stopped" ? null : s.leaseId;
-        const pausedMs = s.tag === "paused" ? this.#nowMs - s.pausedAtMs : undefined;
-        this.#shutdown();
-        if (term !== 0) {
-          this.#emit({
-            type: "stepped_down",
-            term,
-            reason: "shutdown",
-            ...(pausedMs !== undefined ? { pausedMs } : {}),
-          });
-        }
-        this.effects.push({ type: "release", term: term !== 0 ? term : null, leaseId });
-        return;
-      }
+        return this.#fenced(input);
+      case "resign":
+        return this.#resign();
       case "close":
         this.#shutdown();
         return;
     }
+  }
+
+  // ---- inputs --------------------------------------------------------------------
+
+  #leaseGranted(input: InputOf<"lease_granted">): void {
+    const s = this.state;
+    if (!this.#current(input.epoch)) {
+      // Answer to a lease request of a past life: give the lease back.
+      this.effects.push({ type: "revoke_lease", leaseId: input.leaseId });
+      return;
+    }
+    if (s.tag !== "starting" || s.leaseId !== null) {
+      throw new Error(`A second lease granted in epoch ${s.epoch}`);
+    }
+    this.#set({ ...s, leaseId: input.leaseId });
+    this.#confirm(input.sendMs, input.ttlS);
+    this.#armKeepAlive();
+    this.#observe();
+  }
+
+  #keepAliveAnswered(input: InputOf<"keep_alive_answered">): void {
+    const s = this.state;
+    if (!this.#current(input.epoch)) return;
+    if (input.ttlS <= 0) return this.#leaseGone();
+    const wasFailing = s.keepAliveFailing;
+    this.#set({ ...s, keepAliveFailing: false });
+    this.#confirm(input.sendMs, input.ttlS);
+    // A black-holed connection can leave a watch stream silent: start it again.
+    const now = this.state;
+    if (wasFailing && (now.tag === "standby" || now.tag === "leader")) this.#observe();
+  }
+
+  #leaderRead(input: InputOf<"leader_read">): void {
+    const s = this.state;
+    if (!this.#current(input.epoch)) return;
+    this.#set({ ...s, observing: false });
+    if (input.kv === undefined) {
+      if (LEADING.has(s.tag)) this.#stepDown("key_lost");
+      else this.#campaign();
+      return;
+    }
+    this.#seeKey(input.kv);
+    if (this.state.epoch === input.epoch) this.#startWatch(input.revision + 1);
+  }
+
+  #campaignAnswered(input: InputOf<"campaign_answered">): void {
+    if (!this.#current(input.epoch)) return;
+    if (input.succeeded) {
+      this.#becomeLeader(input.revision);
+    } else if (input.kv === undefined) {
+      // Deleted again between the compare and now: try again.
+      this.#retryLater(0);
+      return;
+    } else {
+      this.#seeKey(input.kv);
+    }
+    if (this.state.epoch === input.epoch) this.#startWatch(input.revision + 1);
+  }
+
+  /** A paused leader's read of the key came back (or failed): still the leader, or not. */
+  #verifyReadEnded(input: InputOf<"verify_read" | "verify_read_failed">): void {
+    const s = this.state;
+    if (!this.#current(input.epoch) || s.tag !== "paused") return;
+    this.#set({ ...s, verifying: false });
+    if (input.type === "verify_read_failed") {
+      if (s.term === input.term && s.verifyAgain) this.#verify();
+      return;
+    }
+    if (s.term !== input.term) return;
+    return this.#verified(s, input.kv);
+  }
+
+  #fenced(input: InputOf<"fenced">): void {
+    const s = this.state;
+    if (!LEADING.has(s.tag)) return;
+    if (input.current === undefined) this.#stepDown("key_lost");
+    else if (input.current.createRevision !== leadingTerm(s)) {
+      this.#stepDown("deposed", input.current);
+    }
+  }
+
+  #resign(): void {
+    const s = this.state;
+    const term = leadingTerm(s);
+    const leaseId = s.tag === "stopped" ? null : s.leaseId;
+    const pausedMs = s.tag === "paused" ? this.#nowMs - s.pausedAtMs : undefined;
+    this.#shutdown();
+    if (term !== 0) {
+      this.#emit({
+        type: "stepped_down",
+        term,
+        reason: "shutdown",
+        ...(pausedMs !== undefined ? { pausedMs } : {}),
+      });
+    }
+    this.effects.push({ type: "release", term: term !== 0 ? term : null, leaseId });
   }
 
   // ---- moves ---------------------------------------------------------------------

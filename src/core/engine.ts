@@ -383,49 +383,15 @@ export class LockEngine {
     const slot = options.slot ?? 0;
     const writeGeneration = mode === "shared" ? options.writeGeneration ?? 0 : 0;
     const session = this.#requireSession(options.sessionId);
-    const refused = (rejection: Rejection): RestoreOutcome => ({ status: "refused", rejection });
-    const problem = lockNameProblem(name) ?? limitProblem(name, limit) ??
-      this.#valueProblem("acquire", name, options.value) ??
-      restoreProblem(name, token, slot, writeGeneration);
-    if (problem !== null) return refused({ reason: "invalid_argument", problem });
-    const existing = session.claims.get(name);
-    if (existing !== undefined) {
-      return refused({ reason: "duplicate_claim", owned: existing.state === "owned" });
-    }
-    // A restore needs no new token: only the blocks that stop every ownership hold it back.
-    const block = this.grantBlock;
-    if (block !== null && block !== "token_store_unavailable") {
-      return refused({ reason: "grants_blocked", block, detail: this.blockDetail(block) });
-    }
-    if (session.claims.size >= this.#claimsPerSessionMax) {
-      return refused({
-        reason: "limit_exceeded",
-        limit: "claims_per_session",
-        max: this.#claimsPerSessionMax,
-      });
-    }
-    if (this.#table.claimCount >= this.#claimsMax) {
-      return refused({ reason: "limit_exceeded", limit: "claims", max: this.#claimsMax });
-    }
-    let lock = this.#locks.get(name);
-    const kind = this.#table.admit(name, lock, mode, limit);
+    const refusal = this.#restoreRefusal(session, options, limit, slot, writeGeneration);
+    if (refusal !== null) return { status: "refused", rejection: refusal };
+    const existing = this.#locks.get(name);
+    const kind = this.#table.admit(name, existing, mode, limit);
     if (typeof kind === "string") return { status: "void", problem: kind };
-    const conflict = restoreConflict(name, lock, kind, mode, slot, token);
+    const conflict = restoreConflict(name, existing, kind, mode, slot, token) ??
+      this.#observeRestoredToken(name, token);
     if (conflict !== null) return { status: "void", problem: conflict };
-    if (token > this.#table.tokens.lastIssued) {
-      // Every later grant must be above it: only a source that can be told may restore it.
-      if (this.#table.tokens.observe === undefined) {
-        return {
-          status: "void",
-          problem: `Cannot restore lock "${name}": token ${token} is above every token issued here`,
-        };
-      }
-      this.#table.tokens.observe(token);
-    }
-    if (lock === undefined) {
-      lock = newLock(name);
-      this.#locks.set(name, lock);
-    }
+    const lock = this.#lockFor(name, existing);
     this.#table.applyKind(lock, kind);
     const claim = newClaim(
       session,
@@ -446,6 +412,63 @@ export class LockEngine {
       this.#table.endReservation(now, lock, events);
     }
     return { status: "restored", events };
+  }
+
+  /** Why a restored ownership is refused before its lock is looked at, or null. */
+  #restoreRefusal(
+    session: Session,
+    options: RestoreOwnershipOptions,
+    limit: number,
+    slot: number,
+    writeGeneration: number,
+  ): Rejection | null {
+    const { name, token } = options;
+    const problem = lockNameProblem(name) ?? limitProblem(name, limit) ??
+      this.#valueProblem("acquire", name, options.value) ??
+      restoreProblem(name, token, slot, writeGeneration);
+    if (problem !== null) return { reason: "invalid_argument", problem };
+    const existing = session.claims.get(name);
+    if (existing !== undefined) {
+      return { reason: "duplicate_claim", owned: existing.state === "owned" };
+    }
+    // A restore needs no new token: only the blocks that stop every ownership hold it back.
+    const block = this.grantBlock;
+    if (block !== null && block !== "token_store_unavailable") {
+      return { reason: "grants_blocked", block, detail: this.blockDetail(block) };
+    }
+    if (session.claims.size >= this.#claimsPerSessionMax) {
+      return {
+        reason: "limit_exceeded",
+        limit: "claims_per_session",
+        max: this.#claimsPerSessionMax,
+      };
+    }
+    if (this.#table.claimCount >= this.#claimsMax) {
+      return { reason: "limit_exceeded", limit: "claims", max: this.#claimsMax };
+    }
+    return null;
+  }
+
+  /**
+   * Tells the token source of a restored token above every token issued here, so every later
+   * grant is above it; the problem when the source cannot be told (only such a source may
+   * restore it), or null.
+   */
+  #observeRestoredToken(name: string, token: number): string | null {
+    if (token <= this.#table.tokens.lastIssued) return null;
+    if (this.#table.tokens.observe === undefined) {
+      return `Cannot restore lock "${name}": token ${token} is above every token issued here`;
+    }
+    this.#table.tokens.observe(token);
+    return null;
+  }
+
+  /** The lock of a name, made and stored when there is none yet. */
+  #lockFor(name: string, existing: LockState | undefined): LockState {
+    if (existing !== undefined) return existing;
+    const lock = newLock(name);
+    this.#locks.set(name, lock);
+    return lock;
   }
 
   /**
@@ -788,9 +811,8 @@ export class LockEngine {
     order: OrderKey | null,
   ): EngineEvent[] {
     const { requestId, name, waitMs } = options;
-    const events: EngineEvent[] = [];
     if (!grantable && waitMs === 0) {
-      events.push({
+      return [{
         type: "wait_ended",
         peer: session.peer,
         requestId,
@@ -798,8 +820,7 @@ export class LockEngine {
         name,
         cause: "timeout",
         waitedMs: 0,
-      });
-      return events;
+      }];
     }
     if (!grantable && existing!.queueLength >= this.#waitersPerLockMax) {
       return this.#reject(session, requestId, name, {
@@ -810,11 +831,7 @@ export class LockEngine {
     }
     const refusal = this.#claimsRefusal(session, requestId, name);
     if (refusal !== null) return refusal;
-    let lock = existing;
-    if (lock === undefined) {
-      lock = newLock(name);
-      this.#locks.set(name, lock);
-    }
+    const lock = this.#lockFor(name, existing);
     this.#table.applyKind(lock, kind);
     if (order !== null && order.term === this.#orderTerm && order.seq > this.#orderSeq) {
       this.#orderSeq = order.seq;
@@ -832,21 +849,9 @@ export class LockEngine {
     );
     session.claims.set(name, claim);
     const position = order === null ? this.#table.enqueue(claim) : this.#table.insertQueued(claim);
-    if (grantable) {
-      this.#table.grantHeads(now, lock, events, order !== null);
-      if (claim.state === "queued") {
-        // The token reservation failed (grants are blocked now): leave nothing behind.
-        this.#table.dropClaim(claim);
-        return this.#reject(session, requestId, name, {
-          reason: "grants_blocked",
-          block: "token_store_unavailable",
-          detail: this.blockDetail("token_store_unavailable"),
-        });
-      }
-      return events;
-    }
+    if (grantable) return this.#grantEntered(now, claim, order !== null);
     if (waitMs !== null) this.#table.deadlines.update(claim, now.monoMs + waitMs);
-    events.push({
+    return [{
       type: "queued",
       peer: session.peer,
       requestId,
@@ -856,8 +861,24 @@ export class LockEngine {
       orderTerm: claim.orderTerm,
       orderSeq: claim.orderSeq,
       restored: order !== null,
+    }];
+  }
+
+  /**
+   * Grants a claim that just entered a lock that can take it; when the token reservation fails
+   * (grants are blocked now), leaves nothing behind and refuses it.
+   */
+  #grantEntered(now: Instant, claim: Claim, restored: boolean): EngineEvent[] {
+    const events: EngineEvent[] = [];
+    this.#table.grantHeads(now, claim.lock, events, restored);
+    if (claim.state !== "queued") return events;
+    const { session, requestId, lock } = claim;
+    this.#table.dropClaim(claim);
+    return this.#reject(session, requestId, lock.name, {
+      reason: "grants_blocked",
+      block: "token_store_unavailable",
+      detail: this.blockDetail("token_store_unavailable"),
     });
-    return events;
   }
 
   /** The `limit_exceeded` refusal when storing one more claim passes -max-claims, or null. */

@@ -51,7 +51,7 @@
 import { type Scheduler, systemScheduler, type Timer } from "../clock.ts";
 import { formatHostPort, type HostPort } from "../host_port.ts";
 import { log } from "../log/diagnostic.ts";
-import { runAcceptLoop } from "../net/accept_loop.ts";
+import { type AcceptLoop, runAcceptLoop } from "../net/accept_loop.ts";
 import type {
   HttpDropReason,
   HttpListenerName,
@@ -177,24 +177,30 @@ export function listenHttp(
   return {
     addr: formatHostPort(addr.hostname, addr.port),
     close() {
-      closing ??= (async () => {
-        loop.close();
-        await loop.done;
-        // Nothing in flight on these: close them now, so the backend's shutdown is not kept waiting.
-        for (const connection of guard.open) {
-          if (connection.backendConn === null) connection.close(null);
-        }
-        await backend.close();
-        // The server has written its last responses; let the guard pass them on before the
-        // connections close (a cut would lose the end of an answer), but not for a client that
-        // does not read.
-        await allClosed(guard, HTTP_CLOSE_DRAIN_MS);
-        for (const connection of guard.open) connection.close(null);
-        for (const end of guard.lingering) end();
-      })();
+      closing ??= closeListener(loop, guard);
       return closing;
     },
   };
+}
+
+/**
+ * Stops accepting, lets the backend answer what it has, gives the guard a bounded time to pass
+ * the last responses on, then closes every connection left.
+ */
+async function closeListener(loop: AcceptLoop, guard: GuardContext): Promise<void> {
+  loop.close();
+  await loop.done;
+  // Nothing in flight on these: close them now, so the backend's shutdown is not kept waiting.
+  for (const connection of guard.open) {
+    if (connection.backendConn === null) connection.close(null);
+  }
+  await guard.backend.close();
+  // The server has written its last responses; let the guard pass them on before the
+  // connections close (a cut would lose the end of an answer), but not for a client that
+  // does not read.
+  await allClosed(guard, HTTP_CLOSE_DRAIN_MS);
+  for (const connection of guard.open) connection.close(null);
+  for (const end of guard.lingering) end();
 }
 
 interface GuardContext {

@@ -198,18 +198,9 @@ export class RequestFramer {
   #completeHead(): FramerStep {
     const head = this.#head.subarray(0, this.#headLength);
     this.#headLength = 0;
-    // Split into lines on CRLF; a CR or LF anywhere else is refused.
-    const lines: Uint8Array[] = [];
-    let start = 0;
-    for (let i = 0; i < head.length - 2; i++) {
-      const byte = head[i];
-      if (byte === CR && head[i + 1] === LF) {
-        lines.push(head.subarray(start, i));
-        start = i + 2;
-        i++;
-      } else if (byte === CR || byte === LF) {
-        return this.#fail("bad-request", "Lines of a request head must end with CRLF");
-      }
+    const lines = headLines(head);
+    if (lines === null) {
+      return this.#fail("bad-request", "Lines of a request head must end with CRLF");
     }
     const requestLine = ascii(lines[0]);
     const version = REQUEST_LINE.exec(requestLine);
@@ -219,6 +210,29 @@ export class RequestFramer {
         "The request line is not METHOD TARGET HTTP/1.x (only HTTP/1.0 and 1.1 are served)",
       );
     }
+    const read = this.#readFields(lines);
+    if (!("kept" in read)) return read;
+    if (read.hosts > 1) return this.#fail("bad-request", "More than one Host header");
+    if (read.hosts === 0 && version[1] === "1") {
+      return this.#fail("bad-request", "HTTP/1.1 requests must have a Host header");
+    }
+    const bodyBytes = read.contentLength ?? 0;
+    if (bodyBytes > this.#options.bodyBytesMax) {
+      return this.#fail(
+        "body-too-large",
+        `The request body has ${bodyBytes} bytes; at most ${this.#options.bodyBytesMax} are accepted`,
+      );
+    }
+    const out = rebuiltHead(lines[0], this.#injected, read.kept);
+    this.#headsForwarded++;
+    if (bodyBytes === 0) this.#endRequest();
+    else this.#state = { kind: "body", remaining: bodyBytes };
+    const [method, target] = requestLine.split(" ");
+    return { kind: "forward", bytes: out, head: { method, target, fields: read.fields } };
+  }
+
+  /** Checks the header lines; the ones kept, the first value of each field, the counts. */
+  #readFields(lines: Uint8Array[]): HeadFields | FramerStep {
     let hosts = 0;
     let contentLength: number | null = null;
     const kept: Uint8Array[] = [];
@@ -265,41 +279,60 @@ export class RequestFramer {
       }
       kept.push(line);
     }
-    if (hosts > 1) return this.#fail("bad-request", "More than one Host header");
-    if (hosts === 0 && version[1] === "1") {
-      return this.#fail("bad-request", "HTTP/1.1 requests must have a Host header");
-    }
-    const bodyBytes = contentLength ?? 0;
-    if (bodyBytes > this.#options.bodyBytesMax) {
-      return this.#fail(
-        "body-too-large",
-        `The request body has ${bodyBytes} bytes; at most ${this.#options.bodyBytesMax} are accepted`,
-      );
-    }
-    // Rebuild: request line, the injected header, the client's headers, the blank line.
-    let size = lines[0].length + 2 + this.#injected.length + 2;
-    for (const line of kept) size += line.length + 2;
-    const out = new Uint8Array(size);
-    let at = 0;
-    const put = (bytes: Uint8Array) => {
-      out.set(bytes, at);
-      at += bytes.length;
-    };
-    const crlf = new Uint8Array([CR, LF]);
-    put(lines[0]);
-    put(crlf);
-    put(this.#injected);
-    for (const line of kept) {
-      put(line);
-      put(crlf);
-    }
-    put(crlf);
-    this.#headsForwarded++;
-    if (bodyBytes === 0) this.#endRequest();
-    else this.#state = { kind: "body", remaining: bodyBytes };
-    const [method, target] = requestLine.split(" ");
-    return { kind: "forward", bytes: out, head: { method, target, fields } };
+    return { hosts, contentLength, kept, fields };
   }
+}
+
+/** What the header lines of a valid head say. */
+interface HeadFields {
+  readonly hosts: number;
+  readonly contentLength: number | null;
+  /** The client's header lines passed on (the injected header's name dropped). */
+  readonly kept: Uint8Array[];
+  readonly fields: Map<string, string>;
+}
+
+/** A head split into lines on CRLF (the blank line's left out); null for a lone CR or LF. */
+function headLines(head: Uint8Array): Uint8Array[] | null {
+  const lines: Uint8Array[] = [];
+  let start = 0;
+  for (let i = 0; i < head.length - 2; i++) {
+    const byte = head[i];
+    if (byte === CR && head[i + 1] === LF) {
+      lines.push(head.subarray(start, i));
+      start = i + 2;
+      i++;
+    } else if (byte === CR || byte === LF) {
+      return null;
+    }
+  }
+  return lines;
+}
+
+/** The head passed on: request line, the injected header, the client's headers, blank line. */
+function rebuiltHead(
+  requestLine: Uint8Array,
+  injected: Uint8Array,
+  kept: Uint8Array[],
+): Uint8Array {
+  let size = requestLine.length + 2 + injected.length + 2;
+  for (const line of kept) size += line.length + 2;
+  const out = new Uint8Array(size);
+  let at = 0;
+  const put = (bytes: Uint8Array) => {
+    out.set(bytes, at);
+    at += bytes.length;
+  };
+  const crlf = new Uint8Array([CR, LF]);
+  put(requestLine);
+  put(crlf);
+  put(injected);
+  for (const line of kept) {
+    put(line);
+    put(crlf);
+  }
+  put(crlf);
+  return out;
 }
 
 function ascii(bytes: Uint8Array): string {

@@ -12,10 +12,14 @@ import type { ClusterView } from "../server/view.ts";
 import type { MetricFamily } from "./prometheus.ts";
 
 export function clusterFamilies(cluster: ClusterView, nowMs: number): MetricFamily[] {
+  return [...leadershipFamilies(cluster, nowMs), ...etcdFamilies(cluster.stats)];
+}
+
+/** The node's role, term, step-downs, pauses, lease and token mark. */
+function leadershipFamilies(cluster: ClusterView, nowMs: number): MetricFamily[] {
   const stats = cluster.stats;
   const role = cluster.role;
   const safeUntilMs = cluster.leadership.safeUntilMs;
-  const etcd = (op: string) => stats.etcd.get(op) ?? { count: 0, failures: 0, secondsSum: 0 };
   return [
     {
       name: "lockd_cluster_role",
@@ -75,6 +79,13 @@ export function clusterFamilies(cluster: ClusterView, nowMs: number): MetricFami
       type: "gauge",
       samples: [{ value: cluster.term === 0 ? 0 : cluster.tokens.reservedThrough }],
     },
+  ];
+}
+
+/** The requests to etcd, by operation. */
+function etcdFamilies(stats: ClusterView["stats"]): MetricFamily[] {
+  const etcd = (op: string) => stats.etcd.get(op) ?? { count: 0, failures: 0, secondsSum: 0 };
+  return [
     {
       name: "lockd_etcd_request_seconds",
       help: "Duration of requests to etcd, by operation (answered or not).",

@@ -18,6 +18,11 @@ const HTTP_LISTENERS = ["admin", "ops"] as const;
 
 /** The families, every label value present from the start. */
 export function listenerFamilies(counters: ServerCounters): MetricFamily[] {
+  return [...tlsFamilies(counters), ...httpFamilies(counters)];
+}
+
+/** Failed accepts by listener, and the TLS listener's handshakes. */
+function tlsFamilies(counters: ServerCounters): MetricFamily[] {
   return [
     {
       name: "lockd_listener_accept_errors_total",
@@ -62,6 +67,12 @@ export function listenerFamilies(counters: ServerCounters): MetricFamily[] {
         value: counters.tlsShed[reason],
       })),
     },
+  ];
+}
+
+/** The HTTP connection guard's counts, by listener. */
+function httpFamilies(counters: ServerCounters): MetricFamily[] {
+  return [
     {
       name: "lockd_http_connections_open",
       help: "Open connections of the admin and ops HTTP listeners.",

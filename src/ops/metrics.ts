@@ -48,16 +48,31 @@ function summary(name: string, help: string, sum: number, count: number): Metric
 export function collectMetrics({ server, runtime }: MetricsSource): MetricFamily[] {
   const stats = server.engine.stats;
   const counters = server.counters;
-  // Label values: a single node exposes exactly those of the operator spec; cluster mode adds
-  // its own (reason `failover`, code 0x11 NOT_LEADER), documented as its additions.
-  const clusterMode = server.cluster !== null;
-  const endReasons = clusterMode ? END_REASONS : SINGLE_NODE_END_REASONS;
-  const errorCounts = new Map<number, number>();
-  for (const info of Object.values(WIRE_CODES)) {
-    if (clusterMode || !CLUSTER_ONLY_WIRE_CODES.has(info.code)) errorCounts.set(info.code, 0);
-  }
-  for (const [code, count] of counters.protocolErrors) errorCounts.set(code, count);
-  const families: MetricFamily[] = [
+  return [
+    ...lockFamilies(stats, counters),
+    ...outcomeFamilies(stats, counters, server.cluster !== null),
+    ...listenerFamilies(counters),
+    ...durationFamilies(stats),
+    ...auditFamilies(server.audit),
+    ...runtimeFamilies(runtime),
+    ...(server.cluster === null
+      ? []
+      : clusterFamilies(server.cluster, server.scheduler.monotonicMs())),
+    {
+      name: "lockd_build_info",
+      help: "Build information; the value is always 1.",
+      type: "gauge",
+      samples: [{ labels: { version: server.version }, value: 1 }],
+    },
+  ];
+}
+
+type Stats = ServerView["engine"]["stats"];
+type Counters = ServerView["counters"];
+
+/** Sessions, locks, waiters, grants and the refusals on the way. */
+function lockFamilies(stats: Stats, counters: Counters): MetricFamily[] {
+  return [
     gauge("lockd_connections_active", "Open sessions.", stats.sessionsOpen),
     gauge(
       "lockd_connections_open",
@@ -96,6 +111,22 @@ export function collectMetrics({ server, runtime }: MetricsSource): MetricFamily
       "Bytes held for unfinished frames larger than any valid request, all connections.",
       counters.partialFrameBytes,
     ),
+  ];
+}
+
+/**
+ * How ownerships ended and which errors were sent, then connections and heartbeats. Label
+ * values: a single node exposes exactly those of the operator spec; cluster mode adds its own
+ * (reason `failover`, code 0x11 NOT_LEADER), documented as its additions.
+ */
+function outcomeFamilies(stats: Stats, counters: Counters, clusterMode: boolean): MetricFamily[] {
+  const endReasons = clusterMode ? END_REASONS : SINGLE_NODE_END_REASONS;
+  const errorCounts = new Map<number, number>();
+  for (const info of Object.values(WIRE_CODES)) {
+    if (clusterMode || !CLUSTER_ONLY_WIRE_CODES.has(info.code)) errorCounts.set(info.code, 0);
+  }
+  for (const [code, count] of counters.protocolErrors) errorCounts.set(code, count);
+  return [
     {
       name: "lockd_releases_total",
       help: `Ended ownerships by reason (${endReasons.join(", ")}).`,
@@ -130,7 +161,12 @@ export function collectMetrics({ server, runtime }: MetricsSource): MetricFamily
       counters.tlsHandshakeErrors,
     ),
     counter("lockd_heartbeats_total", "Handled HEARTBEAT messages.", stats.heartbeatsTotal),
-    ...listenerFamilies(counters),
+  ];
+}
+
+/** How long claims waited and ownerships lasted. */
+function durationFamilies(stats: Stats): MetricFamily[] {
+  return [
     summary(
       "lockd_wait_seconds",
       "Time from ACQUIRE to ACQUIRED.",
@@ -143,15 +179,21 @@ export function collectMetrics({ server, runtime }: MetricsSource): MetricFamily
       stats.holdSecondsSum,
       stats.holdSecondsCount,
     ),
+  ];
+}
+
+/** The audit log's backlog, failures and losses. */
+function auditFamilies(audit: ServerView["audit"]): MetricFamily[] {
+  return [
     gauge(
       "lockd_audit_backlog_records",
       "Audit records not yet written (queued or in the write in flight).",
-      server.audit.pendingCount,
+      audit.pendingCount,
     ),
     counter(
       "lockd_audit_write_failures_total",
       "Failed audit writes: each error, and each write timeout a write stays pending.",
-      server.audit.writeFailures,
+      audit.writeFailures,
     ),
     {
       name: "lockd_audit_records_lost_total",
@@ -159,9 +201,15 @@ export function collectMetrics({ server, runtime }: MetricsSource): MetricFamily
       type: "counter",
       samples: AUDIT_LOSS_CAUSES.map((cause) => ({
         labels: { cause },
-        value: server.audit.lostRecords[cause],
+        value: audit.lostRecords[cause],
       })),
     },
+  ];
+}
+
+/** The process and the runtime, from the runtime probe. */
+function runtimeFamilies(runtime: RuntimeSample): MetricFamily[] {
+  return [
     gauge(
       "process_resident_memory_bytes",
       "Resident memory size in bytes.",
@@ -172,11 +220,9 @@ export function collectMetrics({ server, runtime }: MetricsSource): MetricFamily
       "Start time of the process since the Unix epoch in seconds.",
       runtime.startTimeSeconds,
     ),
-  ];
-  if (runtime.openFds !== null) {
-    families.push(gauge("process_open_fds", "Open file descriptors.", runtime.openFds));
-  }
-  families.push(
+    ...(runtime.openFds === null
+      ? []
+      : [gauge("process_open_fds", "Open file descriptors.", runtime.openFds)]),
     gauge("deno_heap_used_bytes", "V8 heap in use in bytes.", runtime.heapUsedBytes),
     gauge("deno_heap_total_bytes", "V8 heap reserved in bytes.", runtime.heapTotalBytes),
     gauge(
@@ -184,15 +230,5 @@ export function collectMetrics({ server, runtime }: MetricsSource): MetricFamily
       "How late the last event-loop probe tick ran, in seconds.",
       runtime.eventLoopLagSeconds,
     ),
-    ...(server.cluster === null
-      ? []
-      : clusterFamilies(server.cluster, server.scheduler.monotonicMs())),
-    {
-      name: "lockd_build_info",
-      help: "Build information; the value is always 1.",
-      type: "gauge",
-      samples: [{ labels: { version: server.version }, value: 1 }],
-    },
-  );
-  return families;
+  ];
 }

@@ -16,9 +16,9 @@
 
 import type { Socket } from "node:net";
 import * as tls from "node:tls";
-import { afterIoTurn, type Scheduler, systemScheduler, type Timer } from "../clock.ts";
+import { type Scheduler, systemScheduler, type Timer } from "../clock.ts";
 import { formatHostPort, type HostPort } from "../host_port.ts";
-import { TLS_FAILURE_LOG_LINES_PER_S, TLS_READ_QUEUE_BYTES_MAX } from "../limits.ts";
+import { TLS_FAILURE_LOG_LINES_PER_S } from "../limits.ts";
 import { WIRE_CODES } from "../wire/codes.ts";
 import { encodeFrame } from "../wire/frame.ts";
 import { log } from "../log/diagnostic.ts";
@@ -27,6 +27,7 @@ import { CertificateIdentityError, identityFromCertificate } from "../security/i
 import { loadServerTlsFromConfig, type ServerTlsMaterial } from "../security/tls.ts";
 import type { ProtocolListener } from "./listener.ts";
 import { TlsAcceptor } from "./tls_accept.ts";
+import { nodeSocketTransport } from "./node_socket_transport.ts";
 import type { Transport } from "./transport.ts";
 import { errorText } from "../error_text.ts";
 
@@ -64,37 +65,106 @@ export async function listenTls(
   options: TlsListenOptions,
   onTransport: (transport: Transport) => void,
 ): Promise<TlsProtocolListener> {
-  const mtls = material.ca !== undefined;
-  const scheduler = options.scheduler ?? systemScheduler;
-  const server = tls.createServer({
-    cert: material.cert,
-    key: material.key,
-    ca: material.ca,
-    requestCert: mtls,
-    rejectUnauthorized: mtls,
-    handshakeTimeout: options.handshakeTimeoutMs,
-  });
-  let closed = false;
-  const failureLog = new HandshakeFailureLog(scheduler);
+  const listener = new TlsListener(counters, material, options, onTransport);
+  await listener.listen(at);
+  return listener;
+}
+
+/** The listener `listenTls` returns: node's TLS server behind a plain TCP acceptor. */
+class TlsListener implements TlsProtocolListener {
+  readonly mtls: boolean;
+  addr = "";
+  readonly #done = Promise.withResolvers<void>();
+  readonly done = this.#done.promise;
+  readonly #counters: ServerCounters;
+  readonly #options: TlsListenOptions;
+  readonly #scheduler: Scheduler;
+  readonly #onTransport: (transport: Transport) => void;
+  readonly #server: tls.Server;
+  readonly #failureLog: HandshakeFailureLog;
   /**
-   * Counts and logs one failed handshake, once per connection however many reports it gets
-   * (node's handshake timeout was seen to fire `tlsClientError` twice for one connection in
-   * Deno 2.9): `lockd_tls_handshake_errors_total` counts failed handshakes, not reports.
+   * Sockets whose failed handshake was counted and logged, once per connection however many
+   * reports it gets (node's handshake timeout was seen to fire `tlsClientError` twice for one
+   * connection in Deno 2.9): `lockd_tls_handshake_errors_total` counts failed handshakes, not
+   * reports.
    */
-  const failed = new WeakSet<Socket>();
-  const handshakeFailed = (
+  readonly #failed = new WeakSet<Socket>();
+  /** Connections still in their TLS handshake (or before it), by remote address, so close() can end them. */
+  readonly #handshaking = new Map<string, Socket>();
+  #acceptor: TlsAcceptor | null = null;
+  #closed = false;
+
+  constructor(
+    counters: ServerCounters,
+    material: ServerTlsMaterial,
+    options: TlsListenOptions,
+    onTransport: (transport: Transport) => void,
+  ) {
+    this.mtls = material.ca !== undefined;
+    this.#counters = counters;
+    this.#options = options;
+    this.#onTransport = onTransport;
+    this.#scheduler = options.scheduler ?? systemScheduler;
+    this.#failureLog = new HandshakeFailureLog(this.#scheduler);
+    this.#server = tls.createServer({
+      cert: material.cert,
+      key: material.key,
+      ca: material.ca,
+      requestCert: this.mtls,
+      rejectUnauthorized: this.mtls,
+      handshakeTimeout: options.handshakeTimeoutMs,
+    });
+    this.#server.on(
+      "tlsClientError",
+      (error: Error & { code?: string }, socket: tls.TLSSocket) => {
+        const { failure, reason } = classifyHandshakeFailure(error, socket, this.mtls);
+        this.#handshakeFailed(socket, remoteAddrOf(socket), failure, reason);
+        // Deno's node:tls leaves the socket open after a handshake timeout: end it here.
+        socket.destroy();
+      },
+    );
+    this.#server.on("secureConnection", (socket: tls.TLSSocket) => this.#secured(socket));
+  }
+
+  async listen(at: HostPort): Promise<void> {
+    const options = this.#options;
+    this.#acceptor = await TlsAcceptor.listen(at, {
+      scheduler: this.#scheduler,
+      handshakesPerS: options.handshakesPerS,
+      pendingMax: options.pendingMax,
+      handshakeTimeoutMs: options.handshakeTimeoutMs,
+      counters: this.#counters,
+    }, (raw) => this.#accepted(raw));
+    this.addr = this.#acceptor.addr;
+  }
+
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    // Stops accepting at once; sessions are closed by the shutdown afterwards.
+    this.#acceptor?.close();
+    this.#failureLog.close();
+    for (const raw of this.#handshaking.values()) raw.destroy();
+    this.#handshaking.clear();
+    this.#done.resolve();
+  }
+
+  setMaterial(next: ServerTlsMaterial): void {
+    this.#server.setSecureContext({ cert: next.cert, key: next.key, ca: next.ca });
+  }
+
+  /** Counts and logs one failed handshake, once per connection. */
+  #handshakeFailed(
     socket: Socket,
     remoteAddr: string,
     failure: TlsHandshakeFailureReason,
     reason: string,
-  ) => {
-    if (failed.has(socket)) return;
-    failed.add(socket);
-    counters.countTlsHandshakeFailure(failure);
-    failureLog.warn({ remote_addr: remoteAddr, failure, reason });
-  };
-  /** Connections still in their TLS handshake (or before it), by remote address, so close() can end them. */
-  const handshaking = new Map<string, Socket>();
+  ): void {
+    if (this.#failed.has(socket)) return;
+    this.#failed.add(socket);
+    this.#counters.countTlsHandshakeFailure(failure);
+    this.#failureLog.warn({ remote_addr: remoteAddr, failure, reason });
+  }
 
   // Connections are accepted by a plain TCP server (TlsAcceptor: re-listens if node's accept loop
   // dies, bounds the connections not yet in a handshake) and handed to the TLS server only when
@@ -104,58 +174,51 @@ export async function listenTls(
   // (0x15030300). Handing an accepted socket to a TLS server with emit("connection") is the
   // documented way to inject connections into node's tls.Server, and the path that verifies
   // client certificates (a TLSSocket built by hand does not check them in Deno 2.9).
-  const onConnection = (raw: Socket) => {
+  #accepted(raw: Socket): void {
+    const counters = this.#counters;
     counters.protocolConnectionsOpen++;
     raw.once("close", () => counters.protocolConnectionsOpen--);
-    if (closed) {
+    if (this.#closed) {
       raw.destroy();
       return;
     }
     const key = formatHostPort(raw.remoteAddress ?? "unknown", raw.remotePort ?? 0);
+    const handshaking = this.#handshaking;
     handshaking.set(key, raw);
     raw.once("close", () => {
       if (handshaking.get(key) === raw) handshaking.delete(key);
     });
     raw.on("error", () => {}); // a reset before the first byte: 'close' follows
-    const timer = scheduler.setTimer(() => {
-      handshakeFailed(
-        raw,
-        key,
-        "timeout",
-        `no TLS ClientHello within ${options.handshakeTimeoutMs} ms`,
-      );
+    const timeoutMs = this.#options.handshakeTimeoutMs;
+    const timer = this.#scheduler.setTimer(() => {
+      this.#handshakeFailed(raw, key, "timeout", `no TLS ClientHello within ${timeoutMs} ms`);
       raw.destroy();
-    }, options.handshakeTimeoutMs);
+    }, timeoutMs);
     raw.once("close", () => timer.cancel());
     raw.once("data", (first: Uint8Array) => {
       timer.cancel();
       raw.pause();
       if (first[0] === TLS_HANDSHAKE_RECORD) {
         raw.unshift(first);
-        acceptor.admit(raw, () => server.emit("connection", raw));
+        this.#acceptor!.admit(raw, () => this.#server.emit("connection", raw));
         return;
       }
-      refuseNotTls(raw, key, first, counters, handshakeFailed, scheduler);
+      const failed = this.#handshakeFailed.bind(this);
+      refuseNotTls(raw, key, first, counters, failed, this.#scheduler);
     });
-  };
+  }
 
-  server.on("tlsClientError", (error: Error & { code?: string }, socket: tls.TLSSocket) => {
-    const { failure, reason } = classifyHandshakeFailure(error, socket, mtls);
-    handshakeFailed(socket, remoteAddrOf(socket), failure, reason);
-    // Deno's node:tls leaves the socket open after a handshake timeout: end it here.
-    socket.destroy();
-  });
-
-  server.on("secureConnection", (socket: tls.TLSSocket) => {
+  /** A finished handshake: a session with the certificate's identity, or refused. */
+  #secured(socket: tls.TLSSocket): void {
     const remoteAddr = remoteAddrOf(socket);
-    handshaking.delete(remoteAddr);
-    if (closed) {
+    this.#handshaking.delete(remoteAddr);
+    if (this.#closed) {
       socket.destroy();
       return;
     }
-    if (mtls && !socket.authorized) {
+    if (this.mtls && !socket.authorized) {
       // rejectUnauthorized already refuses these; never serve one unverified.
-      handshakeFailed(
+      this.#handshakeFailed(
         socket,
         remoteAddr,
         "client_certificate_rejected",
@@ -166,11 +229,11 @@ export async function listenTls(
     }
     let identity = "";
     try {
-      if (mtls) identity = identityFromCertificate(socket.getPeerCertificate());
+      if (this.mtls) identity = identityFromCertificate(socket.getPeerCertificate());
     } catch (error) {
       if (!(error instanceof CertificateIdentityError)) throw error;
       // A verified certificate whose names cannot be read safely: refused, never guessed.
-      handshakeFailed(socket, remoteAddr, "client_certificate_unusable", error.message);
+      this.#handshakeFailed(socket, remoteAddr, "client_certificate_unusable", error.message);
       socket.destroy();
       return;
     }
@@ -179,36 +242,8 @@ export async function listenTls(
       identity,
       protocol: socket.getProtocol?.() ?? "",
     });
-    onTransport(nodeSocketTransport(socket, remoteAddr, identity));
-  });
-
-  const acceptor = await TlsAcceptor.listen(at, {
-    scheduler,
-    handshakesPerS: options.handshakesPerS,
-    pendingMax: options.pendingMax,
-    handshakeTimeoutMs: options.handshakeTimeoutMs,
-    counters,
-  }, onConnection);
-  const addr = acceptor.addr;
-  const done = Promise.withResolvers<void>();
-  return {
-    addr,
-    mtls,
-    done: done.promise,
-    close() {
-      if (closed) return;
-      closed = true;
-      // Stops accepting at once; sessions are closed by the shutdown afterwards.
-      acceptor.close();
-      failureLog.close();
-      for (const raw of handshaking.values()) raw.destroy();
-      handshaking.clear();
-      done.resolve();
-    },
-    setMaterial(next: ServerTlsMaterial) {
-      server.setSecureContext({ cert: next.cert, key: next.key, ca: next.ca });
-    },
-  };
+    this.#onTransport(nodeSocketTransport(socket, remoteAddr, identity));
+  }
 }
 
 /**
@@ -300,147 +335,6 @@ export async function reloadCertificates(
     });
     return false;
   }
-}
-
-/**
- * A `Transport` over a node socket. Reads are served from the chunks of
- * 'data' events. The socket is never paused: node:tls in Deno 2.9 keeps
- * reading the network while paused and buffers the bytes out of sight, so a
- * pause would hide memory instead of bounding it (measured: 256 MiB sent to a
- * paused socket all ended up buffered). Instead, a peer that is more than
- * `TLS_READ_QUEUE_BYTES_MAX` bytes ahead of its session at the end of an
- * event-loop turn is disconnected; sessions read eagerly, so a well-behaved
- * client never comes close. A write
- * resolves once the socket has passed the bytes on (its callback), which is
- * both the back-pressure and the guarantee that a final ERROR frame is out
- * before `close()`.
- */
-export function nodeSocketTransport(
-  socket: tls.TLSSocket | Socket,
-  remoteAddr: string,
-  identity: string,
-): Transport {
-  socket.setNoDelay(true);
-  const chunks: Uint8Array[] = [];
-  let queuedBytes = 0;
-  let ended = false;
-  let failure: Error | null = null;
-  let closedLocally = false;
-  let pendingRead:
-    | { buffer: Uint8Array; resolve: (n: number | null) => void; reject: (e: Error) => void }
-    | null = null;
-  const pendingWrites = new Set<(error: Error) => void>();
-
-  /** Moves queued bytes into `buffer`. */
-  const copyInto = (buffer: Uint8Array): number => {
-    let n = 0;
-    while (n < buffer.length && chunks.length > 0) {
-      const chunk = chunks[0];
-      const take = Math.min(chunk.length, buffer.length - n);
-      buffer.set(take === chunk.length ? chunk : chunk.subarray(0, take), n);
-      n += take;
-      if (take === chunk.length) chunks.shift();
-      else chunks[0] = chunk.subarray(take);
-    }
-    queuedBytes -= n;
-    return n;
-  };
-
-  const settleRead = () => {
-    if (pendingRead === null) return;
-    const read = pendingRead;
-    if (queuedBytes > 0) {
-      pendingRead = null;
-      read.resolve(copyInto(read.buffer));
-    } else if (failure !== null) {
-      pendingRead = null;
-      read.reject(failure);
-    } else if (ended) {
-      pendingRead = null;
-      read.resolve(null);
-    }
-  };
-
-  const fail = (error: Error) => {
-    failure ??= error;
-    for (const reject of pendingWrites) reject(failure);
-    pendingWrites.clear();
-    settleRead();
-  };
-
-  /**
-   * Deno delivers up to a few MiB of 'data' events in one go, before the
-   * session had a chance to read; so the limit is checked once the turn is
-   * over: whatever is still queued then, the session did not want.
-   */
-  let overflowCheck: Timer | undefined;
-  const checkOverflow = () => {
-    overflowCheck = undefined;
-    if (failure !== null || queuedBytes <= TLS_READ_QUEUE_BYTES_MAX) return;
-    logger.warn("client sent too far ahead of its session, closing", {
-      remote_addr: remoteAddr,
-      queued_bytes: queuedBytes,
-    });
-    chunks.length = 0;
-    queuedBytes = 0;
-    fail(new Error(`More than ${TLS_READ_QUEUE_BYTES_MAX} bytes received and not read`));
-    socket.destroy();
-  };
-
-  socket.on("data", (chunk: Uint8Array) => {
-    if (failure !== null) return;
-    chunks.push(chunk);
-    queuedBytes += chunk.length;
-    if (queuedBytes > TLS_READ_QUEUE_BYTES_MAX && overflowCheck === undefined) {
-      overflowCheck = afterIoTurn(checkOverflow);
-    }
-    settleRead();
-  });
-  socket.on("end", () => {
-    ended = true;
-    settleRead();
-  });
-  socket.on("error", (error: Error) => fail(error));
-  socket.on("close", () => {
-    ended = true;
-    overflowCheck?.cancel();
-    for (const reject of pendingWrites) reject(failure ?? new Error("Connection closed"));
-    pendingWrites.clear();
-    settleRead();
-  });
-
-  return {
-    remoteAddr,
-    identity,
-    read(buffer: Uint8Array): Promise<number | null> {
-      if (pendingRead !== null) throw new Error("Only one read at a time");
-      if (queuedBytes > 0) return Promise.resolve(copyInto(buffer));
-      if (failure !== null) return Promise.reject(failure);
-      if (ended) return Promise.resolve(null);
-      return new Promise((resolve, reject) => {
-        pendingRead = { buffer, resolve, reject };
-      });
-    },
-    write(bytes: Uint8Array): Promise<number> {
-      if (failure !== null) return Promise.reject(failure);
-      if (closedLocally || socket.destroyed) return Promise.reject(new Error("Connection closed"));
-      return new Promise((resolve, reject) => {
-        pendingWrites.add(reject);
-        socket.write(bytes, (error?: Error | null) => {
-          if (!pendingWrites.delete(reject)) return;
-          if (error) reject(error);
-          else resolve(bytes.length);
-        });
-      });
-    },
-    close() {
-      if (closedLocally) return;
-      closedLocally = true;
-      overflowCheck?.cancel();
-      fail(new Error("Connection closed"));
-      socket.destroy();
-    },
-  };
 }
 
 /** First byte of a TLS record of type handshake: every ClientHello starts with it. */

@@ -109,9 +109,6 @@ export function checkServerCertificate(
   const file = `"${context.certPath}" (-tls-cert)`;
   const der = new Uint8Array(leaf.raw);
   const profile = readCertificateProfile(der);
-  const notBeforeMs = Date.parse(leaf.validFrom);
-  const notAfterMs = Date.parse(leaf.validTo);
-  const now = new Date(context.nowMs).toISOString();
 
   if (profile.version < 3) {
     errors.push(
@@ -128,25 +125,7 @@ export function checkServerCertificate(
         `basicConstraints=critical,CA:FALSE by a CA instead: ${TLS_RECIPE_REF}`,
     );
   }
-  if (context.nowMs > notAfterMs) {
-    errors.push(
-      `The certificate in ${file} expired at ${leaf.validTo} (now ${now}); clients refuse it. ` +
-        `Put a renewed certificate at the same path (see "Rotating TLS certificates" in ` +
-        `docs/operations.md).`,
-    );
-  } else if (context.nowMs < notBeforeMs) {
-    errors.push(
-      `The certificate in ${file} is not valid before ${leaf.validFrom} (now ${now}); clients ` +
-        `refuse it. Check this host's clock (timedatectl), or use a certificate that is ` +
-        `valid now.`,
-    );
-  } else if (notAfterMs - context.nowMs < CERT_EXPIRY_WARNING_MS) {
-    const days = Math.floor((notAfterMs - context.nowMs) / 86_400_000);
-    warnings.push(
-      `The certificate in ${file} expires at ${leaf.validTo} (in ${days} days); renew it and ` +
-        `reload (systemctl reload lockd).`,
-    );
-  }
+  checkValidity(leaf, context.nowMs, file, { errors, warnings });
   const eku = profile.extendedKeyUsage;
   if (eku !== null && !eku.serverAuth && !eku.any) {
     errors.push(
@@ -154,6 +133,49 @@ export function checkServerCertificate(
         `it as a server certificate. Issue it with extendedKeyUsage=serverAuth: ${TLS_RECIPE_REF}`,
     );
   }
+  checkServerNames(leaf, der, context, { errors, warnings });
+  return { errors, warnings };
+}
+
+/** The server certificate's validity window against the time now: expired, early, expiring. */
+function checkValidity(
+  leaf: X509Certificate,
+  nowMs: number,
+  file: string,
+  { errors, warnings }: CertificateFindings,
+): void {
+  const notBeforeMs = Date.parse(leaf.validFrom);
+  const notAfterMs = Date.parse(leaf.validTo);
+  const now = new Date(nowMs).toISOString();
+  if (nowMs > notAfterMs) {
+    errors.push(
+      `The certificate in ${file} expired at ${leaf.validTo} (now ${now}); clients refuse it. ` +
+        `Put a renewed certificate at the same path (see "Rotating TLS certificates" in ` +
+        `docs/operations.md).`,
+    );
+  } else if (nowMs < notBeforeMs) {
+    errors.push(
+      `The certificate in ${file} is not valid before ${leaf.validFrom} (now ${now}); clients ` +
+        `refuse it. Check this host's clock (timedatectl), or use a certificate that is ` +
+        `valid now.`,
+    );
+  } else if (notAfterMs - nowMs < CERT_EXPIRY_WARNING_MS) {
+    const days = Math.floor((notAfterMs - nowMs) / 86_400_000);
+    warnings.push(
+      `The certificate in ${file} expires at ${leaf.validTo} (in ${days} days); renew it and ` +
+        `reload (systemctl reload lockd).`,
+    );
+  }
+}
+
+/** The server certificate's names: some DNS or IP name, and the listen address among them. */
+function checkServerNames(
+  leaf: X509Certificate,
+  der: Uint8Array,
+  context: ServerCertificateContext,
+  { errors, warnings }: CertificateFindings,
+): void {
+  const file = `"${context.certPath}" (-tls-cert)`;
   const names = readCertificateNames(der).subjectAltNames;
   const dnsNames = names.filter((n) => n.type === "DNS").map((n) => `DNS:${n.value}`);
   const ipCount = names.filter((n) => n.type === "IP").length;
@@ -175,7 +197,6 @@ export function checkServerCertificate(
       );
     }
   }
-  return { errors, warnings };
 }
 
 /** Checks that every certificate of `-tls-client-ca` is a CA that can sign client certificates. */

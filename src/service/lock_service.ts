@@ -99,6 +99,9 @@ interface Closing {
   readonly finalError: WireError | null;
 }
 
+/** The engine event of one type. */
+type EventOf<T extends EngineEvent["type"]> = Extract<EngineEvent, { readonly type: T }>;
+
 export class LockService {
   readonly #engine: LockEngine;
   readonly #audit: AuditLog;
@@ -532,31 +535,10 @@ export class LockService {
   }
 
   #applyOne(event: EngineEvent, closing: Closing | undefined): void {
-    const peer = event.peer;
-    const port = this.#sessions.get(peer.sessionId);
+    const port = this.#sessions.get(event.peer.sessionId);
     switch (event.type) {
       case "granted":
-        this.#record(
-          {
-            event: "acquire",
-            lock: event.name,
-            token: event.token,
-            identity: peer.identity,
-            remote_addr: peer.remoteAddr,
-            session: peer.sessionId,
-            client_name: peer.clientName,
-            waited_ms: Math.round(event.waitedMs),
-          },
-          port,
-          {
-            type: "acquired",
-            requestId: event.requestId,
-            name: event.name,
-            token: event.token,
-            leaseMs: event.leaseMs,
-          },
-        );
-        return;
+        return this.#granted(event, port);
       case "queued":
         port?.send({
           type: "queued",
@@ -565,80 +547,125 @@ export class LockService {
           position: event.position,
         });
         return;
-      case "ended": {
-        const reply: ServerMessage | null = event.releaseRequestId !== 0
-          ? { type: "released", requestId: event.releaseRequestId, name: event.name }
-          : event.reason === "expired"
-          ? errorFrame(
-            event.acquireRequestId,
-            event.name,
-            leaseExpiredError(event.name, event.token),
-          )
-          : null;
-        this.#record(
-          {
-            event: "release",
-            lock: event.name,
-            token: event.token,
-            identity: peer.identity,
-            remote_addr: peer.remoteAddr,
-            session: peer.sessionId,
-            client_name: peer.clientName,
-            reason: event.reason,
-            held_ms: Math.round(event.heldMs),
-          },
-          port,
-          reply,
-        );
-        if (event.reason === "expired") {
-          logger.info("lease expired", {
-            lock: event.name,
-            session: peer.sessionId,
-            remote_addr: peer.remoteAddr,
-            token: event.token,
-          });
-        }
-        return;
-      }
+      case "ended":
+        return this.#ended(event, port);
       case "wait_ended":
-        if (event.cause === "timeout") {
-          port?.send(
-            errorFrame(event.requestId, event.name, waitTimeoutError(event.name, event.waitedMs)),
-          );
-        } else if (event.cause === "cancelled") {
-          port?.send(errorFrame(event.requestId, event.name, cancelledError(event.name)));
-          port?.send({ type: "released", requestId: event.releaseRequestId, name: event.name });
-        }
-        return;
+        return this.#waitEnded(event, port);
       case "rejected":
-        port?.send(
-          errorFrame(event.requestId, event.name, rejectionError(event.name, event.rejection)),
-        );
-        if (event.rejection.reason === "limit_exceeded") {
-          this.#counters.limitRefusals[event.rejection.limit]++;
-          logger.warn("limit reached", {
-            session: peer.sessionId,
-            remote_addr: peer.remoteAddr,
-            lock: event.name,
-            limit: event.rejection.limit,
-          });
-        }
-        return;
-      case "session_closed": {
-        this.#sessions.remove(peer.sessionId);
-        if (event.cause === "io_timeout") {
-          logger.info("session timed out", {
-            session: peer.sessionId,
-            remote_addr: peer.remoteAddr,
-          });
-        }
-        const finalError = closing?.sessionId === peer.sessionId && closing.finalError !== null
-          ? closing.finalError
-          : sessionClosedError(event.cause, event.name, this.#engine.ioTimeoutMs);
-        port?.terminate(finalError === null ? null : errorFrame(0, event.name, finalError));
-        return;
-      }
+        return this.#rejected(event, port);
+      case "session_closed":
+        return this.#sessionClosed(event, port, closing);
     }
+  }
+
+  /** A grant: its audit record, then ACQUIRED in the session's reply order. */
+  #granted(event: EventOf<"granted">, port: SessionPort | undefined): void {
+    const peer = event.peer;
+    this.#record(
+      {
+        event: "acquire",
+        lock: event.name,
+        token: event.token,
+        identity: peer.identity,
+        remote_addr: peer.remoteAddr,
+        session: peer.sessionId,
+        client_name: peer.clientName,
+        waited_ms: Math.round(event.waitedMs),
+      },
+      port,
+      {
+        type: "acquired",
+        requestId: event.requestId,
+        name: event.name,
+        token: event.token,
+        leaseMs: event.leaseMs,
+      },
+    );
+  }
+
+  /** An ownership ended: its audit record, then RELEASED or LEASE_EXPIRED (or nothing). */
+  #ended(event: EventOf<"ended">, port: SessionPort | undefined): void {
+    const peer = event.peer;
+    const reply: ServerMessage | null = event.releaseRequestId !== 0
+      ? { type: "released", requestId: event.releaseRequestId, name: event.name }
+      : event.reason === "expired"
+      ? errorFrame(
+        event.acquireRequestId,
+        event.name,
+        leaseExpiredError(event.name, event.token),
+      )
+      : null;
+    this.#record(
+      {
+        event: "release",
+        lock: event.name,
+        token: event.token,
+        identity: peer.identity,
+        remote_addr: peer.remoteAddr,
+        session: peer.sessionId,
+        client_name: peer.clientName,
+        reason: event.reason,
+        held_ms: Math.round(event.heldMs),
+      },
+      port,
+      reply,
+    );
+    if (event.reason === "expired") {
+      logger.info("lease expired", {
+        lock: event.name,
+        session: peer.sessionId,
+        remote_addr: peer.remoteAddr,
+        token: event.token,
+      });
+    }
+  }
+
+  /** A wait ended without a grant: timed out, or cancelled by a RELEASE. */
+  #waitEnded(event: EventOf<"wait_ended">, port: SessionPort | undefined): void {
+    if (event.cause === "timeout") {
+      port?.send(
+        errorFrame(event.requestId, event.name, waitTimeoutError(event.name, event.waitedMs)),
+      );
+    } else if (event.cause === "cancelled") {
+      port?.send(errorFrame(event.requestId, event.name, cancelledError(event.name)));
+      port?.send({ type: "released", requestId: event.releaseRequestId, name: event.name });
+    }
+  }
+
+  /** A refused request: its error, and a limit reached counted and logged. */
+  #rejected(event: EventOf<"rejected">, port: SessionPort | undefined): void {
+    port?.send(
+      errorFrame(event.requestId, event.name, rejectionError(event.name, event.rejection)),
+    );
+    if (event.rejection.reason === "limit_exceeded") {
+      this.#counters.limitRefusals[event.rejection.limit]++;
+      logger.warn("limit reached", {
+        session: event.peer.sessionId,
+        remote_addr: event.peer.remoteAddr,
+        lock: event.name,
+        limit: event.rejection.limit,
+      });
+    }
+  }
+
+  /** A session ended: out of the registry, and its final frame (if any) behind the rest. */
+  #sessionClosed(
+    event: EventOf<"session_closed">,
+    port: SessionPort | undefined,
+    closing: Closing | undefined,
+  ): void {
+    const peer = event.peer;
+    this.#sessions.remove(peer.sessionId);
+    if (event.cause === "io_timeout") {
+      logger.info("session timed out", {
+        session: peer.sessionId,
+        remote_addr: peer.remoteAddr,
+      });
+    }
+    const finalError = closing?.sessionId === peer.sessionId && closing.finalError !== null
+      ? closing.finalError
+      : sessionClosedError(event.cause, event.name, this.#engine.ioTimeoutMs);
+    port?.terminate(finalError === null ? null : errorFrame(0, event.name, finalError));
   }
 
   /**

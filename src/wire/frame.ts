@@ -11,7 +11,7 @@ import {
   FRAME_WRITER_BYTES_DEFAULT,
   FRAME_WRITER_RETAINED_BYTES_MAX,
 } from "../limits.ts";
-import { type Message, MessageType } from "./messages.ts";
+import { type ClientMessage, type Message, MessageType, type ServerMessage } from "./messages.ts";
 
 /** Bytes of the length prefix in front of every frame. */
 export const FRAME_HEADER_BYTES = 4;
@@ -101,10 +101,46 @@ export class FrameWriter {
   #writeBody(msg: Message): void {
     switch (msg.type) {
       case "hello":
+      case "acquire":
+      case "release":
+      case "heartbeat":
+        return this.#writeRequest(msg);
+      default:
+        return this.#writeReply(msg);
+    }
+  }
+
+  /** The body of a message a client sends. */
+  #writeRequest(msg: ClientMessage): void {
+    switch (msg.type) {
+      case "hello":
         this.#u8(MessageType.HELLO);
         this.#u16(msg.version, "version");
         this.#str(msg.clientName, "clientName");
         return;
+      case "acquire":
+        this.#u8(MessageType.ACQUIRE);
+        this.#u32(msg.requestId, "requestId");
+        this.#u32(msg.leaseMs, "leaseMs");
+        this.#u32(msg.waitMs, "waitMs");
+        this.#str(msg.name, "name");
+        return;
+      case "release":
+        this.#u8(MessageType.RELEASE);
+        this.#u32(msg.requestId, "requestId");
+        this.#u64(msg.token, "token");
+        this.#str(msg.name, "name");
+        return;
+      case "heartbeat":
+        this.#u8(MessageType.HEARTBEAT);
+        this.#u32(msg.requestId, "requestId");
+        return;
+    }
+  }
+
+  /** The body of a message the server sends. */
+  #writeReply(msg: ServerMessage): void {
+    switch (msg.type) {
       case "welcome":
         this.#u8(MessageType.WELCOME);
         this.#u16(msg.version, "version");
@@ -113,13 +149,6 @@ export class FrameWriter {
         this.#u32(msg.ioTimeoutMs, "ioTimeoutMs");
         this.#u32(msg.leaseDefaultMs, "leaseDefaultMs");
         this.#u32(msg.leaseMaxMs, "leaseMaxMs");
-        return;
-      case "acquire":
-        this.#u8(MessageType.ACQUIRE);
-        this.#u32(msg.requestId, "requestId");
-        this.#u32(msg.leaseMs, "leaseMs");
-        this.#u32(msg.waitMs, "waitMs");
-        this.#str(msg.name, "name");
         return;
       case "queued":
         this.#u8(MessageType.QUEUED);
@@ -134,20 +163,10 @@ export class FrameWriter {
         this.#u32(msg.leaseMs, "leaseMs");
         this.#str(msg.name, "name");
         return;
-      case "release":
-        this.#u8(MessageType.RELEASE);
-        this.#u32(msg.requestId, "requestId");
-        this.#u64(msg.token, "token");
-        this.#str(msg.name, "name");
-        return;
       case "released":
         this.#u8(MessageType.RELEASED);
         this.#u32(msg.requestId, "requestId");
         this.#str(msg.name, "name");
-        return;
-      case "heartbeat":
-        this.#u8(MessageType.HEARTBEAT);
-        this.#u32(msg.requestId, "requestId");
         return;
       case "heartbeat_ack":
         this.#u8(MessageType.HEARTBEAT_ACK);

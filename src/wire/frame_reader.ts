@@ -11,7 +11,7 @@ import {
 } from "../limits.ts";
 import { ProtocolError } from "./codes.ts";
 import { FRAME_HEADER_BYTES } from "./frame.ts";
-import { type Message, MessageType } from "./messages.ts";
+import { type ClientMessage, type Message, MessageType, type ServerMessage } from "./messages.ts";
 /** Strings up to this many bytes are first tried as pure ASCII (kept well below the argument-count limit of `apply`). */
 const ASCII_FAST_PATH_BYTES_MAX = 256;
 
@@ -136,15 +136,61 @@ function decodeWith(
   start: number,
   end: number,
 ): Message {
-  let msg: Message;
+  const msg = decodeRequest(cursor, type, bytes, start, end) ??
+    decodeReply(cursor, type, bytes, start, end);
+  cursor.finish();
+  return msg;
+}
+
+/** A message a client sends, or null for any other type. */
+function decodeRequest(
+  cursor: BodyCursor,
+  type: number,
+  bytes: Uint8Array,
+  start: number,
+  end: number,
+): ClientMessage | null {
   switch (type) {
     case MessageType.HELLO:
       cursor.reset(bytes, start, end, "HELLO");
-      msg = { type: "hello", version: cursor.u16("version"), clientName: cursor.str("clientName") };
-      break;
+      return {
+        type: "hello",
+        version: cursor.u16("version"),
+        clientName: cursor.str("clientName"),
+      };
+    case MessageType.ACQUIRE: {
+      cursor.reset(bytes, start, end, "ACQUIRE");
+      const requestId = cursor.u32("requestId");
+      const leaseMs = cursor.u32("leaseMs");
+      const waitMs = cursor.u32("waitMs");
+      return { type: "acquire", requestId, name: cursor.str("name"), leaseMs, waitMs };
+    }
+    case MessageType.RELEASE: {
+      cursor.reset(bytes, start, end, "RELEASE");
+      const requestId = cursor.u32("requestId");
+      const token = cursor.u64("token");
+      return { type: "release", requestId, name: cursor.str("name"), token };
+    }
+    case MessageType.HEARTBEAT:
+      cursor.reset(bytes, start, end, "HEARTBEAT");
+      return { type: "heartbeat", requestId: cursor.u32("requestId") };
+    default:
+      return null;
+  }
+}
+
+/** A message the server sends; any other type is malformed. */
+function decodeReply(
+  cursor: BodyCursor,
+  type: number,
+  bytes: Uint8Array,
+  start: number,
+  end: number,
+): ServerMessage {
+  switch (type) {
     case MessageType.WELCOME:
       cursor.reset(bytes, start, end, "WELCOME");
-      msg = {
+      return {
         type: "welcome",
         version: cursor.u16("version"),
         serverVersion: cursor.str("serverVersion"),
@@ -153,70 +199,43 @@ function decodeWith(
         leaseDefaultMs: cursor.u32("leaseDefaultMs"),
         leaseMaxMs: cursor.u32("leaseMaxMs"),
       };
-      break;
-    case MessageType.ACQUIRE: {
-      cursor.reset(bytes, start, end, "ACQUIRE");
-      const requestId = cursor.u32("requestId");
-      const leaseMs = cursor.u32("leaseMs");
-      const waitMs = cursor.u32("waitMs");
-      msg = { type: "acquire", requestId, name: cursor.str("name"), leaseMs, waitMs };
-      break;
-    }
     case MessageType.QUEUED: {
       cursor.reset(bytes, start, end, "QUEUED");
       const requestId = cursor.u32("requestId");
       const position = cursor.u32("position");
-      msg = { type: "queued", requestId, name: cursor.str("name"), position };
-      break;
+      return { type: "queued", requestId, name: cursor.str("name"), position };
     }
     case MessageType.ACQUIRED: {
       cursor.reset(bytes, start, end, "ACQUIRED");
       const requestId = cursor.u32("requestId");
       const token = cursor.u64("token");
       const leaseMs = cursor.u32("leaseMs");
-      msg = { type: "acquired", requestId, name: cursor.str("name"), token, leaseMs };
-      break;
-    }
-    case MessageType.RELEASE: {
-      cursor.reset(bytes, start, end, "RELEASE");
-      const requestId = cursor.u32("requestId");
-      const token = cursor.u64("token");
-      msg = { type: "release", requestId, name: cursor.str("name"), token };
-      break;
+      return { type: "acquired", requestId, name: cursor.str("name"), token, leaseMs };
     }
     case MessageType.RELEASED:
       cursor.reset(bytes, start, end, "RELEASED");
-      msg = { type: "released", requestId: cursor.u32("requestId"), name: cursor.str("name") };
-      break;
-    case MessageType.HEARTBEAT:
-      cursor.reset(bytes, start, end, "HEARTBEAT");
-      msg = { type: "heartbeat", requestId: cursor.u32("requestId") };
-      break;
+      return { type: "released", requestId: cursor.u32("requestId"), name: cursor.str("name") };
     case MessageType.HEARTBEAT_ACK:
       cursor.reset(bytes, start, end, "HEARTBEAT_ACK");
-      msg = {
+      return {
         type: "heartbeat_ack",
         requestId: cursor.u32("requestId"),
         renewed: cursor.u32("renewed"),
       };
-      break;
     case MessageType.ERROR:
       cursor.reset(bytes, start, end, "ERROR");
-      msg = {
+      return {
         type: "error",
         requestId: cursor.u32("requestId"),
         code: cursor.u8("code"),
         name: cursor.str("name"),
         message: cursor.str("message"),
       };
-      break;
     default:
       throw malformed(
         `Cannot decode frame: unknown message type 0x${type.toString(16).padStart(2, "0")}`,
       );
   }
-  cursor.finish();
-  return msg;
 }
 
 /**

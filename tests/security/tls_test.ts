@@ -4,7 +4,7 @@ import * as tls from "node:tls";
 import { type Client, connect, ConnectionError } from "../../mod.ts";
 import { parseHostPort } from "../../src/host_port.ts";
 import { TLS_READ_QUEUE_BYTES_MAX } from "../../src/limits.ts";
-import { nodeSocketTransport } from "../../src/protocol/tls_listener.ts";
+import { nodeSocketTransport } from "../../src/protocol/node_socket_transport.ts";
 import type { Transport } from "../../src/protocol/transport.ts";
 import {
   loadClientTls,
