@@ -136,6 +136,9 @@ export class ReplyLedger {
         this.#expected.delete(requestId);
         return null;
       }
+      default:
+        // Version-2 replies: a version-1 session never decodes them (an unknown type).
+        return `${what}, a reply this client (protocol version 1) never asks for`;
     }
   }
 

@@ -3,7 +3,7 @@ import { ManualScheduler } from "../../src/clock.ts";
 import { TokenIssuer } from "../../src/core/tokens.ts";
 import { AUDIT_RETRY_MS } from "../../src/limits.ts";
 import { WIRE_CODES, type WireCodeName } from "../../src/wire/codes.ts";
-import type { Message } from "../../src/wire/messages.ts";
+import { type Message, withNeutral } from "../../src/wire/messages.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 import { eventually, startTestServer, TEST_ACTOR } from "../helpers/start_server.ts";
 import { writeAcl } from "../helpers/acl_file.ts";
@@ -91,7 +91,10 @@ const CASES: Case[] = [{
     await b.send({ type: "acquire", requestId: 7, name: "x", leaseMs: 0, waitMs: 0 });
     expectError(await b.next(), "WAIT_TIMEOUT", 7);
     await b.send({ type: "acquire", requestId: 8, name: "x", leaseMs: 0, waitMs: 0xffff_ffff });
-    assert.deepEqual(await b.next(), { type: "queued", requestId: 8, name: "x", position: 1 });
+    assert.deepEqual(
+      await b.next(),
+      withNeutral({ type: "queued", requestId: 8, name: "x", position: 1 }),
+    );
     await b.send({ type: "release", requestId: 9, name: "x", token: 0 });
     expectError(await b.next(), "CANCELLED", 8);
     assert.deepEqual(await b.next(), { type: "released", requestId: 9, name: "x" });
