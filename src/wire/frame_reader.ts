@@ -3,10 +3,10 @@
  * `docs/protocol.md`). Server and client use the same reader: it decodes
  * every message type whichever direction it travels.
  *
- * A reader decodes in the layout of its session's version. That is 1 until a
- * HELLO or WELCOME with another version the codec speaks passes through it; the
- * frames after it (also those in the same chunk, such as requests a client sent
- * right behind its HELLO) decode in that version. HELLO's layout is the same
+ * A reader decodes in the layout of its session's version. That is 1 until the
+ * first HELLO or WELCOME passes through it: when its version is one the codec
+ * speaks, the frames after it (also those in the same chunk, such as requests a
+ * client sent right behind its HELLO) decode in that version. HELLO's layout is the same
  * in both versions, and WELCOME's tail is read iff its own version field is 2.
  * A version-2-only type on a version-1 session is an unknown type.
  */
@@ -61,6 +61,8 @@ class BodyCursor {
   kind = "";
   /** Protocol version of the session: the layouts to read. */
   version = 1;
+  /** Whether a HELLO/WELCOME (or the owner) fixed `version`: later ones change nothing. */
+  versionFixed = false;
 
   /** Points the cursor at `bytes[start, end)`. */
   reset(bytes: Uint8Array, start: number, end: number, kind: string): void {
@@ -168,8 +170,13 @@ class BodyCursor {
     return names[value] ?? value;
   }
 
-  /** A HELLO or WELCOME fixed the session's version: later frames use its layouts. */
+  /**
+   * The first HELLO or WELCOME fixes the session's version: later frames use its layouts. A later
+   * one (a protocol violation the session refuses) or an unknown version changes nothing.
+   */
   adopt(version: number): void {
+    if (this.versionFixed) return;
+    this.versionFixed = true;
     if (version === 1 || version === 2) this.version = version;
   }
 
@@ -560,9 +567,9 @@ export class FrameReader {
   }
 
   /**
-   * The protocol version whose layouts the reader decodes: 1 until a HELLO or WELCOME with
-   * version 2 was decoded (see the module comment). Settable for a session whose version is
-   * known otherwise; frames already decoded keep theirs.
+   * The protocol version whose layouts the reader decodes: 1 until the first HELLO or WELCOME
+   * decoded fixed it (see the module comment). Settable for a session whose version is known
+   * otherwise (then no HELLO or WELCOME changes it); frames already decoded keep theirs.
    */
   get version(): number {
     return this.#cursor.version;
@@ -570,6 +577,7 @@ export class FrameReader {
 
   set version(version: number) {
     this.#cursor.version = checkVersion(version);
+    this.#cursor.versionFixed = true;
   }
 
   /** Messages decoded and not yet taken by `next()`. */

@@ -568,8 +568,24 @@ function check(row: Row, seen: Observation): void {
 
 const rows = tableRows();
 
+/**
+ * Rows of features the server does not build yet, each with where its code is produced: they get
+ * a scenario here when the feature lands.
+ */
+const PENDING_ROWS: Record<string, string> = {
+  "RECLAIM of an owned claim this leader cannot carry over (version 2)":
+    "produced by the cluster reclaim tests (issue 20); the server opens no version-2 session yet",
+};
+
 Deno.test("the error case table has a scenario for every row and a row for every scenario", () => {
-  assert.deepEqual(rows.map((row) => row.case).sort(), Object.keys(scenarios).sort());
+  assert.deepEqual(
+    rows.map((row) => row.case).filter((name) => !(name in PENDING_ROWS)).sort(),
+    Object.keys(scenarios).sort(),
+  );
+  for (const name of Object.keys(PENDING_ROWS)) {
+    assert.ok(rows.some((row) => row.case === name), `pending row "${name}" is in the table`);
+    assert.ok(!(name in scenarios), `"${name}" has a scenario now: take it off PENDING_ROWS`);
+  }
 });
 
 Deno.test("a client can tell a closing ERROR from the frame: request id 0 and not INVALID_ARGUMENT after HELLO", () => {
@@ -590,6 +606,14 @@ Deno.test("every wire code appears in the error case table", () => {
 });
 
 for (const row of rows) {
+  if (row.case in PENDING_ROWS) {
+    Deno.test({
+      name: `error case: ${row.case} → ${row.code} (pending: ${PENDING_ROWS[row.case]})`,
+      ignore: true,
+      fn() {},
+    });
+    continue;
+  }
   const scenario = scenarios[row.case];
   if (scenario === undefined) continue; // reported by the test above
   Deno.test({

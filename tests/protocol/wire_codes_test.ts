@@ -231,8 +231,21 @@ for (const c of CASES) {
   });
 }
 
+/**
+ * Codes no server feature sends yet, each with where it is produced: they leave this list when a
+ * case above produces them.
+ */
+const PENDING_CODES: Partial<Record<WireCodeName, string>> = {
+  CLAIM_VOID:
+    "produced by the cluster reclaim tests (issue 20); the server opens no version-2 session yet",
+};
+
 Deno.test("every wire code is produced by one of the cases above", () => {
   const named = new Set(CASES.flatMap((c) => c.codes));
   const all = Object.keys(WIRE_CODES) as WireCodeName[];
-  assert.deepEqual(all.filter((code) => !named.has(code)), []);
+  assert.deepEqual(all.filter((code) => !named.has(code) && !(code in PENDING_CODES)), []);
+  for (const code of Object.keys(PENDING_CODES) as WireCodeName[]) {
+    assert.ok(code in WIRE_CODES, `pending code ${code} exists`);
+    assert.ok(!named.has(code), `${code} is produced by a case now: take it off PENDING_CODES`);
+  }
 });
