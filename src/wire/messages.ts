@@ -152,7 +152,12 @@ export interface Acquire {
   waitMs: number;
   /** Version 2. */
   mode?: Enum<LockMode>;
-  /** 0: no opinion (the lock's or a rule's limit, else 1); N ≥ 1: a semaphore of N (1: a plain lock). Version 2. */
+  /**
+   * 0: no opinion (the lock's or a rule's limit, else 1); N ≥ 1: a semaphore of N (1: a plain
+   * lock). Version 2. A version-1 ACQUIRE decodes with 0, the wire's neutral value; that a
+   * version-1 claim means a plain lock is the session's rule (docs/architecture.md), not the
+   * codec's.
+   */
   limit?: number;
   /** The holder's value from the grant on (EMPTY_VALUE: none). Version 2. */
   value?: Uint8Array;
