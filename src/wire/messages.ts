@@ -43,7 +43,7 @@ export const EMPTY_TICKET: Uint8Array = Object.freeze(new Uint8Array(0)) as Uint
 /** "No value": an empty `bin` field, and what a version-1 frame decodes to. Shared, length 0. */
 export const EMPTY_VALUE: Uint8Array = Object.freeze(new Uint8Array(0)) as Uint8Array;
 
-/** Type byte of each message. 0x17 and above are version 2 only. */
+/** Type byte of each message. 0x17 to 0x22 are version 2 only. */
 export const MessageType = {
   HELLO: 0x01,
   WELCOME: 0x02,
