@@ -39,7 +39,7 @@ const logger = log("protocol");
  * their session handling lands (issues 20, 22, 23): until then a version-2 client falls back
  * to version 1 (docs/protocol.md, "Versioning").
  */
-export const SESSION_PROTOCOL_VERSIONS: readonly number[] = [1];
+const SESSION_PROTOCOL_VERSIONS: readonly number[] = [1];
 
 /** What a session needs from the server around it. */
 export interface SessionHost {

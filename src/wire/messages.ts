@@ -373,7 +373,7 @@ export type ServerMessage =
 export type Message = ClientMessage | ServerMessage;
 
 /** The version-2 fields of the messages version 2 changed, with their neutral values. */
-export const NEUTRAL = {
+const NEUTRAL = {
   welcome: { term: 0, reclaimWindowMs: 0, valueBytesMax: 0 },
   acquire: { mode: "exclusive", limit: 0, value: EMPTY_VALUE },
   queued: { orderTerm: 0, orderSeq: 0, ticket: EMPTY_TICKET },
