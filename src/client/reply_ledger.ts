@@ -103,6 +103,9 @@ export class ReplyLedger {
         return null;
       case "error":
         return this.#acceptError(message, expected, what);
+      default:
+        // Version-2 replies: a version-1 session never decodes them (an unknown type).
+        return `${what}, a reply this client (protocol version 1) never asks for`;
     }
   }
 

@@ -22,9 +22,9 @@ import { cutUtf8, FrameWriter } from "../wire/frame.ts";
 import { type FrameBudget, FrameReader } from "../wire/frame_reader.ts";
 import {
   type ClientRequest,
+  type DecodedMessage,
   type ErrorMessage,
   type Message,
-  PROTOCOL_VERSION,
   type ServerMessage,
   WAIT_FOREVER,
 } from "../wire/messages.ts";
@@ -33,6 +33,14 @@ import type { Transport } from "./transport.ts";
 import { errorText } from "../error_text.ts";
 
 const logger = log("protocol");
+
+/**
+ * The protocol versions a HELLO may ask for; any other gets UNSUPPORTED_VERSION. The codec
+ * speaks versions 1 and 2 (src/wire/messages.ts), but version-2 sessions are served only once
+ * their session handling lands (issues 20, 22, 23): until then a version-2 client falls back
+ * to version 1 (docs/protocol.md, "Versioning").
+ */
+const SESSION_PROTOCOL_VERSIONS: readonly number[] = [1];
 
 /** What a session needs from the server around it. */
 export interface SessionHost {
@@ -385,7 +393,7 @@ export class Session implements SessionPort, StallWatched {
   }
 
   /** One frame of the peer, by its type (every type has its case: the compiler checks). */
-  #handle(message: Message): void {
+  #handle(message: DecodedMessage): void {
     if (debugEnabled()) this.#debugFrame("frame received", message);
     switch (message.type) {
       case "hello":
@@ -398,11 +406,27 @@ export class Session implements SessionPort, StallWatched {
         if (this.#state === "handshake") this.#unexpected(message);
         else this.#request(message);
         return;
+      case "resume":
+      case "reclaim":
+      case "goodbye":
+      case "set_value":
+      case "query":
+      case "watch":
+      case "unwatch":
+        // Version 2 only: the reader of a version-1 session never decodes these (an unknown
+        // type). The server does not open version-2 sessions yet (SESSION_PROTOCOL_VERSIONS).
+        this.#unexpected(message);
+        return;
       case "welcome":
       case "queued":
       case "acquired":
       case "released":
       case "heartbeat_ack":
+      case "resumed":
+      case "value_set":
+      case "lock_state":
+      case "watching":
+      case "watch_ended":
       case "error":
         // A server-to-client type (whatever its request id): a broken client.
         this.#unexpected(message);
@@ -438,8 +462,8 @@ export class Session implements SessionPort, StallWatched {
       this.#refuse(SESSION_ERRORS.clientNameTooLong(CLIENT_NAME_BYTES_MAX));
       return;
     }
-    if (version !== PROTOCOL_VERSION) {
-      this.#refuse(SESSION_ERRORS.unsupportedVersion(version, PROTOCOL_VERSION));
+    if (!SESSION_PROTOCOL_VERSIONS.includes(version)) {
+      this.#refuse(SESSION_ERRORS.unsupportedVersion(version, SESSION_PROTOCOL_VERSIONS[0]));
       return;
     }
     const verdict = this.#host.service.admit();
@@ -491,7 +515,7 @@ export class Session implements SessionPort, StallWatched {
     });
     this.send({
       type: "welcome",
-      version: PROTOCOL_VERSION,
+      version: SESSION_PROTOCOL_VERSIONS[0],
       serverVersion: this.#host.serverVersion,
       sessionId: opened.sessionId,
       ioTimeoutMs: this.#host.ioTimeoutMs,
@@ -639,6 +663,15 @@ export function applyRequest(service: LockService, peer: Peer, message: ClientRe
     case "heartbeat":
       service.heartbeat(peer, message.requestId);
       return;
+    case "resume":
+    case "reclaim":
+    case "goodbye":
+    case "set_value":
+    case "query":
+    case "watch":
+    case "unwatch":
+      // A version-1 session never decodes them, and no version-2 session is opened yet.
+      throw new Error(`${message.type.toUpperCase()} is not served yet (protocol version 2)`);
     default:
       return unreachable(message);
   }

@@ -153,6 +153,14 @@ export const WIRE_CODES = {
     meaning:
       "Cluster mode: this node does not serve (a standby, or a leader that stepped down or is handing over). The ERROR's name field carries the leader's advertised host:port, or is empty while no leader is known: connect there at once, or go through the address list again.",
   },
+  CLAIM_VOID: {
+    code: 0x12,
+    name: "CLAIM_VOID",
+    retryable: false,
+    closes: false,
+    meaning:
+      "Protocol version 2: the RECLAIM's claim could not be carried over to this leader: it ended on the old one, the lock went to another holder, or the reclaim window closed. The session stays open.",
+  },
 } as const satisfies Record<string, WireCodeInfo>;
 
 /**

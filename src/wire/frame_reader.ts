@@ -1,7 +1,14 @@
 /**
- * Decoding side of the lockd wire codec (protocol version 1, layouts in
+ * Decoding side of the lockd wire codec (protocol versions 1 and 2, layouts in
  * `docs/protocol.md`). Server and client use the same reader: it decodes
  * every message type whichever direction it travels.
+ *
+ * A reader decodes in the layout of its session's version. That is 1 until the
+ * first HELLO or WELCOME passes through it: when its version is one the codec
+ * speaks, the frames after it (also those in the same chunk, such as requests a
+ * client sent right behind its HELLO) decode in that version. HELLO's layout is the same
+ * in both versions, and WELCOME's tail is read iff its own version field is 2.
+ * A version-2-only type on a version-1 session is an unknown type.
  */
 
 import {
@@ -11,7 +18,23 @@ import {
 } from "../limits.ts";
 import { ProtocolError } from "./codes.ts";
 import { FRAME_HEADER_BYTES } from "./frame.ts";
-import { type ClientMessage, type Message, MessageType, type ServerMessage } from "./messages.ts";
+import { checkVersion } from "./frame.ts";
+import {
+  CLAIM_KINDS,
+  type DecodedMessage,
+  EMPTY_TICKET,
+  EMPTY_VALUE,
+  END_REASONS,
+  type Enum,
+  LOCK_EVENTS,
+  LOCK_KINDS,
+  LOCK_MODES,
+  type LockStateHolder,
+  MessageType,
+  RESUME_OUTCOMES,
+  TICKET_BYTES,
+  WATCH_END_REASONS,
+} from "./messages.ts";
 /** Strings up to this many bytes are first tried as pure ASCII (kept well below the argument-count limit of `apply`). */
 const ASCII_FAST_PATH_BYTES_MAX = 256;
 
@@ -36,6 +59,10 @@ class BodyCursor {
   pos = 0;
   end = 0;
   kind = "";
+  /** Protocol version of the session: the layouts to read. */
+  version = 1;
+  /** Whether a HELLO/WELCOME (or the owner) fixed `version`: later ones change nothing. */
+  versionFixed = false;
 
   /** Points the cursor at `bytes[start, end)`. */
   reset(bytes: Uint8Array, start: number, end: number, kind: string): void {
@@ -117,6 +144,42 @@ class BodyCursor {
     }
   }
 
+  /** A ticket: 16 raw bytes, copied; all zero is EMPTY_TICKET (no ticket). */
+  b16(field: string): Uint8Array {
+    this.#need(TICKET_BYTES, field);
+    const start = this.pos;
+    this.pos += TICKET_BYTES;
+    for (let i = start; i < this.pos; i++) {
+      if (this.bytes[i] !== 0) return this.bytes.slice(start, this.pos);
+    }
+    return EMPTY_TICKET;
+  }
+
+  /** Raw bytes with a u16 length, copied (the chunk is reused); empty is EMPTY_VALUE. Not UTF-8 checked. */
+  bin(field: string): Uint8Array {
+    const length = this.u16(field);
+    this.#need(length, field);
+    const start = this.pos;
+    this.pos += length;
+    return length === 0 ? EMPTY_VALUE : this.bytes.slice(start, this.pos);
+  }
+
+  /** A u8 enum: its name, or the byte when it names nothing (a semantic check refuses it later). */
+  enum<Name extends string>(field: string, names: readonly (Name | null)[]): Enum<Name> {
+    const value = this.u8(field);
+    return names[value] ?? value;
+  }
+
+  /**
+   * The first HELLO or WELCOME fixes the session's version: later frames use its layouts. A later
+   * one (a protocol violation the session refuses) or an unknown version changes nothing.
+   */
+  adopt(version: number): void {
+    if (this.versionFixed) return;
+    this.versionFixed = true;
+    if (version === 1 || version === 2) this.version = version;
+  }
+
   finish(): void {
     if (this.pos !== this.end) {
       throw malformed(
@@ -135,101 +198,323 @@ function decodeWith(
   bytes: Uint8Array,
   start: number,
   end: number,
-): Message {
-  const msg = decodeRequest(cursor, type, bytes, start, end) ??
-    decodeReply(cursor, type, bytes, start, end);
-  cursor.finish();
-  return msg;
-}
-
-/** A message a client sends, or null for any other type. */
-function decodeRequest(
-  cursor: BodyCursor,
-  type: number,
-  bytes: Uint8Array,
-  start: number,
-  end: number,
-): ClientMessage | null {
+): DecodedMessage {
+  let msg: DecodedMessage;
   switch (type) {
     case MessageType.HELLO:
       cursor.reset(bytes, start, end, "HELLO");
-      return {
-        type: "hello",
-        version: cursor.u16("version"),
-        clientName: cursor.str("clientName"),
-      };
-    case MessageType.ACQUIRE: {
-      cursor.reset(bytes, start, end, "ACQUIRE");
-      const requestId = cursor.u32("requestId");
-      const leaseMs = cursor.u32("leaseMs");
-      const waitMs = cursor.u32("waitMs");
-      return { type: "acquire", requestId, name: cursor.str("name"), leaseMs, waitMs };
+      msg = { type: "hello", version: cursor.u16("version"), clientName: cursor.str("clientName") };
+      cursor.adopt(msg.version);
+      break;
+    case MessageType.WELCOME: {
+      cursor.reset(bytes, start, end, "WELCOME");
+      const welcome = decodeWelcome(cursor);
+      cursor.adopt(welcome.version);
+      msg = welcome;
+      break;
     }
+    case MessageType.ACQUIRE:
+      cursor.reset(bytes, start, end, "ACQUIRE");
+      msg = decodeAcquire(cursor);
+      break;
+    case MessageType.QUEUED:
+      cursor.reset(bytes, start, end, "QUEUED");
+      msg = decodeQueued(cursor);
+      break;
+    case MessageType.ACQUIRED:
+      cursor.reset(bytes, start, end, "ACQUIRED");
+      msg = decodeAcquired(cursor);
+      break;
     case MessageType.RELEASE: {
       cursor.reset(bytes, start, end, "RELEASE");
       const requestId = cursor.u32("requestId");
       const token = cursor.u64("token");
-      return { type: "release", requestId, name: cursor.str("name"), token };
-    }
-    case MessageType.HEARTBEAT:
-      cursor.reset(bytes, start, end, "HEARTBEAT");
-      return { type: "heartbeat", requestId: cursor.u32("requestId") };
-    default:
-      return null;
-  }
-}
-
-/** A message the server sends; any other type is malformed. */
-function decodeReply(
-  cursor: BodyCursor,
-  type: number,
-  bytes: Uint8Array,
-  start: number,
-  end: number,
-): ServerMessage {
-  switch (type) {
-    case MessageType.WELCOME:
-      cursor.reset(bytes, start, end, "WELCOME");
-      return {
-        type: "welcome",
-        version: cursor.u16("version"),
-        serverVersion: cursor.str("serverVersion"),
-        sessionId: cursor.u64("sessionId"),
-        ioTimeoutMs: cursor.u32("ioTimeoutMs"),
-        leaseDefaultMs: cursor.u32("leaseDefaultMs"),
-        leaseMaxMs: cursor.u32("leaseMaxMs"),
-      };
-    case MessageType.QUEUED: {
-      cursor.reset(bytes, start, end, "QUEUED");
-      const requestId = cursor.u32("requestId");
-      const position = cursor.u32("position");
-      return { type: "queued", requestId, name: cursor.str("name"), position };
-    }
-    case MessageType.ACQUIRED: {
-      cursor.reset(bytes, start, end, "ACQUIRED");
-      const requestId = cursor.u32("requestId");
-      const token = cursor.u64("token");
-      const leaseMs = cursor.u32("leaseMs");
-      return { type: "acquired", requestId, name: cursor.str("name"), token, leaseMs };
+      msg = { type: "release", requestId, name: cursor.str("name"), token };
+      break;
     }
     case MessageType.RELEASED:
       cursor.reset(bytes, start, end, "RELEASED");
-      return { type: "released", requestId: cursor.u32("requestId"), name: cursor.str("name") };
+      msg = { type: "released", requestId: cursor.u32("requestId"), name: cursor.str("name") };
+      break;
+    case MessageType.HEARTBEAT:
+      cursor.reset(bytes, start, end, "HEARTBEAT");
+      msg = { type: "heartbeat", requestId: cursor.u32("requestId") };
+      break;
     case MessageType.HEARTBEAT_ACK:
       cursor.reset(bytes, start, end, "HEARTBEAT_ACK");
-      return {
+      msg = {
         type: "heartbeat_ack",
         requestId: cursor.u32("requestId"),
         renewed: cursor.u32("renewed"),
       };
+      break;
     case MessageType.ERROR:
       cursor.reset(bytes, start, end, "ERROR");
-      return {
+      msg = {
         type: "error",
         requestId: cursor.u32("requestId"),
         code: cursor.u8("code"),
         name: cursor.str("name"),
         message: cursor.str("message"),
+      };
+      break;
+    default:
+      if (cursor.version < 2 || type < MessageType.RESUME || type > MessageType.WATCH_ENDED) {
+        throw malformed(
+          `Cannot decode frame: unknown message type 0x${type.toString(16).padStart(2, "0")}`,
+        );
+      }
+      msg = decodeV2Only(cursor, type, bytes, start, end);
+  }
+  cursor.finish();
+  return msg;
+}
+
+/** WELCOME's fields (the cursor is on its body). */
+function decodeWelcome(cursor: BodyCursor): Extract<DecodedMessage, { type: "welcome" }> {
+  const version = cursor.u16("version");
+  const serverVersion = cursor.str("serverVersion");
+  const sessionId = cursor.u64("sessionId");
+  const ioTimeoutMs = cursor.u32("ioTimeoutMs");
+  const leaseDefaultMs = cursor.u32("leaseDefaultMs");
+  const leaseMaxMs = cursor.u32("leaseMaxMs");
+  const v2 = version === 2;
+  return {
+    type: "welcome",
+    version,
+    serverVersion,
+    sessionId,
+    ioTimeoutMs,
+    leaseDefaultMs,
+    leaseMaxMs,
+    term: v2 ? cursor.u64("term") : 0,
+    reclaimWindowMs: v2 ? cursor.u32("reclaimWindowMs") : 0,
+    valueBytesMax: v2 ? cursor.u32("valueBytesMax") : 0,
+  };
+}
+
+/** ACQUIRE's fields (the cursor is on its body). */
+function decodeAcquire(cursor: BodyCursor): DecodedMessage {
+  const requestId = cursor.u32("requestId");
+  const leaseMs = cursor.u32("leaseMs");
+  const waitMs = cursor.u32("waitMs");
+  if (cursor.version === 1) {
+    return {
+      type: "acquire",
+      requestId,
+      name: cursor.str("name"),
+      leaseMs,
+      waitMs,
+      mode: "exclusive",
+      limit: 0,
+      value: EMPTY_VALUE,
+    };
+  }
+  const mode = cursor.enum("mode", LOCK_MODES);
+  const limit = cursor.u32("limit");
+  const name = cursor.str("name");
+  return {
+    type: "acquire",
+    requestId,
+    name,
+    leaseMs,
+    waitMs,
+    mode,
+    limit,
+    value: cursor.bin("value"),
+  };
+}
+
+/** QUEUED's fields (the cursor is on its body). */
+function decodeQueued(cursor: BodyCursor): DecodedMessage {
+  const requestId = cursor.u32("requestId");
+  const position = cursor.u32("position");
+  if (cursor.version === 1) {
+    return {
+      type: "queued",
+      requestId,
+      name: cursor.str("name"),
+      position,
+      orderTerm: 0,
+      orderSeq: 0,
+      ticket: EMPTY_TICKET,
+    };
+  }
+  const orderTerm = cursor.u64("orderTerm");
+  const orderSeq = cursor.u64("orderSeq");
+  const ticket = cursor.b16("ticket");
+  return {
+    type: "queued",
+    requestId,
+    name: cursor.str("name"),
+    position,
+    orderTerm,
+    orderSeq,
+    ticket,
+  };
+}
+
+/** ACQUIRED's fields (the cursor is on its body). */
+function decodeAcquired(cursor: BodyCursor): DecodedMessage {
+  const requestId = cursor.u32("requestId");
+  const token = cursor.u64("token");
+  const leaseMs = cursor.u32("leaseMs");
+  if (cursor.version === 1) {
+    return {
+      type: "acquired",
+      requestId,
+      name: cursor.str("name"),
+      token,
+      leaseMs,
+      ticket: EMPTY_TICKET,
+      mode: "exclusive",
+      limit: 1,
+      slot: 0,
+      writeGeneration: 0,
+    };
+  }
+  const ticket = cursor.b16("ticket");
+  const mode = cursor.enum("mode", LOCK_MODES);
+  const limit = cursor.u32("limit");
+  const slot = cursor.u32("slot");
+  const writeGeneration = cursor.u64("writeGeneration");
+  return {
+    type: "acquired",
+    requestId,
+    name: cursor.str("name"),
+    token,
+    leaseMs,
+    ticket,
+    mode,
+    limit,
+    slot,
+    writeGeneration,
+  };
+}
+
+/** LOCK_STATE's fields (the cursor is on its body). */
+function decodeLockState(cursor: BodyCursor): DecodedMessage {
+  const requestId = cursor.u32("requestId");
+  const event = cursor.enum("event", LOCK_EVENTS);
+  const reason = cursor.enum("reason", END_REASONS);
+  const kind = cursor.enum("kind", LOCK_KINDS);
+  const limit = cursor.u32("limit");
+  const queueLength = cursor.u32("queueLength");
+  const owners = cursor.u32("owners");
+  const name = cursor.str("name");
+  const count = cursor.u16("holders");
+  const holders: LockStateHolder[] = [];
+  for (let i = 0; i < count; i++) {
+    holders.push({
+      token: cursor.u64("holders[].token"),
+      heldMs: cursor.u32("holders[].heldMs"),
+      leaseMs: cursor.u32("holders[].leaseMs"),
+      mode: cursor.enum("holders[].mode", LOCK_MODES),
+      slot: cursor.u32("holders[].slot"),
+      identity: cursor.str("holders[].identity"),
+      clientName: cursor.str("holders[].clientName"),
+      value: cursor.bin("holders[].value"),
+    });
+  }
+  return {
+    type: "lock_state",
+    requestId,
+    event,
+    reason,
+    kind,
+    limit,
+    queueLength,
+    owners,
+    name,
+    holders,
+  };
+}
+
+/** RECLAIM's fields (the cursor is on its body). */
+function decodeReclaim(cursor: BodyCursor): DecodedMessage {
+  return {
+    type: "reclaim",
+    requestId: cursor.u32("requestId"),
+    kind: cursor.enum("kind", CLAIM_KINDS),
+    token: cursor.u64("token"),
+    orderTerm: cursor.u64("orderTerm"),
+    orderSeq: cursor.u64("orderSeq"),
+    leaseMs: cursor.u32("leaseMs"),
+    waitMs: cursor.u32("waitMs"),
+    ticket: cursor.b16("ticket"),
+    mode: cursor.enum("mode", LOCK_MODES),
+    limit: cursor.u32("limit"),
+    slot: cursor.u32("slot"),
+    name: cursor.str("name"),
+    value: cursor.bin("value"),
+  };
+}
+
+/** The message types of version 2 only (kept apart so the common types' switch stays small). */
+function decodeV2Only(
+  cursor: BodyCursor,
+  type: number,
+  bytes: Uint8Array,
+  start: number,
+  end: number,
+): DecodedMessage {
+  switch (type) {
+    case MessageType.RESUME:
+      cursor.reset(bytes, start, end, "RESUME");
+      return {
+        type: "resume",
+        requestId: cursor.u32("requestId"),
+        prevTerm: cursor.u64("prevTerm"),
+        prevSessionId: cursor.u64("prevSessionId"),
+        claims: cursor.u16("claims"),
+      };
+    case MessageType.RESUMED:
+      cursor.reset(bytes, start, end, "RESUMED");
+      return {
+        type: "resumed",
+        requestId: cursor.u32("requestId"),
+        outcome: cursor.enum("outcome", RESUME_OUTCOMES),
+        windowLeftMs: cursor.u32("windowLeftMs"),
+      };
+    case MessageType.RECLAIM:
+      cursor.reset(bytes, start, end, "RECLAIM");
+      return decodeReclaim(cursor);
+    case MessageType.GOODBYE:
+      cursor.reset(bytes, start, end, "GOODBYE");
+      return { type: "goodbye", requestId: cursor.u32("requestId") };
+    case MessageType.SET_VALUE:
+      cursor.reset(bytes, start, end, "SET_VALUE");
+      return {
+        type: "set_value",
+        requestId: cursor.u32("requestId"),
+        token: cursor.u64("token"),
+        name: cursor.str("name"),
+        value: cursor.bin("value"),
+      };
+    case MessageType.VALUE_SET:
+      cursor.reset(bytes, start, end, "VALUE_SET");
+      return { type: "value_set", requestId: cursor.u32("requestId"), name: cursor.str("name") };
+    case MessageType.QUERY:
+      cursor.reset(bytes, start, end, "QUERY");
+      return { type: "query", requestId: cursor.u32("requestId"), name: cursor.str("name") };
+    case MessageType.LOCK_STATE:
+      cursor.reset(bytes, start, end, "LOCK_STATE");
+      return decodeLockState(cursor);
+    case MessageType.WATCH:
+      cursor.reset(bytes, start, end, "WATCH");
+      return { type: "watch", requestId: cursor.u32("requestId"), pattern: cursor.str("pattern") };
+    case MessageType.WATCHING:
+      cursor.reset(bytes, start, end, "WATCHING");
+      return { type: "watching", requestId: cursor.u32("requestId"), locks: cursor.u32("locks") };
+    case MessageType.UNWATCH:
+      cursor.reset(bytes, start, end, "UNWATCH");
+      return { type: "unwatch", requestId: cursor.u32("requestId") };
+    case MessageType.WATCH_ENDED:
+      cursor.reset(bytes, start, end, "WATCH_ENDED");
+      return {
+        type: "watch_ended",
+        requestId: cursor.u32("requestId"),
+        reason: cursor.enum("reason", WATCH_END_REASONS),
       };
     default:
       throw malformed(
@@ -239,12 +524,16 @@ function decodeReply(
 }
 
 /**
- * Decodes one frame body: `type` is the type byte, `body` the bytes after it.
- * Throws `ProtocolError` (MALFORMED_FRAME) on an unknown type, a truncated
- * field, trailing bytes, invalid UTF-8 or a u64 above 2^53-1.
+ * Decodes one frame body of a session of protocol `version` (default 1): `type`
+ * is the type byte, `body` the bytes after it. Throws `ProtocolError`
+ * (MALFORMED_FRAME) on an unknown type (a version-2-only type in version 1
+ * included), a truncated field, trailing bytes, invalid UTF-8 in a `str` or a
+ * u64 above 2^53-1.
  */
-export function decodeFrameBody(type: number, body: Uint8Array): Message {
-  return decodeWith(new BodyCursor(), type, body, 0, body.byteLength);
+export function decodeFrameBody(type: number, body: Uint8Array, version = 1): DecodedMessage {
+  const cursor = new BodyCursor();
+  cursor.version = checkVersion(version);
+  return decodeWith(cursor, type, body, 0, body.byteLength);
 }
 
 /**
@@ -276,7 +565,7 @@ export class FrameReader {
   readonly maxFrameBytes: number;
 
   /** Messages decoded by `push` and not yet returned by `next`. */
-  #ready: Message[] = [];
+  #ready: DecodedMessage[] = [];
   #readyHead = 0;
   #error: ProtocolError | null = null;
 
@@ -299,6 +588,20 @@ export class FrameReader {
     }
     this.maxFrameBytes = maxFrameBytes;
     this.#budget = budget ?? null;
+  }
+
+  /**
+   * The protocol version whose layouts the reader decodes: 1 until the first HELLO or WELCOME
+   * decoded fixed it (see the module comment). Settable for a session whose version is known
+   * otherwise (then no HELLO or WELCOME changes it); frames already decoded keep theirs.
+   */
+  get version(): number {
+    return this.#cursor.version;
+  }
+
+  set version(version: number) {
+    this.#cursor.version = checkVersion(version);
+    this.#cursor.versionFixed = true;
   }
 
   /** Messages decoded and not yet taken by `next()`. */
@@ -353,7 +656,7 @@ export class FrameReader {
    * Returns the next complete message, or null when more bytes are needed.
    * Throws `ProtocolError` (MALFORMED_FRAME) once a bad frame is reached.
    */
-  next(): Message | null {
+  next(): DecodedMessage | null {
     if (this.#readyHead < this.#ready.length) {
       const msg = this.#ready[this.#readyHead];
       this.#readyHead++;

@@ -1,13 +1,23 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { ProtocolError, WIRE_CODES } from "../../src/wire/codes.ts";
+import { WIRE_CODES } from "../../src/wire/codes.ts";
 import { cutUtf8, encodeFrame, FrameWriter } from "../../src/wire/frame.ts";
 import { decodeFrameBody, FrameReader } from "../../src/wire/frame_reader.ts";
 import {
+  CLAIM_KINDS,
+  EMPTY_TICKET,
+  EMPTY_VALUE,
+  END_REASONS,
+  FIRST_V2_TYPE,
+  LOCK_EVENTS,
+  LOCK_KINDS,
+  LOCK_MODES,
   type Message,
   MessageType,
-  PROTOCOL_VERSION,
-  WAIT_FOREVER,
+  PROTOCOL_VERSIONS,
+  RESUME_OUTCOMES,
+  WATCH_END_REASONS,
+  withNeutral,
 } from "../../src/wire/messages.ts";
 import {
   CLIENT_NAME_BYTES_MAX,
@@ -17,145 +27,19 @@ import {
   WRITE_BUFFER_BYTES_MAX,
 } from "../../src/limits.ts";
 
-const MALFORMED = WIRE_CODES.MALFORMED_FRAME.code;
-const U32_MAX = 0xffff_ffff;
-
-/** Pushes `chunks` one after the other and drains the reader after each push. */
-function decodeChunks(chunks: Uint8Array[], reader = new FrameReader()): Message[] {
-  const out: Message[] = [];
-  for (const chunk of chunks) {
-    reader.push(chunk);
-    for (let msg = reader.next(); msg !== null; msg = reader.next()) out.push(msg);
-  }
-  return out;
-}
-
-function concat(parts: Uint8Array[]): Uint8Array {
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.byteLength, 0));
-  let at = 0;
-  for (const part of parts) {
-    out.set(part, at);
-    at += part.byteLength;
-  }
-  return out;
-}
-
-function bytes(...values: number[]): Uint8Array {
-  return Uint8Array.from(values);
-}
-
-function expectMalformed(fn: () => unknown, reason: RegExp): void {
-  assert.throws(fn, (error: unknown) => {
-    assert.ok(error instanceof ProtocolError, `expected ProtocolError, got ${error}`);
-    assert.equal(error.code, MALFORMED);
-    assert.match(error.message, reason);
-    return true;
-  });
-}
-
-// ---------------------------------------------------------------------------
-// Round trips
-
-const examples: [string, Message][] = [
-  ["a HELLO with the current version", {
-    type: "hello",
-    version: PROTOCOL_VERSION,
-    clientName: "worker-7",
-  }],
-  ["a HELLO with an empty client name and the largest version", {
-    type: "hello",
-    version: 0xffff,
-    clientName: "",
-  }],
-  ["a WELCOME with every number set", {
-    type: "welcome",
-    version: 1,
-    serverVersion: "lockd 0.1.0",
-    sessionId: 42,
-    ioTimeoutMs: 30_000,
-    leaseDefaultMs: 15_000,
-    leaseMaxMs: 300_000,
-  }],
-  ["a WELCOME whose session id needs the high word", {
-    type: "welcome",
-    version: 1,
-    serverVersion: "",
-    sessionId: Number.MAX_SAFE_INTEGER,
-    ioTimeoutMs: U32_MAX,
-    leaseDefaultMs: 0,
-    leaseMaxMs: U32_MAX,
-  }],
-  ["an ACQUIRE with a bounded wait", {
-    type: "acquire",
-    requestId: 7,
-    name: "jobs/nightly",
-    leaseMs: 10_000,
-    waitMs: 5_000,
-  }],
-  ["an ACQUIRE that waits forever with the default lease", {
-    type: "acquire",
-    requestId: U32_MAX,
-    name: "a",
-    leaseMs: 0,
-    waitMs: WAIT_FOREVER,
-  }],
-  ["an ACQUIRE with a multi-byte UTF-8 name", {
-    type: "acquire",
-    requestId: 1,
-    name: "verrou/é/锁/🔒",
-    leaseMs: 50,
-    waitMs: 0,
-  }],
-  ["an ACQUIRE whose name starts with a byte-order mark", {
-    type: "acquire",
-    requestId: 1,
-    name: "\ufeffbom",
-    leaseMs: 1,
-    waitMs: 1,
-  }],
-  ["a QUEUED at the head of the line", {
-    type: "queued",
-    requestId: 7,
-    name: "jobs/nightly",
-    position: 1,
-  }],
-  ["an ACQUIRED with a large token", {
-    type: "acquired",
-    requestId: 7,
-    name: "jobs/nightly",
-    token: 2 ** 40 + 5,
-    leaseMs: 10_000,
-  }],
-  ["a RELEASE of an ownership", {
-    type: "release",
-    requestId: 8,
-    name: "jobs/nightly",
-    token: 131_073,
-  }],
-  ["a RELEASE that cancels a queued claim", {
-    type: "release",
-    requestId: 9,
-    name: "jobs/nightly",
-    token: 0,
-  }],
-  ["a RELEASED", { type: "released", requestId: 8, name: "jobs/nightly" }],
-  ["a HEARTBEAT", { type: "heartbeat", requestId: 9 }],
-  ["a HEARTBEAT_ACK", { type: "heartbeat_ack", requestId: 9, renewed: 3 }],
-  ["an ERROR for a request", {
-    type: "error",
-    requestId: 7,
-    code: WIRE_CODES.WAIT_TIMEOUT.code,
-    name: "jobs/nightly",
-    message: 'Cannot acquire lock "jobs/nightly": wait timed out after 5000 ms',
-  }],
-  ["a server-initiated ERROR with an empty name", {
-    type: "error",
-    requestId: 0,
-    code: 0xff,
-    name: "",
-    message: "",
-  }],
-];
+import {
+  asSent,
+  bytes,
+  concat,
+  cut,
+  decodeChunks,
+  examples,
+  examplesV2,
+  expectMalformed,
+  feedArbitraryBytes,
+  frameLikeArb,
+  messageArb,
+} from "./codec_fixtures.ts";
 
 for (const [what, msg] of examples) {
   Deno.test(`${what} round-trips through the codec`, () => {
@@ -166,8 +50,8 @@ for (const [what, msg] of examples) {
       frame.byteLength - 4,
       "length prefix counts the bytes after it",
     );
-    assert.deepEqual(decodeChunks([frame]), [msg]);
-    assert.deepEqual(decodeFrameBody(frame[4], frame.subarray(5)), msg);
+    assert.deepEqual(decodeChunks([frame]), [withNeutral(msg)]);
+    assert.deepEqual(decodeFrameBody(frame[4], frame.subarray(5)), withNeutral(msg));
   });
 }
 
@@ -182,11 +66,31 @@ Deno.test("every message type has a round-trip example", () => {
     released: MessageType.RELEASED,
     heartbeat: MessageType.HEARTBEAT,
     heartbeat_ack: MessageType.HEARTBEAT_ACK,
+    resume: MessageType.RESUME,
+    resumed: MessageType.RESUMED,
+    reclaim: MessageType.RECLAIM,
+    goodbye: MessageType.GOODBYE,
+    set_value: MessageType.SET_VALUE,
+    value_set: MessageType.VALUE_SET,
+    query: MessageType.QUERY,
+    lock_state: MessageType.LOCK_STATE,
+    watch: MessageType.WATCH,
+    watching: MessageType.WATCHING,
+    unwatch: MessageType.UNWATCH,
+    watch_ended: MessageType.WATCH_ENDED,
     error: MessageType.ERROR,
   };
+  const v1Types = Object.keys(byteOf).filter((type) =>
+    byteOf[type as Message["type"]] < FIRST_V2_TYPE || type === "error"
+  );
   const covered = new Set(examples.map(([, msg]) => msg.type));
-  assert.deepEqual([...covered].sort(), Object.keys(byteOf).sort());
+  assert.deepEqual([...covered].sort(), v1Types.sort());
+  const coveredV2 = new Set(examplesV2.map(([, msg]) => msg.type));
+  assert.deepEqual([...coveredV2].sort(), Object.keys(byteOf).sort());
   for (const [, msg] of examples) assert.equal(encodeFrame(msg)[4], byteOf[msg.type]);
+  for (const [, msg] of examplesV2) assert.equal(encodeFrame(msg, 2)[4], byteOf[msg.type]);
+  assert.deepEqual(Object.values(MessageType).sort(), Object.values(byteOf).sort());
+  assert.deepEqual(PROTOCOL_VERSIONS, [1, 2]);
 });
 
 // ---------------------------------------------------------------------------
@@ -200,7 +104,7 @@ Deno.test("a FrameWriter coalesces many frames into one buffer", () => {
   const batch = writer.take();
   assert.deepEqual(batch, expected);
   assert.equal(writer.byteLength, 0);
-  assert.deepEqual(decodeChunks([batch]), examples.map(([, msg]) => msg));
+  assert.deepEqual(decodeChunks([batch]), examples.map(([, msg]) => withNeutral(msg)));
 });
 
 Deno.test("take() returns bytes that later pushes do not overwrite", () => {
@@ -334,7 +238,7 @@ Deno.test("cutUtf8 keeps short text and never splits a character", () => {
 // Chunking
 
 const stream = concat(examples.map(([, msg]) => encodeFrame(msg)));
-const streamMessages = examples.map(([, msg]) => msg);
+const streamMessages = examples.map(([, msg]) => withNeutral(msg));
 
 Deno.test("a stream split at any single boundary decodes to the same messages", () => {
   for (let at = 0; at <= stream.byteLength; at++) {
@@ -537,79 +441,6 @@ Deno.test("decodeFrameBody rejects a body with trailing bytes", () => {
 // ---------------------------------------------------------------------------
 // Properties
 
-const u8 = fc.integer({ min: 0, max: 0xff });
-const u16 = fc.integer({ min: 0, max: 0xffff });
-const u32 = fc.integer({ min: 0, max: U32_MAX });
-const u64 = fc.maxSafeNat();
-// Mostly short strings, sometimes ones past the codec's 256-character ASCII fast path.
-const str = fc.oneof(
-  { weight: 9, arbitrary: fc.string({ unit: "binary", maxLength: 24 }) },
-  { weight: 1, arbitrary: fc.string({ unit: "binary", minLength: 250, maxLength: 300 }) },
-  { weight: 1, arbitrary: fc.string({ unit: "binary-ascii", minLength: 250, maxLength: 300 }) },
-);
-
-/** Plain objects (fast-check may otherwise build null-prototype ones, which deepEqual tells apart). */
-function record<T>(model: { [K in keyof T]: fc.Arbitrary<T[K]> }): fc.Arbitrary<T> {
-  return fc.record(model, { noNullPrototype: true }) as fc.Arbitrary<T>;
-}
-
-const messageArb: fc.Arbitrary<Message> = fc.oneof(
-  record({ type: fc.constant("hello" as const), version: u16, clientName: str }),
-  record({
-    type: fc.constant("welcome" as const),
-    version: u16,
-    serverVersion: str,
-    sessionId: u64,
-    ioTimeoutMs: u32,
-    leaseDefaultMs: u32,
-    leaseMaxMs: u32,
-  }),
-  record({
-    type: fc.constant("acquire" as const),
-    requestId: u32,
-    name: str,
-    leaseMs: u32,
-    waitMs: u32,
-  }),
-  record({ type: fc.constant("queued" as const), requestId: u32, name: str, position: u32 }),
-  record({
-    type: fc.constant("acquired" as const),
-    requestId: u32,
-    name: str,
-    token: u64,
-    leaseMs: u32,
-  }),
-  record({ type: fc.constant("release" as const), requestId: u32, name: str, token: u64 }),
-  record({ type: fc.constant("released" as const), requestId: u32, name: str }),
-  record({ type: fc.constant("heartbeat" as const), requestId: u32 }),
-  record({ type: fc.constant("heartbeat_ack" as const), requestId: u32, renewed: u32 }),
-  record({
-    type: fc.constant("error" as const),
-    requestId: u32,
-    code: u8,
-    name: str,
-    message: str,
-  }),
-);
-
-/** Cuts `input` into chunks of the given sizes (cycled); every chunk is non-empty. */
-function cut(input: Uint8Array, sizes: number[]): Uint8Array[] {
-  const chunks: Uint8Array[] = [];
-  for (let at = 0, i = 0; at < input.byteLength; i++) {
-    const size = sizes.length === 0 ? input.byteLength : sizes[i % sizes.length];
-    chunks.push(input.subarray(at, at + size));
-    at += size;
-  }
-  return chunks;
-}
-
-/** What the peer decodes: the message, with an ERROR's text cut to ERROR_MESSAGE_BYTES_MAX. */
-function asSent(msg: Message): Message {
-  return msg.type === "error"
-    ? { ...msg, message: cutUtf8(msg.message, ERROR_MESSAGE_BYTES_MAX) }
-    : msg;
-}
-
 Deno.test("property: every message round-trips", () => {
   fc.assert(
     fc.property(messageArb, (msg) => {
@@ -634,56 +465,25 @@ Deno.test("property: a batch of messages cut into random chunks decodes to the s
   );
 });
 
-/**
- * Feeds `input` in chunks and drains the reader with a bounded loop. Returns
- * normally for messages or a ProtocolError; anything else fails the property.
- */
-function feedArbitraryBytes(input: Uint8Array, sizes: number[], maxFrameBytes: number): void {
-  const reader = new FrameReader(maxFrameBytes);
-  // Each message takes at least 5 bytes, so this many next() calls always suffice.
-  let budget = input.byteLength + cut(input, sizes).length + 1;
-  try {
-    for (const chunk of cut(input, sizes)) {
-      reader.push(chunk);
-      while (reader.next() !== null) {
-        assert.ok(--budget > 0, "next() kept returning messages past the input's size");
-      }
-    }
-    assert.ok(reader.bufferedBytes <= maxFrameBytes + 4, "buffered more than one frame");
-  } catch (error) {
-    if (!(error instanceof ProtocolError)) throw error;
-    assert.equal(error.code, MALFORMED);
-  }
-}
-
 Deno.test("property: random bytes in random chunks yield messages or a ProtocolError", () => {
   fc.assert(
     fc.property(
       fc.uint8Array({ maxLength: 300 }),
       fc.array(fc.integer({ min: 1, max: 64 }), { maxLength: 8 }),
       fc.integer({ min: 1, max: 128 }),
+      fc.constantFrom(1, 2),
       feedArbitraryBytes,
     ),
     { numRuns: 500 },
   );
 });
 
-/** Frames with a correct length prefix, a plausible type byte and a random body: reach the field decoders. */
-const frameLikeArb = fc.tuple(
-  fc.constantFrom(...Object.values(MessageType), 0x00, 0x03, 0x17, 0x7e, 0xff),
-  fc.uint8Array({ maxLength: 40 }),
-).map(([type, body]) => {
-  const frame = new Uint8Array(5 + body.byteLength);
-  new DataView(frame.buffer).setUint32(0, 1 + body.byteLength);
-  frame[4] = type;
-  frame.set(body, 5);
-  return frame;
-});
-
 Deno.test("property: well-framed random bodies yield messages or a ProtocolError", () => {
   fc.assert(
     fc.property(
-      fc.array(fc.oneof(frameLikeArb, messageArb.map(encodeFrame)), { maxLength: 8 }),
+      fc.array(fc.oneof(frameLikeArb, messageArb.map((msg) => encodeFrame(msg))), {
+        maxLength: 8,
+      }),
       fc.array(fc.integer({ min: 1, max: 64 }), { maxLength: 8 }),
       (frames, sizes) => feedArbitraryBytes(concat(frames), sizes, FRAME_BYTES_MAX_DEFAULT),
     ),
@@ -696,9 +496,17 @@ Deno.test("property: well-framed random bodies yield messages or a ProtocolError
 
 const protocolDoc = Deno.readTextFileSync(new URL("../../docs/protocol.md", import.meta.url));
 
-/** `Example…: \`{json}\`` followed by a ```hex block; `#` starts a comment in the block. */
+/**
+ * `Example…: \`{json}\`` followed by a ```hex block; `#` starts a comment in the block. The
+ * example belongs to the message section above it: `### NAME (0xNN, direction)`, with
+ * `, version 2` after it for the version-2 layout of a message both versions have; the types of
+ * version 2 only are version 2 too. In the JSON, `b16` and `bin` fields are hex strings.
+ */
 interface DocExample {
+  /** The section's heading line without `### `. */
   heading: string;
+  name: keyof typeof MessageType;
+  version: number;
   msg: Message;
   hex: Uint8Array;
 }
@@ -708,39 +516,85 @@ function docExamples(): DocExample[] {
   const pattern = /^Example\b[^`]*?:\s*`(\{[^`]*\})`\s*```hex\n([\s\S]*?)```/gm;
   for (const match of protocolDoc.matchAll(pattern)) {
     const before = protocolDoc.slice(0, match.index);
-    const heading = [...before.matchAll(/^### (\w+) \(0x([0-9a-f]{2})/gm)].at(-1);
+    const heading = [...before.matchAll(/^### ((\w+) \(0x([0-9a-f]{2})[^)\n]*\)(, version 2)?)$/gm)]
+      .at(-1);
     assert.ok(heading, `no message heading before example ${match[1]}`);
+    const name = heading[2] as keyof typeof MessageType;
+    const version = heading[4] !== undefined || MessageType[name] >= FIRST_V2_TYPE &&
+        MessageType[name] !== MessageType.ERROR
+      ? 2
+      : 1;
     const digits = match[2].split("\n").map((line) => line.replace(/#.*/, "").replace(/\s+/g, ""))
       .join("");
     assert.match(digits, /^([0-9a-f]{2})+$/, `bad hex in example of ${heading[1]}`);
     found.push({
       heading: heading[1],
-      msg: JSON.parse(match[1]) as Message,
+      name,
+      version,
+      msg: fromDocJson(heading[1], JSON.parse(match[1])),
       hex: Uint8Array.from(digits.match(/../g)!, (pair) => parseInt(pair, 16)),
     });
   }
   return found;
 }
 
+/** Bytes from a hex string; for a ticket all zero (or "") is EMPTY_TICKET, for a value "" EMPTY_VALUE. */
+function hexBytes(type: string, hex: string): Uint8Array {
+  const bytes = Uint8Array.from(hex.match(/../g) ?? [], (pair) => parseInt(pair, 16));
+  if (type === "b16") return bytes.every((b) => b === 0) ? EMPTY_TICKET : bytes;
+  return bytes.length === 0 ? EMPTY_VALUE : bytes;
+}
+
+/** The doc's JSON of a message, with its `b16`/`bin` fields (hex strings) as bytes. */
+function fromDocJson(heading: string, json: Record<string, unknown>): Message {
+  const out = { ...json };
+  for (const row of layoutTable(heading)) {
+    if (row.type !== "b16" && row.type !== "bin") continue;
+    const [group, field] = row.field.includes("[].") ? row.field.split("[].") : [null, row.field];
+    if (group === null) out[field] = hexBytes(row.type, out[field] as string);
+    else {
+      out[group] = (out[group] as Record<string, unknown>[]).map((item) => ({
+        ...item,
+        [field]: hexBytes(row.type, item[field] as string),
+      }));
+    }
+  }
+  return out as unknown as Message;
+}
+
 Deno.test("each hex example in docs/protocol.md decodes to the message it names", () => {
   const found = docExamples();
   assert.deepEqual(
-    [...new Set(found.map((example) => example.heading))].sort(),
+    [...new Set(found.map((example) => example.name))].sort(),
     Object.keys(MessageType).sort(),
     "at least one example per message type",
   );
-  for (const { heading, msg, hex } of found) {
-    assert.equal(hex[4], MessageType[heading as keyof typeof MessageType], heading);
-    assert.deepEqual(decodeChunks([hex]), [msg], heading);
-    assert.deepEqual(encodeFrame(msg), hex, `${heading}: the encoder gives the documented bytes`);
+  assert.deepEqual(
+    found.filter((e) => e.heading.endsWith(", version 2")).map((e) => e.name).sort(),
+    ["ACQUIRE", "ACQUIRE", "ACQUIRED", "ACQUIRED", "QUEUED", "WELCOME"],
+    "an example of each message version 2 changed, in its version-2 layout",
+  );
+  for (const { heading, name, version, msg, hex } of found) {
+    assert.equal(hex[4], MessageType[name], heading);
+    const reader = new FrameReader();
+    reader.version = version;
+    assert.deepEqual(decodeChunks([hex], reader), [withNeutral(msg)], heading);
+    assert.deepEqual(
+      encodeFrame(msg, version),
+      hex,
+      `${heading}: the encoder gives the documented bytes`,
+    );
   }
 });
 
 Deno.test("the examples in docs/protocol.md carry realistic fencing tokens (above 2^32)", () => {
-  const tokens = docExamples().flatMap(({ msg }) =>
-    "token" in msg && msg.token !== 0 ? [msg.token] : []
-  );
-  assert.ok(tokens.length >= 2, "ACQUIRED and RELEASE examples have tokens");
+  const tokens = docExamples().flatMap(({ msg }) => {
+    const all = "token" in msg && msg.token !== 0 ? [msg.token] : [];
+    if (msg.type === "acquired" && msg.writeGeneration) all.push(msg.writeGeneration);
+    if (msg.type === "lock_state") all.push(...msg.holders.map((holder) => holder.token));
+    return all;
+  });
+  assert.ok(tokens.length >= 6, "ACQUIRED, RELEASE, RECLAIM, SET_VALUE, LOCK_STATE examples");
   for (const token of tokens) {
     assert.ok(token > 2 ** 32 && token <= Number.MAX_SAFE_INTEGER, `token ${token}`);
     // A client that keeps the low 32 bits only would read another number.
@@ -756,12 +610,14 @@ interface LayoutRow {
   type: string;
 }
 
-/** The offset/field/type table of the message section `heading`. */
+/** The offset/field/type table of the message section whose heading line is `### ${heading}`. */
 function layoutTable(heading: string): LayoutRow[] {
-  const start = protocolDoc.search(new RegExp(`^### ${heading} \\(0x`, "m"));
+  const line = `\n### ${heading}\n`;
+  const start = protocolDoc.indexOf(line);
   assert.ok(start >= 0, `section of ${heading}`);
-  const next = protocolDoc.slice(start + 4).search(/^##/m);
-  const section = protocolDoc.slice(start, next < 0 ? undefined : start + 4 + next);
+  assert.equal(protocolDoc.indexOf(line, start + 1), -1, `one section of ${heading}`);
+  const next = protocolDoc.slice(start + line.length).search(/^##/m);
+  const section = protocolDoc.slice(start, next < 0 ? undefined : start + line.length + next);
   const rows: LayoutRow[] = [];
   for (const line of section.split("\n")) {
     const cells = line.split("|").slice(1, -1).map((cell) => cell.trim());
@@ -772,8 +628,20 @@ function layoutTable(heading: string): LayoutRow[] {
   return rows;
 }
 
+/** The names of each enum field (a u8 in the tables), by `MESSAGE.field`; `mode` everywhere. */
+const DOC_ENUMS: Record<string, readonly (string | null)[]> = {
+  "RECLAIM.kind": CLAIM_KINDS,
+  "RESUMED.outcome": RESUME_OUTCOMES,
+  "LOCK_STATE.event": LOCK_EVENTS,
+  "LOCK_STATE.reason": END_REASONS,
+  "LOCK_STATE.kind": LOCK_KINDS,
+  "WATCH_ENDED.reason": WATCH_END_REASONS,
+};
+
+const toHex = (bytes: Uint8Array) => Array.from(bytes, (b) => b.toString(16).padStart(2, "0"));
+
 Deno.test("each layout table in docs/protocol.md matches its examples field by field", () => {
-  for (const { heading, msg, hex } of docExamples()) {
+  for (const { heading, name, msg, hex } of docExamples()) {
     const rows = layoutTable(heading);
     assert.deepEqual(rows.slice(0, 2).map((row) => [row.offset, row.field, row.type]), [
       ["0", "length", "u32"],
@@ -781,20 +649,24 @@ Deno.test("each layout table in docs/protocol.md matches its examples field by f
     ], `${heading}: every frame starts with length and type`);
     const view = new DataView(hex.buffer, hex.byteOffset, hex.byteLength);
     let at = 0;
-    let afterString = false;
-    const values = msg as unknown as Record<string, unknown>;
-    for (const row of rows) {
-      if (afterString) {
-        assert.equal(row.offset, "…", `${heading}.${row.field}: offset after a str is "…"`);
+    let afterVariable = false;
+    /** Reads the field of `row` at `at`, checks it against `values`, and moves on. */
+    const walk = (row: LayoutRow, values: Record<string, unknown>, key: string) => {
+      const what = `${heading}.${row.field}`;
+      if (afterVariable) {
+        assert.equal(row.offset, "…", `${what}: offset after a variable-length field is "…"`);
       } else {
-        assert.equal(row.offset, String(at), `${heading}.${row.field}: documented offset`);
+        assert.equal(row.offset, String(at), `${what}: documented offset`);
       }
-      let value: number | string;
+      let value: unknown;
       switch (row.type) {
-        case "u8":
-          value = view.getUint8(at);
+        case "u8": {
+          const byte = view.getUint8(at);
+          const names = key === "mode" ? LOCK_MODES : DOC_ENUMS[`${name}.${key}`];
+          value = names === undefined ? byte : names[byte] ?? byte;
           at += 1;
           break;
+        }
         case "u16":
           value = view.getUint16(at);
           at += 2;
@@ -807,30 +679,62 @@ Deno.test("each layout table in docs/protocol.md matches its examples field by f
           value = view.getUint32(at) * 2 ** 32 + view.getUint32(at + 4);
           at += 8;
           break;
-        case "str": {
+        case "b16":
+          value = toHex(hexBytes("b16", toHex(hex.subarray(at, at + 16)).join("")));
+          at += 16;
+          break;
+        case "str":
+        case "bin": {
           const length = view.getUint16(at);
-          value = new TextDecoder().decode(hex.subarray(at + 2, at + 2 + length));
+          const bytes = hex.subarray(at + 2, at + 2 + length);
+          value = row.type === "str" ? new TextDecoder().decode(bytes) : toHex(bytes);
           at += 2 + length;
-          afterString = true;
+          afterVariable = true;
           break;
         }
         default:
-          throw new Error(`${heading}.${row.field}: unknown type ${row.type}`);
+          throw new Error(`${what}: unknown type ${row.type}`);
       }
-      const expected = row.field === "length"
+      const expected = key === "length"
         ? hex.byteLength - 4
-        : row.field === "type"
-        ? MessageType[heading as keyof typeof MessageType]
-        : values[row.field];
-      assert.equal(value, expected, `${heading}.${row.field}`);
+        : key === "type"
+        ? MessageType[name]
+        : values[key];
+      if (row.type === "b16" || row.type === "bin") {
+        assert.deepEqual(value, toHex(expected as Uint8Array), what);
+      } else if (Array.isArray(expected)) {
+        assert.equal(value, expected.length, `${what}: the count of its records`);
+      } else {
+        assert.equal(value, expected, what);
+      }
+      return value;
+    };
+    const values = msg as unknown as Record<string, unknown>;
+    for (const [i, row] of rows.entries()) {
+      if (row.field.includes("[].")) continue; // walked with its count below
+      const count = walk(row, values, row.field);
+      const group = rows.slice(i + 1).filter((r) => r.field.startsWith(`${row.field}[].`));
+      if (group.length === 0) continue;
+      afterVariable = true;
+      for (const item of values[row.field] as Record<string, unknown>[]) {
+        for (const member of group) walk(member, item, member.field.split("[].")[1]);
+      }
+      assert.equal((values[row.field] as unknown[]).length, count);
     }
     assert.equal(at, hex.byteLength, `${heading}: the table covers every byte of the example`);
+    const listed = (fields: string[]) =>
+      fields.filter((field) => field !== "length" && field !== "type").sort();
     assert.deepEqual(
       Object.keys(values).filter((key) => key !== "type").sort(),
-      rows.map((row) => row.field).filter((field) => field !== "length" && field !== "type")
-        .sort(),
+      listed(rows.map((row) => row.field).filter((field) => !field.includes("[]."))),
       `${heading}: the table lists every field of the message`,
     );
+    for (const row of rows.filter((r) => r.field.includes("[]."))) {
+      const [group, field] = row.field.split("[].");
+      for (const item of values[group] as Record<string, unknown>[]) {
+        assert.ok(field in item, `${heading}.${row.field}: in every record`);
+      }
+    }
   }
 });
 

@@ -12,7 +12,7 @@ import { AUDIT_RETRY_MS } from "../../src/limits.ts";
 import { TokenIssuer } from "../../src/core/tokens.ts";
 import { WIRE_CODES, type WireCodeName } from "../../src/wire/codes.ts";
 import { encodeFrame } from "../../src/wire/frame.ts";
-import type { ErrorMessage, Message } from "../../src/wire/messages.ts";
+import { type ErrorMessage, type Message, withNeutral } from "../../src/wire/messages.ts";
 import { VERSION } from "../../src/version.ts";
 import { writeAcl } from "../helpers/acl_file.ts";
 import { startEtcdCluster } from "../helpers/cluster_fixture.ts";
@@ -437,7 +437,10 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
     assert.equal((await acquire(a, 1, "held"))?.type, "acquired");
     const queued = await acquire(b, 2, "held", WAIT_FOREVER);
     assert.equal(queued?.type, "queued");
-    assert.deepEqual(queued, { type: "queued", requestId: 2, name: "held", position: 1 });
+    assert.deepEqual(
+      queued,
+      withNeutral({ type: "queued", requestId: 2, name: "held", position: 1 }),
+    );
     await b.send({ type: "release", requestId: 3, name: "held", token: 0 });
     return [
       await observe(b, { acquireId: 2, requestName: "held" }, async (raw) => {
@@ -586,8 +589,24 @@ function check(row: Row, seen: Observation): void {
 
 const rows = tableRows();
 
+/**
+ * Rows of features the server does not build yet, each with where its code is produced: they get
+ * a scenario here when the feature lands.
+ */
+const PENDING_ROWS: Record<string, string> = {
+  "RECLAIM of an owned claim this leader cannot carry over (version 2)":
+    "produced by the cluster reclaim tests (issue 20); the server opens no version-2 session yet",
+};
+
 Deno.test("the error case table has a scenario for every row and a row for every scenario", () => {
-  assert.deepEqual(rows.map((row) => row.case).sort(), Object.keys(scenarios).sort());
+  assert.deepEqual(
+    rows.map((row) => row.case).filter((name) => !(name in PENDING_ROWS)).sort(),
+    Object.keys(scenarios).sort(),
+  );
+  for (const name of Object.keys(PENDING_ROWS)) {
+    assert.ok(rows.some((row) => row.case === name), `pending row "${name}" is in the table`);
+    assert.ok(!(name in scenarios), `"${name}" has a scenario now: take it off PENDING_ROWS`);
+  }
 });
 
 Deno.test("a client can tell a closing ERROR from the frame: request id 0 and not INVALID_ARGUMENT after HELLO", () => {
@@ -608,6 +627,14 @@ Deno.test("every wire code appears in the error case table", () => {
 });
 
 for (const row of rows) {
+  if (row.case in PENDING_ROWS) {
+    Deno.test({
+      name: `error case: ${row.case} → ${row.code} (pending: ${PENDING_ROWS[row.case]})`,
+      ignore: true,
+      fn() {},
+    });
+    continue;
+  }
   const scenario = scenarios[row.case];
   if (scenario === undefined) continue; // reported by the test above
   Deno.test({
@@ -660,18 +687,14 @@ Deno.test("QUEUED is sent once: the position is not updated as the queue moves",
   await using c = await RawClient.session(t.addr);
   const granted = await acquire(a, 1, "q");
   assert.ok(granted?.type === "acquired");
-  assert.deepEqual(await acquire(b, 1, "q", WAIT_FOREVER), {
-    type: "queued",
-    requestId: 1,
-    name: "q",
-    position: 1,
-  });
-  assert.deepEqual(await acquire(c, 1, "q", WAIT_FOREVER), {
-    type: "queued",
-    requestId: 1,
-    name: "q",
-    position: 2,
-  });
+  assert.deepEqual(
+    await acquire(b, 1, "q", WAIT_FOREVER),
+    withNeutral({ type: "queued", requestId: 1, name: "q", position: 1 }),
+  );
+  assert.deepEqual(
+    await acquire(c, 1, "q", WAIT_FOREVER),
+    withNeutral({ type: "queued", requestId: 1, name: "q", position: 2 }),
+  );
   await a.send({ type: "release", requestId: 2, name: "q", token: granted.token });
   assert.equal((await a.next())?.type, "released");
   assert.equal((await b.next())?.type, "acquired");

@@ -183,6 +183,14 @@ class NotLeaderError(LockdError):
         return self.lock_name
 
 
+class ClaimVoidError(LockdError):
+    """0x12 CLAIM_VOID: protocol version 2: a reclaimed claim could not be carried over to the new leader."""
+
+    code = 0x12
+    code_name = "CLAIM_VOID"
+    retryable = False
+
+
 _BY_CODE: dict[int, type[LockdError]] = {
     cls.code: cls
     for cls in (
@@ -203,6 +211,7 @@ _BY_CODE: dict[int, type[LockdError]] = {
         AcquireCancelledError,
         TokensUnavailableError,
         NotLeaderError,
+        ClaimVoidError,
     )
 }
 

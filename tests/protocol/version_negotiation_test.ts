@@ -1,0 +1,119 @@
+/**
+ * Protocol versions against a real server (docs/protocol.md, "Versioning"): the codec speaks
+ * versions 1 and 2, the server serves version 1 only until version-2 session handling lands, so
+ * a version-2 HELLO gets UNSUPPORTED_VERSION (the client's cue to retry with 1), also when
+ * version-2 requests follow it in the same write; and a version-1 session refuses the types and
+ * layouts of version 2 as malformed frames.
+ */
+import assert from "node:assert/strict";
+import { WIRE_CODES } from "../../src/wire/codes.ts";
+import { encodeFrame } from "../../src/wire/frame.ts";
+import { EMPTY_TICKET, type Message } from "../../src/wire/messages.ts";
+import { RawClient } from "../helpers/raw_client.ts";
+import { startTestServer } from "../helpers/start_server.ts";
+
+function concat(parts: Uint8Array[]): Uint8Array {
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.byteLength, 0));
+  let at = 0;
+  for (const part of parts) {
+    out.set(part, at);
+    at += part.byteLength;
+  }
+  return out;
+}
+
+function expectClosingError(messages: Message[], code: number, pattern: RegExp): void {
+  assert.equal(messages.length, 1, JSON.stringify(messages));
+  const [error] = messages;
+  assert.ok(error.type === "error", JSON.stringify(error));
+  assert.equal(error.code, code);
+  assert.equal(error.requestId, 0);
+  assert.match(error.message, pattern);
+}
+
+/** The server still serves a version-1 session. */
+async function stillServes(addr: string): Promise<void> {
+  await using ok = await RawClient.session(addr);
+  await ok.send({ type: "acquire", requestId: 1, name: "after", leaseMs: 0, waitMs: 0 });
+  const granted = await ok.next();
+  assert.ok(granted?.type === "acquired", JSON.stringify(granted));
+  assert.equal(granted.ticket, EMPTY_TICKET, "a version-1 ACQUIRED decodes with no ticket");
+}
+
+Deno.test("HELLO version 2 gets UNSUPPORTED_VERSION until the server serves version-2 sessions", async () => {
+  await using t = await startTestServer();
+  await using raw = await RawClient.connect(t.addr);
+  await raw.send({ type: "hello", version: 2, clientName: "v2" });
+  expectClosingError(
+    await raw.drainUntilClosed(),
+    WIRE_CODES.UNSUPPORTED_VERSION.code,
+    /Protocol version 2 is not supported; this server speaks 1/,
+  );
+  await stillServes(t.addr);
+});
+
+Deno.test("version-2 requests sent right behind HELLO version 2 get nothing but UNSUPPORTED_VERSION", async () => {
+  await using t = await startTestServer();
+  await using raw = await RawClient.connect(t.addr);
+  await raw.sendBytes(concat([
+    encodeFrame({ type: "hello", version: 2, clientName: "eager" }),
+    encodeFrame({
+      type: "acquire",
+      requestId: 1,
+      name: "v2/lock",
+      leaseMs: 0,
+      waitMs: 0,
+      mode: "shared",
+      limit: 3,
+      value: new TextEncoder().encode("10.0.0.7:8080"),
+    }, 2),
+    encodeFrame({ type: "query", requestId: 2, name: "v2/lock" }, 2),
+    encodeFrame({ type: "goodbye", requestId: 3 }, 2),
+  ]));
+  expectClosingError(
+    await raw.drainUntilClosed(),
+    WIRE_CODES.UNSUPPORTED_VERSION.code,
+    /Protocol version 2/,
+  );
+  await stillServes(t.addr);
+  // Nothing was acquired: the lock is free for a try-lock.
+  await using other = await RawClient.session(t.addr);
+  await other.send({ type: "acquire", requestId: 1, name: "v2/lock", leaseMs: 0, waitMs: 0 });
+  assert.equal((await other.next())?.type, "acquired");
+});
+
+const v2OnV1: [string, Uint8Array, RegExp][] = [
+  [
+    "a QUERY (a version-2 type)",
+    encodeFrame({ type: "query", requestId: 2, name: "x" }, 2),
+    /unknown message type 0x1d/,
+  ],
+  [
+    "a RESUME (the first version-2 type)",
+    encodeFrame({ type: "resume", requestId: 2, prevTerm: 1, prevSessionId: 1, claims: 0 }, 2),
+    /unknown message type 0x17/,
+  ],
+  [
+    "an ACQUIRE in the version-2 layout",
+    encodeFrame({
+      type: "acquire",
+      requestId: 2,
+      name: "x",
+      leaseMs: 0,
+      waitMs: 0,
+      mode: "exclusive",
+      limit: 0,
+    }, 2),
+    /Cannot decode ACQUIRE frame/,
+  ],
+];
+
+for (const [what, frame, reason] of v2OnV1) {
+  Deno.test(`a version-1 session refuses ${what} with MALFORMED_FRAME and closes`, async () => {
+    await using t = await startTestServer();
+    await using raw = await RawClient.session(t.addr);
+    await raw.sendBytes(frame);
+    expectClosingError(await raw.drainUntilClosed(), WIRE_CODES.MALFORMED_FRAME.code, reason);
+    await stillServes(t.addr);
+  });
+}
