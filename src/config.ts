@@ -94,6 +94,8 @@ export interface ServerConfig {
   /** TLS handshakes started per second at most; 0 = no limit. */
   tlsHandshakeRatePerS: number;
   aclFile: string | null;
+  /** Lock rules (kind, limit and lock-delay per name glob; issue 22); none when null. */
+  lockRulesFile: string | null;
   /** "-" = standard output, else a file appended to. */
   auditLog: string;
   /** An audit write pending longer counts as a failed sink (grants pause). */
@@ -154,6 +156,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = {
   tlsClientCa: null,
   tlsHandshakeRatePerS: TLS_HANDSHAKE_RATE_PER_S_DEFAULT,
   aclFile: null,
+  lockRulesFile: null,
   auditLog: "-",
   auditWriteTimeoutMs: AUDIT_WRITE_TIMEOUT_MS_DEFAULT,
   logLevel: "info",
@@ -376,6 +379,13 @@ export const CONFIG_FLAGS: readonly ConfigFlag[] = [
     key: "aclFile",
     kind: "string",
     help: "ACL rules (see docs/operations.md); reloaded on SIGHUP",
+  },
+  {
+    flag: "lock-rules-file",
+    key: "lockRulesFile",
+    kind: "string",
+    help: "lock rules: kind, limit and lock-delay per name (see docs/operations.md); reloaded on " +
+      "SIGHUP",
   },
   {
     flag: "audit-log",
