@@ -101,9 +101,21 @@ export const PLAIN_CLAIM: ClaimOptions = Object.freeze({
 
 /** Outcome of a force-release (admin API). */
 export type ForceReleaseResult =
-  | { readonly status: "released"; readonly holder: HolderView }
-  /** The precondition failed: the lock is held, but not with the expected token. */
-  | { readonly status: "holder_changed"; readonly holder: HolderView }
+  | {
+    readonly status: "released";
+    /** The oldest owner released. */
+    readonly holder: HolderView;
+    /** Every owner released, oldest first: all of them, or the one with the expected token. */
+    readonly holders: readonly HolderView[];
+  }
+  /** The precondition failed: the lock is held, but no owner holds the expected token. */
+  | {
+    readonly status: "holder_changed";
+    /** The oldest owner now. */
+    readonly holder: HolderView;
+    /** Every owner now, oldest first. */
+    readonly holders: readonly HolderView[];
+  }
   | { readonly status: "not_leader" }
   | { readonly status: "lock_not_found" }
   | {
@@ -401,11 +413,13 @@ export class LockService {
   // ---- operators (the admin API) -------------------------------------------
 
   /**
-   * Force-release: the audit record of the operator's action first, then the owner's session
-   * is closed (ERROR 0x02 after its release records) and the head waiter is granted at once.
-   * With `expectedToken`, only the ownership with that fencing token is released: the check
-   * and the release happen in this one call, so an operator's dialog opened on one holder never
-   * releases the next one (nothing is audited or changed when it fails).
+   * Force-release: the audit records of the operator's action first (one `force_release` per
+   * owner ended), then each owner's session is closed (ERROR 0x02 after its release records) and
+   * the head waiters are granted at once (unless a lock-delay holds them back). Without
+   * `expectedToken` every owner of the lock is ended (a semaphore's or a shared lock's too);
+   * with it, only the ownership with that fencing token: the check and the release happen in
+   * this one call, so an operator's dialog opened on one holder never releases the next one
+   * (nothing is audited or changed when no owner holds it).
    */
   forceRelease(name: string, actor: Actor, expectedToken?: number): ForceReleaseResult {
     if (this.#gate !== undefined && !this.#gate.mayAct()) return { status: "not_leader" };
@@ -420,27 +434,33 @@ export class LockService {
         detail: block === null ? "" : this.#engine.blockDetail(block),
       };
     }
-    if (expectedToken !== undefined && holder.token !== expectedToken) {
-      return { status: "holder_changed", holder };
+    const owners = this.#engine.view.holdersOf(name);
+    const ended = expectedToken === undefined
+      ? owners
+      : owners.filter((owner) => owner.token === expectedToken);
+    if (ended.length === 0) return { status: "holder_changed", holder, holders: owners };
+    for (const owner of ended) {
+      this.#audit.append({
+        event: "force_release",
+        lock: name,
+        token: owner.token,
+        identity: owner.identity,
+        remote_addr: owner.remoteAddr,
+        session: owner.sessionId,
+        actor,
+      });
     }
-    this.#audit.append({
-      event: "force_release",
-      lock: name,
-      token: holder.token,
-      identity: holder.identity,
-      remote_addr: holder.remoteAddr,
-      session: holder.sessionId,
-      actor,
-    });
-    this.#apply(this.#engine.forceRelease(this.now(), { name }).events);
-    adminLogger.info("admin force-released a lock", {
-      lock: name,
-      token: holder.token,
-      owner_remote_addr: holder.remoteAddr,
-      owner_identity: holder.identity,
-      actor,
-    });
-    return { status: "released", holder };
+    this.#apply(this.#engine.forceRelease(this.now(), { name, token: expectedToken }).events);
+    for (const owner of ended) {
+      adminLogger.info("admin force-released a lock", {
+        lock: name,
+        token: owner.token,
+        owner_remote_addr: owner.remoteAddr,
+        owner_identity: owner.identity,
+        actor,
+      });
+    }
+    return { status: "released", holder: ended[0], holders: ended };
   }
 
   /** Removes one waiter: the audit record first, then its session is closed like a force-release. */
