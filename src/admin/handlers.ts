@@ -288,9 +288,7 @@ export function forceRelease(_request: Request, { context, params, url }: AdminM
     case "released": {
       const after = engine.getLock(name);
       return jsonResponse(
-        after === undefined
-          ? idleLockJson(name)
-          : lockJson(after, instantOf(context.server)),
+        after === undefined ? idleLockJson(name) : lockJson(after, instantOf(context.server)),
       );
     }
   }
