@@ -7,6 +7,7 @@
  * @module
  */
 
+import { durationText } from "./duration.ts";
 import { parseHostPort } from "./host_port.ts";
 import { parseAllowedHosts } from "./http/host_policy.ts";
 import {
@@ -94,6 +95,8 @@ export interface ServerConfig {
   /** TLS handshakes started per second at most; 0 = no limit. */
   tlsHandshakeRatePerS: number;
   aclFile: string | null;
+  /** Lock rules (kind, limit and lock-delay per name glob; issue 22); none when null. */
+  lockRulesFile: string | null;
   /** "-" = standard output, else a file appended to. */
   auditLog: string;
   /** An audit write pending longer counts as a failed sink (grants pause). */
@@ -154,6 +157,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = {
   tlsClientCa: null,
   tlsHandshakeRatePerS: TLS_HANDSHAKE_RATE_PER_S_DEFAULT,
   aclFile: null,
+  lockRulesFile: null,
   auditLog: "-",
   auditWriteTimeoutMs: AUDIT_WRITE_TIMEOUT_MS_DEFAULT,
   logLevel: "info",
@@ -378,6 +382,13 @@ export const CONFIG_FLAGS: readonly ConfigFlag[] = [
     help: "ACL rules (see docs/operations.md); reloaded on SIGHUP",
   },
   {
+    flag: "lock-rules-file",
+    key: "lockRulesFile",
+    kind: "string",
+    help: "lock rules: kind, limit and lock-delay per name (see docs/operations.md); reloaded on " +
+      "SIGHUP",
+  },
+  {
     flag: "audit-log",
     key: "auditLog",
     kind: "string",
@@ -544,13 +555,6 @@ function validateCluster(config: Readonly<ServerConfig>): void {
   if (tlsToEtcd && config.clusterEtcd.some((url) => url.startsWith("http:"))) {
     throw new ConfigError("etcd TLS flags need https:// URLs in -cluster-etcd");
   }
-}
-
-/** `500ms`, `30s`, `5m`, `1h`: the shortest exact Go-style spelling of a duration. */
-export function durationText(ms: number): string {
-  if (ms !== 0 && ms % 3_600_000 === 0) return `${ms / 3_600_000}h`;
-  if (ms !== 0 && ms % 60_000 === 0) return `${ms / 60_000}m`;
-  return ms % 1_000 === 0 ? `${ms / 1_000}s` : `${ms}ms`;
 }
 
 /** How the usage shows a flag's default, or undefined when the flag is off by default. */

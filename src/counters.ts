@@ -26,7 +26,10 @@ export class ServerCounters {
   tlsHandshakesQueued = 0;
   /** Accepted TLS connections dropped before their handshake started, by reason. */
   readonly tlsShed: Record<TlsShedReason, number> = { pending_full: 0, queue_timeout: 0 };
+  /** ACQUIREs the ACL refused (the spec's `lockd_acl_denials_total`). */
   aclDenials = 0;
+  /** Reads (QUERY, WATCH) the ACL refused (`lockd_acl_read_denials_total`). */
+  aclReadDenials = 0;
   /** Requests and connections refused (or closed) because a limit was reached, by limit. */
   readonly limitRefusals: Record<LimitName, number> = {
     sessions: 0,

@@ -238,6 +238,19 @@ export const ACL_RULES_MAX = 10_000;
  * (`GLOB_BYTES_MAX`), quoted and escaped, with room for a comment.
  */
 export const ACL_LINE_BYTES_MAX = 8 * 1024;
+/**
+ * Most rules one lock rules file (`-lock-rules-file`) may hold. A lock's first claim and every
+ * non-graceful end walk the rules in order, like an ACQUIRE walks the ACL.
+ */
+export const LOCK_RULES_MAX = 10_000;
+/** Longest line of a lock rules file: one glob of the longest length, a limit and a delay. */
+export const LOCK_RULE_LINE_BYTES_MAX = ACL_LINE_BYTES_MAX;
+/**
+ * Longest lock-delay a rule may give. A lock-delay keeps a lock from everyone after a holder
+ * vanished, so a mistyped `5m` for `5s` would stall its users for minutes; Consul caps its
+ * session lock-delay at 60 s too. A resource that needs longer should check fencing tokens.
+ */
+export const LOCK_DELAY_MS_MAX = 60_000;
 /** A certificate that is about to expire gets a warning this long before. */
 export const CERT_EXPIRY_WARNING_MS = 14 * 86_400_000;
 

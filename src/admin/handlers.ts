@@ -10,7 +10,7 @@ import type { LockPageQuery, LockSort } from "../core/lock_queries.ts";
 import { escapeInvisible, lockNameProblem } from "../core/lock_name.ts";
 import { ADMIN_HISTORY_INTERVAL_MS, ADMIN_LOCKS_LIMIT_MAX } from "../limits.ts";
 import type { Actor } from "../log/audit_records.ts";
-import type { GrantBlock, LockView } from "../core/types.ts";
+import type { GrantBlock, Instant, LockView } from "../core/types.ts";
 import { jsonResponse, problemResponse, type ProblemSlug } from "../http/problem.ts";
 import type { RouteMatch } from "../http/router.ts";
 import { compileGlob, GlobError } from "../security/glob.ts";
@@ -159,9 +159,9 @@ export function listLocks(_request: Request, { context, url }: AdminMatch): Resp
       throw error;
     }
   }
-  const nowMs = context.server.scheduler.monotonicMs();
+  const now = instantOf(context.server);
   const engine = context.server.engine;
-  const json = (view: LockView) => lockJson(view, nowMs, withTotal);
+  const json = (view: LockView) => lockJson(view, now, withTotal);
   if (page === null) {
     return jsonResponse({ locks: engine.listLocks(filter, waitersMax).map(json) });
   }
@@ -241,16 +241,17 @@ export function getLock(_request: Request, { context, params, url }: AdminMatch)
   const view = context.server.engine.getLock(name, waitersMax);
   if (view === undefined) return fail("lock_not_found", notFoundDetail(name));
   return jsonResponse(
-    lockJson(view, context.server.scheduler.monotonicMs(), waitersMax !== Infinity),
+    lockJson(view, instantOf(context.server), waitersMax !== Infinity),
   );
 }
 
 /**
  * POST /api/locks/{name}/release[?token=T]: the service writes the audit record first, then the
- * owner gets ERROR 0x02 and is disconnected, and the head waiter is granted at once. Answers with
- * the lock's state afterwards. With `?token=T` only the ownership with fencing token T is
- * released (409 `holder-changed` when the lock is held with another token), so an operator who
- * looked at one holder never releases the next one.
+ * owner gets ERROR 0x02 and is disconnected, and the head waiter is granted at once. Every owner
+ * of a semaphore or shared lock is ended (one audit record each). Answers with the lock's state
+ * afterwards. With `?token=T` only the ownership with fencing token T is released (409
+ * `holder-changed` when no owner holds it), so an operator who looked at one holder never
+ * releases the next one.
  */
 export function forceRelease(_request: Request, { context, params, url }: AdminMatch): Response {
   const name = decodeLockName(params.name);
@@ -268,21 +269,26 @@ export function forceRelease(_request: Request, { context, params, url }: AdminM
       return fail(
         "no_owner",
         `Cannot force-release lock "${name}": it has ${result.waiters} waiter(s) but no owner (${
-          result.block === null ? "no grant yet" : ownerlessBecause(result.block, result.detail)
+          result.block === null
+            ? heldBackBecause(engine.getLock(name, 0), context.server.scheduler.monotonicMs())
+            : ownerlessBecause(result.block, result.detail)
         })`,
       );
     case "holder_changed":
       return fail(
         "holder_changed",
-        `Lock "${name}" is held with token ${result.holder.token}, not ${expectedToken}: its ` +
-          "holder changed; nothing was released",
+        result.holders.length === 1
+          ? `Lock "${name}" is held with token ${result.holder.token}, not ${expectedToken}: its ` +
+            "holder changed; nothing was released"
+          : `Lock "${name}" has no owner with token ${expectedToken} (its ${result.holders.length} ` +
+            `owners hold tokens ${
+              result.holders.map((holder) => holder.token).join(", ")
+            }); nothing was released`,
       );
     case "released": {
       const after = engine.getLock(name);
       return jsonResponse(
-        after === undefined
-          ? idleLockJson(name)
-          : lockJson(after, context.server.scheduler.monotonicMs()),
+        after === undefined ? idleLockJson(name) : lockJson(after, instantOf(context.server)),
       );
     }
   }
@@ -351,6 +357,26 @@ function decodeLockName(raw: string | undefined): string | Response {
     "bad_lock_name",
     `Lock name "${escapeInvisible(name)}" in the path is refused: ${problem}`,
   );
+}
+
+/** One reading of the server's clock: durations measured on it, deadlines shown in wall time. */
+function instantOf(server: ServerView): Instant {
+  return { monoMs: server.scheduler.monotonicMs(), wallMs: server.scheduler.wallMs() };
+}
+
+/** Why a stored lock has no owner while grants are not blocked: a lock-delay or a reservation. */
+function heldBackBecause(view: LockView | undefined, nowMs: number): string {
+  if (view !== undefined && view.delayedUntilMs > 0) {
+    return `a lock-delay after a non-graceful end holds grants back for ${
+      Math.max(0, Math.round(view.delayedUntilMs - nowMs))
+    } ms more`;
+  }
+  if (view !== undefined && view.reservedUntilMs > 0) {
+    return `it is reserved for reclaims after a fail-over for ${
+      Math.max(0, Math.round(view.reservedUntilMs - nowMs))
+    } ms more`;
+  }
+  return "no grant yet";
 }
 
 /** Why a queue has no owner, for the 409 of a force-release: the true cause. */

@@ -4,11 +4,19 @@
  * fields first, exactly as the spec has them, then lockd's additions
  * (`client_name`, `session`, `held_for_ms`, `waiting_for_ms`).
  *
+ * Kinds and values (issues 22, 23) only add fields, and only where they apply, so a plain
+ * exclusive lock whose holder has no value has exactly the shape it had before: a shared or
+ * semaphore lock adds `kind`, `limit`, `holders` (every owner, oldest first; `holder` stays the
+ * oldest) and, shared, `write_generation`; its holder records add `mode`, `slot` (semaphores)
+ * and `write_generation` (shared owners); a holder with a value adds `value` (the text when the
+ * bytes are valid UTF-8, else null), `value_base64` (the exact bytes) and `value_bytes`; a lock
+ * under a lock-delay or a reservation adds when it ends.
+ *
  * @module
  */
 
 import { rfc3339 } from "../clock.ts";
-import type { LockView } from "../core/types.ts";
+import type { HolderView, Instant, LockView } from "../core/types.ts";
 
 /** Lock object. */
 export interface LockJson {
@@ -17,6 +25,20 @@ export interface LockJson {
   waiters: WaiterJson[];
   /** With `?waiters_limit=`: how many wait in all (`waiters` holds at most the limit). */
   waiters_total?: number;
+  /** Shared and semaphore locks: `shared` or `semaphore` (absent: an exclusive lock). */
+  kind?: string;
+  /** With `kind`: the semaphore's limit, 1 for a shared lock. */
+  limit?: number;
+  /** With `kind`: every owner, oldest (lowest token) first; `holder` is the first. */
+  holders?: HolderJson[];
+  /** Shared locks: the token of the lock's last exclusive grant while it has existed (0: none). */
+  write_generation?: number;
+  /** Under a lock-delay (after a non-graceful end): when it ends, and how long that is from now. */
+  delayed_until?: string;
+  delay_left_ms?: number;
+  /** Cluster mode, held back for reclaims after a fail-over: when that ends, and how long. */
+  reserved_until?: string;
+  reservation_left_ms?: number;
 }
 
 export interface HolderJson {
@@ -31,6 +53,18 @@ export interface HolderJson {
   session: number;
   /** Milliseconds since the ownership began (monotonic clock). */
   held_for_ms: number;
+  /** Shared and semaphore locks: `exclusive` or `shared`. */
+  mode?: string;
+  /** Semaphores: the owner's slot, 0 to limit − 1. */
+  slot?: number;
+  /** Shared owners: the write generation of their grant (0: none known). */
+  write_generation?: number;
+  /** A holder with a value: the value as text when it is valid UTF-8, else null. */
+  value?: string | null;
+  /** A holder with a value: the exact bytes, base64 (RFC 4648, with padding). */
+  value_base64?: string;
+  /** A holder with a value: its length in bytes. */
+  value_bytes?: number;
 }
 
 export interface WaiterJson {
@@ -84,33 +118,89 @@ export interface ClusterInfoJson {
   etcd: { endpoint: string; healthy: boolean; took_ms: number; error?: string }[];
 }
 
-/** A Lock object; durations are measured up to `nowMs` (monotonic). */
-export function lockJson(view: LockView, nowMs: number, withTotal = false): LockJson {
-  const holder = view.holder;
+/** A Lock object; durations are measured up to `now` (monotonic), deadlines shown in wall time. */
+export function lockJson(view: LockView, now: Instant, withTotal = false): LockJson {
+  const holderJson = (holder: HolderView) => holderRecord(view, holder, now.monoMs);
   const json: LockJson = {
     name: view.name,
-    holder: holder === null ? null : {
-      identity: holder.identity,
-      remote_addr: holder.remoteAddr,
-      since: rfc3339(holder.sinceWallMs),
-      lease_ms: holder.leaseMs,
-      token: holder.token,
-      client_name: holder.clientName,
-      session: holder.sessionId,
-      held_for_ms: Math.max(0, Math.round(nowMs - holder.sinceMs)),
-    },
+    holder: view.holder === null ? null : holderJson(view.holder),
     waiters: view.waiters.map((waiter) => ({
       identity: waiter.identity,
       remote_addr: waiter.remoteAddr,
       queued_at: rfc3339(waiter.queuedAtWallMs),
       client_name: waiter.clientName,
       session: waiter.sessionId,
-      waiting_for_ms: Math.max(0, Math.round(nowMs - waiter.queuedAtMs)),
+      waiting_for_ms: Math.max(0, Math.round(now.monoMs - waiter.queuedAtMs)),
     })),
   };
   // Asked for with ?waiters_limit=: `waiters` may then be the head of the queue only.
   if (withTotal) json.waiters_total = view.queueLength;
+  if (view.kind !== "exclusive") {
+    json.kind = view.kind;
+    json.limit = view.limit;
+    json.holders = view.holders.map(holderJson);
+    if (view.kind === "shared") json.write_generation = view.writeGeneration;
+  }
+  if (view.delayedUntilMs > 0) {
+    json.delayed_until = wallTimeOf(view.delayedUntilMs, now);
+    json.delay_left_ms = Math.max(0, Math.round(view.delayedUntilMs - now.monoMs));
+  }
+  if (view.reservedUntilMs > 0) {
+    json.reserved_until = wallTimeOf(view.reservedUntilMs, now);
+    json.reservation_left_ms = Math.max(0, Math.round(view.reservedUntilMs - now.monoMs));
+  }
   return json;
+}
+
+/** One holder record: the spec's fields, lockd's, then those of kinds and values that apply. */
+function holderRecord(view: LockView, holder: HolderView, nowMs: number): HolderJson {
+  const json: HolderJson = {
+    identity: holder.identity,
+    remote_addr: holder.remoteAddr,
+    since: rfc3339(holder.sinceWallMs),
+    lease_ms: holder.leaseMs,
+    token: holder.token,
+    client_name: holder.clientName,
+    session: holder.sessionId,
+    held_for_ms: Math.max(0, Math.round(nowMs - holder.sinceMs)),
+  };
+  if (view.kind !== "exclusive") {
+    json.mode = holder.mode;
+    if (view.kind === "semaphore") json.slot = holder.slot;
+    if (holder.mode === "shared") json.write_generation = holder.writeGeneration;
+  }
+  if (holder.value !== null) Object.assign(json, valueJson(holder.value));
+  return json;
+}
+
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * A holder's value in JSON: any bytes may be a value, so the exact bytes go as base64, and the
+ * text beside them when the bytes are valid UTF-8 (null otherwise: a lenient decode would show
+ * U+FFFD where the holder wrote something else).
+ */
+export function valueJson(
+  value: Uint8Array,
+): { value: string | null; value_base64: string; value_bytes: number } {
+  let text: string | null;
+  try {
+    text = strictUtf8.decode(value);
+  } catch {
+    text = null;
+  }
+  return { value: text, value_base64: base64(value), value_bytes: value.length };
+}
+
+function base64(bytes: Uint8Array): string {
+  let binary = "";
+  for (const byte of bytes) binary += String.fromCharCode(byte);
+  return btoa(binary);
+}
+
+/** A monotonic deadline as the wall-clock time it falls on, seen from `now`. */
+function wallTimeOf(monoMs: number, now: Instant): string {
+  return rfc3339(Math.round(now.wallMs + (monoMs - now.monoMs)));
 }
 
 /** The state of a lock that is not stored (no owner, no queue). */

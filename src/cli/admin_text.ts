@@ -6,6 +6,7 @@
  */
 
 import type { HolderJson, InfoJson, LockJson, WaiterJson } from "../admin/views.ts";
+import { escapeInvisible } from "../core/lock_name.ts";
 
 function orNone(value: string): string {
   return value === "" ? "(none)" : value;
@@ -76,28 +77,71 @@ function holderText(holder: HolderJson): string {
   return holder.identity === "" ? holder.remote_addr : `${holder.remote_addr} (${holder.identity})`;
 }
 
+/**
+ * The list of locks. A KIND column (`exclusive`, `shared 3` with its owner count, `semaphore 2/8`
+ * with owners and limit) appears only when a listed lock is shared or a semaphore, so the table
+ * of plain exclusive locks is what it always was; HOLDER is then the oldest owner, with `+N` for
+ * the others.
+ */
 export function formatLockList(locks: LockJson[]): string {
+  const kinds = locks.some((lock) => lock.kind !== undefined);
+  const header = ["NAME", "HOLDER", "TOKEN", "SINCE", "WAITERS"];
+  if (kinds) header.splice(1, 0, "KIND");
   return table(
-    ["NAME", "HOLDER", "TOKEN", "SINCE", "WAITERS"],
-    locks.map((lock) => [
-      lock.name,
-      lock.holder === null ? "-" : holderText(lock.holder),
-      lock.holder === null ? "-" : String(lock.holder.token),
-      lock.holder === null ? "-" : lock.holder.since,
-      String(lock.waiters.length),
-    ]),
+    header,
+    locks.map((lock) => {
+      const others = (lock.holders?.length ?? 1) - 1;
+      const row = [
+        lock.name,
+        lock.holder === null ? "-" : holderText(lock.holder) + (others > 0 ? ` +${others}` : ""),
+        lock.holder === null ? "-" : String(lock.holder.token),
+        lock.holder === null ? "-" : lock.holder.since,
+        String(lock.waiters_total ?? lock.waiters.length),
+      ];
+      if (kinds) row.splice(1, 0, kindText(lock));
+      return row;
+    }),
   );
+}
+
+/** `exclusive`, `shared 3` (owners), `semaphore 2/8` (owners of limit). */
+function kindText(lock: LockJson): string {
+  const owners = lock.holders?.length ?? (lock.holder === null ? 0 : 1);
+  if (lock.kind === "semaphore") return `semaphore ${owners}/${lock.limit}`;
+  if (lock.kind === "shared") return `shared ${owners}`;
+  return "exclusive";
+}
+
+/**
+ * A holder's value for a terminal: the text with control and invisible characters escaped (a
+ * value is whatever its holder wrote, and must not move the cursor or reorder the line), or the
+ * base64 of bytes that are not UTF-8.
+ */
+function valueText(holder: HolderJson): string | null {
+  if (holder.value_base64 === undefined) return null;
+  if (holder.value === null || holder.value === undefined) {
+    return `(${holder.value_bytes} bytes, not UTF-8) base64:${holder.value_base64}`;
+  }
+  return escapeInvisible(holder.value);
 }
 
 /**
  * One lock: the holder block and the waiters table, each record with the client name from
  * HELLO and the session id, so a client that rejoins the queue after a kick (new address, new
  * session) is recognised by its name. `durations` adds "held for" / "waiting for"; watch mode
- * into a pipe leaves them out, or every view would differ from the last.
+ * into a pipe leaves them out, or every view would differ from the last. A shared or semaphore
+ * lock adds its kind and limit and a table of every holder (mode, slot, token, value); a lock
+ * under a lock-delay or reservation says until when.
  */
 export function formatLock(lock: LockJson, durations = true): string {
   const holder = lock.holder;
   const rows: [string, string][] = [["name", lock.name]];
+  if (lock.kind !== undefined) {
+    rows.push(["kind", lock.kind], ["limit", String(lock.limit)]);
+    if (lock.write_generation !== undefined) {
+      rows.push(["write_gen", String(lock.write_generation)]);
+    }
+  }
   if (holder === null) {
     rows.push(["holder", "(none)"]);
   } else {
@@ -115,11 +159,49 @@ export function formatLock(lock: LockJson, durations = true): string {
       ["lease_ms", String(holder.lease_ms)],
       ["token", String(holder.token)],
     );
+    const value = valueText(holder);
+    if (value !== null) rows.push(["value", value]);
   }
-  rows.push(["waiters", String(lock.waiters.length)]);
+  if (lock.delayed_until !== undefined) {
+    rows.push(["delayed", `until ${lock.delayed_until} (lock-delay; nothing is granted)`]);
+  }
+  if (lock.reserved_until !== undefined) {
+    rows.push(["reserved", `until ${lock.reserved_until} (reclaims after a fail-over)`]);
+  }
+  if (lock.holders !== undefined) rows.push(["holders", String(lock.holders.length)]);
+  rows.push(["waiters", String(lock.waiters_total ?? lock.waiters.length)]);
   let text = keyValues(rows);
+  if (lock.holders !== undefined && lock.holders.length > 0) {
+    text += "\n" + formatHolders(lock, durations);
+  }
   if (lock.waiters.length > 0) text += "\n" + formatWaiters(lock.waiters, durations);
   return text;
+}
+
+/** Every owner of a shared or semaphore lock, oldest first. */
+function formatHolders(lock: LockJson, durations: boolean): string {
+  const semaphore = lock.kind === "semaphore";
+  const header = ["#", "MODE", "REMOTE_ADDR", "CLIENT", "SESSION", "TOKEN", "SINCE"];
+  if (semaphore) header.splice(1, 1, "SLOT");
+  if (durations) header.push("HELD");
+  header.push("VALUE");
+  return table(
+    header,
+    lock.holders!.map((holder, i) => {
+      const row = [
+        String(i + 1),
+        semaphore ? String(holder.slot) : holder.mode ?? "-",
+        holder.remote_addr,
+        holder.client_name ? holder.client_name : "-",
+        String(holder.session),
+        String(holder.token),
+        holder.since,
+      ];
+      if (durations) row.push(formatDurationMs(holder.held_for_ms ?? 0));
+      row.push(valueText(holder) ?? "-");
+      return row;
+    }),
+  );
 }
 
 function formatWaiters(waiters: WaiterJson[], durations: boolean): string {

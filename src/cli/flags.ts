@@ -5,6 +5,8 @@
  * parseArgs refuses single-dash long names, hence this file.
  */
 
+import { parseDurationMs } from "../duration.ts";
+
 export type FlagKind = "string" | "duration" | "int" | "bool";
 
 export interface FlagSpec {
@@ -112,19 +114,6 @@ function convert(spec: FlagSpec, text: string): FlagValue {
       return ms;
     }
   }
-}
-
-const UNIT_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 };
-
-/** Go-style durations: `500ms`, `30s`, `1m30s`, `2h`, or `0`. Null when malformed. */
-export function parseDurationMs(text: string): number | null {
-  if (text === "0") return 0;
-  if (!/^(\d+(\.\d+)?(ms|s|m|h))+$/.test(text)) return null;
-  let total = 0;
-  for (const [, amount, , unit] of text.matchAll(/(\d+(\.\d+)?)(ms|s|m|h)/g)) {
-    total += Number(amount) * UNIT_MS[unit];
-  }
-  return Number.isFinite(total) ? Math.round(total) : null;
 }
 
 /** Usage lines for a set of flags, aligned. */

@@ -3,9 +3,9 @@ import {
   ConfigError,
   configFromFlags,
   defaultText,
-  durationText,
   type ServerConfig,
 } from "../config.ts";
+import { durationText } from "../duration.ts";
 import { configureDiagnosticLog, log, writeDiagnosticText } from "../log/diagnostic.ts";
 import { startServer } from "../server/start.ts";
 import { FlagError, type FlagSpec, formatFlagHelp, parseFlags } from "./flags.ts";

@@ -323,6 +323,8 @@ export class LockTable {
       reason,
       heldMs,
       mode: claim.mode,
+      kind: lock.kind,
+      limit: lock.limit,
       slot: claim.slot,
       delayedUntilMs: lock.holds === null ? 0 : lock.holds.delayedUntilMs,
     });

@@ -223,6 +223,9 @@ export interface EndedEvent {
   readonly reason: EndReason;
   readonly heldMs: number;
   readonly mode: ClaimMode;
+  /** The lock's kind and limit at the end. */
+  readonly kind: LockKind;
+  readonly limit: number;
   readonly slot: number;
   /**
    * Monotonic ms until which the lock grants nothing after this end (a lock-delay: a rule's,

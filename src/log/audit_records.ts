@@ -11,6 +11,7 @@
  * @module
  */
 
+import { createHash } from "node:crypto";
 import { rfc3339 } from "../clock.ts";
 
 /** Who performed an admin action. */
@@ -32,8 +33,44 @@ interface CommonFields<Event extends string> {
   term?: number;
 }
 
+/**
+ * How an ownership holds its lock (issue 22), on `acquire` and `release` records of shared and
+ * semaphore locks only: the records of plain exclusive locks stay as they were before kinds
+ * existed, byte for byte (all four fields or none).
+ */
+interface KindFields {
+  /** `shared` or `semaphore`. */
+  kind?: string;
+  /** The semaphore's limit; 1 for a shared lock. */
+  limit?: number;
+  /** `exclusive` or `shared`. */
+  mode?: string;
+  /** The semaphore slot (0 to limit − 1); 0 on a shared lock. */
+  slot?: number;
+}
+
+/** The holder's value as the audit log tells it: its length and digest, never the bytes. */
+interface ValueFields {
+  /** Length of the value in bytes. */
+  value_bytes: number;
+  /** SHA-256 of the value, lowercase hex; null when the value is empty (none). */
+  value_sha256: string | null;
+}
+
+/**
+ * A value as the audit log tells it (issue 23): its length and SHA-256, never the bytes, which
+ * may be anything a holder publishes.
+ */
+export function valueDigest(value: Uint8Array | null): ValueFields {
+  if (value === null || value.length === 0) return { value_bytes: 0, value_sha256: null };
+  return {
+    value_bytes: value.length,
+    value_sha256: createHash("sha256").update(value).digest("hex"),
+  };
+}
+
 /** An ownership began: a fencing token was issued. */
-export interface AcquireRecord extends CommonFields<"acquire"> {
+export interface AcquireRecord extends CommonFields<"acquire">, KindFields, Partial<ValueFields> {
   token: number;
   /**
    * The client name the session sent in HELLO (informational, chosen by the client; JSON-escaped
@@ -45,12 +82,29 @@ export interface AcquireRecord extends CommonFields<"acquire"> {
 }
 
 /** An ownership ended. */
-export interface ReleaseRecord extends CommonFields<"release"> {
+export interface ReleaseRecord extends CommonFields<"release">, KindFields {
   token: number;
   client_name: string;
   /** `graceful`, `expired`, `io_timeout`, `force`, `failover` (cluster mode). */
   reason: string;
   held_ms: number;
+}
+
+/** A holder replaced its value (SET_VALUE); the fields are the holder's. */
+export interface ValueSetRecord extends CommonFields<"value_set">, ValueFields {
+  token: number;
+  client_name: string;
+}
+
+/**
+ * An exclusive owner became a shared one in place (a downgrade), keeping its token; the fields
+ * are the holder's.
+ */
+export interface DowngradeRecord extends CommonFields<"downgrade"> {
+  token: number;
+  client_name: string;
+  /** The owner's write generation from now on: its own token. */
+  write_generation: number;
 }
 
 /** An operator force-released the lock; the fields are the owner's. */
@@ -65,9 +119,11 @@ export interface KickWaiterRecord extends CommonFields<"kick_waiter"> {
   actor: Actor;
 }
 
-/** The ACL refused an ACQUIRE (nothing else changed). */
+/** The ACL refused an ACQUIRE, or a read (QUERY, WATCH); nothing else changed. */
 export interface AclDenyRecord extends CommonFields<"acl_deny"> {
   token: null;
+  /** `read` for a refused read; absent for a refused ACQUIRE (as before reading existed). */
+  action?: "read";
 }
 
 /**
@@ -93,6 +149,8 @@ export interface SteppedDownRecord extends CommonFields<"stepped_down"> {
 export type AuditRecord =
   | AcquireRecord
   | ReleaseRecord
+  | ValueSetRecord
+  | DowngradeRecord
   | ForceReleaseRecord
   | KickWaiterRecord
   | AclDenyRecord
@@ -124,6 +182,8 @@ type ExtraFieldOf<E extends AuditEvent> = Exclude<
 export const AUDIT_EVENT_FIELDS = {
   acquire: ["client_name", "waited_ms"],
   release: ["client_name", "reason", "held_ms"],
+  value_set: ["client_name", "value_bytes", "value_sha256"],
+  downgrade: ["client_name", "write_generation"],
   force_release: ["actor"],
   kick_waiter: ["actor"],
   acl_deny: [],
@@ -131,16 +191,37 @@ export const AUDIT_EVENT_FIELDS = {
   stepped_down: ["reason", "node", "term"],
 } as const satisfies { [E in AuditEvent]: readonly ExtraFieldOf<E>[] };
 
-/** Fields of an event's record that its row of AUDIT_EVENT_FIELDS does not name (never). */
+/**
+ * Fields some records of an event have and others not, written after the event's own fields
+ * (before `term`) in this order, and only when present: the records of plain exclusive locks,
+ * of ownerships without a value and of refused ACQUIREs stay as they were.
+ */
+export const AUDIT_OPTIONAL_FIELDS = {
+  acquire: ["kind", "limit", "mode", "slot", "value_bytes", "value_sha256"],
+  release: ["kind", "limit", "mode", "slot"],
+  value_set: [],
+  downgrade: [],
+  force_release: [],
+  kick_waiter: [],
+  acl_deny: ["action"],
+  leader_elected: [],
+  stepped_down: [],
+} as const satisfies { [E in AuditEvent]: readonly ExtraFieldOf<E>[] };
+
+/** Fields of an event's record that neither of its rows above names (never). */
 type Unlisted = {
-  [E in AuditEvent]: Exclude<ExtraFieldOf<E>, typeof AUDIT_EVENT_FIELDS[E][number]>;
+  [E in AuditEvent]: Exclude<
+    ExtraFieldOf<E>,
+    typeof AUDIT_EVENT_FIELDS[E][number] | typeof AUDIT_OPTIONAL_FIELDS[E][number]
+  >;
 }[AuditEvent];
 // A compile error here names a field missing from its event's row above.
 const _everyFieldListed: [Unlisted] extends [never] ? true : Unlisted = true;
 
 /**
- * One JSON line: `ts` first, then the common fields, the event's own fields and `term` (when the
- * record has one), in that order whatever the order the record was built in. JSON.stringify
+ * One JSON line: `ts` first, then the common fields, the event's own fields, its optional fields
+ * that are present and `term` (when the record has one), in that order whatever the order the
+ * record was built in. JSON.stringify
  * escapes every control character, so no field can break the line or forge a record.
  */
 export function formatAuditLine(wallMs: number, record: AuditRecord): string {
@@ -148,6 +229,9 @@ export function formatAuditLine(wallMs: number, record: AuditRecord): string {
   const line: Record<string, unknown> = { ts: rfc3339(wallMs) };
   for (const name of AUDIT_COMMON_FIELDS) line[name] = fields[name];
   for (const name of AUDIT_EVENT_FIELDS[record.event]) line[name] = fields[name];
+  for (const name of AUDIT_OPTIONAL_FIELDS[record.event]) {
+    if (fields[name] !== undefined) line[name] = fields[name];
+  }
   if (record.term !== undefined) line.term = record.term;
   return JSON.stringify(line) + "\n";
 }

@@ -10,7 +10,7 @@
  * @module
  */
 
-import { END_REASONS, SINGLE_NODE_END_REASONS } from "../core/types.ts";
+import { END_REASONS, type LockKind, SINGLE_NODE_END_REASONS } from "../core/types.ts";
 import { AUDIT_LOSS_CAUSES } from "../log/audit.ts";
 import { diagnosticLinesDropped } from "../log/diagnostic.ts";
 import { CLUSTER_ONLY_WIRE_CODES, formatWireCode, WIRE_CODES } from "../wire/codes.ts";
@@ -26,6 +26,9 @@ export interface MetricsSource {
   readonly server: ServerView;
   readonly runtime: RuntimeSample;
 }
+
+/** Label values of `lockd_lock_owners{kind}`, every one from the start. */
+const LOCK_KINDS: readonly LockKind[] = ["exclusive", "shared", "semaphore"];
 
 function gauge(name: string, help: string, value: number): MetricFamily {
   return { name, help, type: "gauge", samples: [{ value }] };
@@ -79,7 +82,13 @@ function lockFamilies(stats: Stats, counters: Counters): MetricFamily[] {
       "Protocol connections open now, in any state (TLS handshake, before HELLO, session).",
       counters.protocolConnectionsOpen,
     ),
-    gauge("lockd_locks_held", "Locks that have an owner now.", stats.locksHeld),
+    gauge("lockd_locks_held", "Locks that have an owner now (at least one).", stats.locksHeld),
+    {
+      name: "lockd_lock_owners",
+      help: "Owners now, by the kind of their lock (exclusive, shared, semaphore).",
+      type: "gauge",
+      samples: LOCK_KINDS.map((kind) => ({ labels: { kind }, value: stats.owners[kind] })),
+    },
     gauge("lockd_waiters", "Waiting claims across all queues.", stats.waiters),
     counter(
       "lockd_acquires_total",
@@ -92,6 +101,21 @@ function lockFamilies(stats: Stats, counters: Counters): MetricFamily[] {
       stats.handoffsTotal,
     ),
     counter("lockd_acl_denials_total", "ACQUIREs refused by the ACL.", counters.aclDenials),
+    counter(
+      "lockd_acl_read_denials_total",
+      "Reads (QUERY, WATCH) refused by the ACL.",
+      counters.aclReadDenials,
+    ),
+    counter(
+      "lockd_lock_delays_total",
+      "Lock-delays started (a lock rule's delay after a non-graceful end of an ownership).",
+      stats.lockDelaysTotal,
+    ),
+    gauge(
+      "lockd_lock_delays_active",
+      "Locks under a lock-delay now (nothing is granted on them until it ends).",
+      stats.lockDelaysActive,
+    ),
     {
       name: "lockd_limit_refusals_total",
       help: "Requests refused and connections closed because a limit was reached, by limit.",

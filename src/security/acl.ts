@@ -1,5 +1,5 @@
 /**
- * The ACL: which identities may ACQUIRE which locks.
+ * The ACL: which identities may ACQUIRE which locks, and which may read them (QUERY, WATCH).
  *
  * File format, one rule per line:
  *
@@ -8,25 +8,32 @@
  * allow  spiffe://example.org/team-a/**   team-a/**
  * deny   **                               secrets/**
  * allow  ""                               public/*
+ * allow  **                               status/**   read
  * allow  **                               shared/**
  * ```
  *
- * - `allow|deny <identity-glob> <lock-glob>`, fields separated by spaces or
- *   tabs. Both globs use the language of `glob.ts`.
- * - A field that starts with `"` is quoted: it may contain spaces and `#`, or
- *   be empty (`""` is the identity of a session without mTLS). Inside quotes
- *   `\"` and `\\` are escapes; any other backslash is kept for the glob.
- * - The first rule whose two globs match decides. When no rule matches the
- *   answer is deny — so a file without rules denies everything. Running
- *   without an ACL file at all is {@link ALLOW_ALL}, chosen by the caller.
+ * - `allow|deny <identity-glob> <lock-glob> [<actions>]`, fields separated by spaces or tabs.
+ *   Both globs use the language of `glob.ts`; quoting and comments are those of `rule_file.ts`
+ *   (`""` is the identity of a session without mTLS).
+ * - `<actions>` (issue 23) says what the rule is about: `acquire`, `read` (QUERY and WATCH), or
+ *   both as `acquire,read`. Without it the rule is about every action, so every file written
+ *   before actions existed keeps its meaning for ACQUIRE and decides reading the same way.
+ * - The first rule whose two globs match and whose actions include the action decides. When no
+ *   rule decides, the answer is deny, for reading too — so a file without rules denies
+ *   everything. Running without an ACL file at all is {@link ALLOW_ALL}, chosen by the caller.
  *
  * @module
  */
 
 import { ACL_LINE_BYTES_MAX, ACL_RULES_MAX } from "../limits.ts";
 import { compileGlob, type Glob, GlobError } from "./glob.ts";
-import { firstInvalidUtf8 } from "./utf8.ts";
-import { errorText } from "../error_text.ts";
+import { readRuleFile, RuleFileError, ruleLines } from "./rule_file.ts";
+
+/** What a session asks to do with a lock: take it, or read its state (QUERY, WATCH). */
+export type AclAction = "acquire" | "read";
+
+/** Every action, in the order rules and messages name them. */
+const ACL_ACTIONS: readonly AclAction[] = ["acquire", "read"];
 
 /** One rule as written in the file. */
 export interface AclRule {
@@ -35,6 +42,8 @@ export interface AclRule {
   readonly identityGlob: string;
   /** The lock-name glob as written (quotes removed). */
   readonly lockGlob: string;
+  /** The actions the rule names; absent when it names none (then it decides every action). */
+  readonly actions?: readonly AclAction[];
   /** 1-based line of the rule in its file. */
   readonly line: number;
 }
@@ -49,88 +58,94 @@ export interface AclDecision {
 export interface Acl {
   /** Number of rules; 0 for an empty file (which denies everything) and for {@link ALLOW_ALL}. */
   readonly ruleCount: number;
-  /** Whether `identity` (`""` without mTLS) may acquire `lockName`. */
-  decide(identity: string, lockName: string): AclDecision;
+  /**
+   * Whether `identity` (`""` without mTLS) may do `action` (default `acquire`) with
+   * `lockName`.
+   */
+  decide(identity: string, lockName: string, action?: AclAction): AclDecision;
 }
 
 /** An ACL file that cannot be used; `message` is `${fileName}:${line}: ${reason}`. */
-export class AclParseError extends Error {
-  readonly fileName: string;
-  /** 1-based line, or 0 when the file as a whole is at fault (cannot be read). */
-  readonly line: number;
-  readonly reason: string;
-
+export class AclParseError extends RuleFileError {
   constructor(fileName: string, line: number, reason: string) {
-    super(`${fileName}:${line}: ${reason}`);
+    super(fileName, line, reason);
     this.name = "AclParseError";
-    this.fileName = fileName;
-    this.line = line;
-    this.reason = reason;
   }
 }
 
 const ALLOWED_BY_DEFAULT: AclDecision = Object.freeze({ allowed: true, rule: null });
 const DENIED_BY_DEFAULT: AclDecision = Object.freeze({ allowed: false, rule: null });
 
-/** The ACL in force when the server runs without an ACL file: every identity may acquire every lock. */
+/** The ACL in force when the server runs without an ACL file: every identity may do everything. */
 export const ALLOW_ALL: Acl = Object.freeze({
   ruleCount: 0,
-  decide: (_identity: string, _lockName: string): AclDecision => ALLOWED_BY_DEFAULT,
+  decide: (_identity: string, _lockName: string, _action?: AclAction): AclDecision =>
+    ALLOWED_BY_DEFAULT,
 });
 
 interface CompiledRule {
   readonly identity: Glob;
   readonly lock: Glob;
+  readonly acquire: boolean;
+  readonly read: boolean;
   readonly decision: AclDecision;
 }
 
 /**
  * Parses ACL text; `fileName` is used only in error messages. Throws
- * {@link AclParseError} for an unknown verb, a wrong number of fields, an
+ * {@link AclParseError} for an unknown verb or action, a wrong number of fields, an
  * unterminated quote, text glued to a closing quote, a stray quote inside an
  * unquoted field, an invalid glob, more than {@link ACL_RULES_MAX} rules or a
  * line longer than {@link ACL_LINE_BYTES_MAX} bytes.
  */
 export function parseAcl(text: string, fileName: string): Acl {
   const rules: CompiledRule[] = [];
-  const lines = text.split("\n");
-  // A trailing newline does not start another line.
-  if (lines.length > 1 && lines[lines.length - 1] === "") lines.pop();
-  for (let index = 0; index < lines.length; index++) {
-    const lineNumber = index + 1;
-    let line = lines[index];
-    if (line.endsWith("\r")) line = line.slice(0, -1);
-    if (index === 0 && line.startsWith("\uFEFF")) line = line.slice(1);
-    const fail = (reason: string): never => {
-      throw new AclParseError(fileName, lineNumber, reason);
-    };
-    const bytes = lineBytes(line);
-    if (bytes > ACL_LINE_BYTES_MAX) {
-      fail(`line is ${bytes} bytes long, more than the limit of ${ACL_LINE_BYTES_MAX}`);
-    }
-    const fields = splitFields(line, fail);
-    if (fields.length === 0) continue;
+  for (
+    const { line, fields, fail } of ruleLines(text, fileName, ACL_LINE_BYTES_MAX, AclParseError)
+  ) {
     const verb = fields[0];
     if (verb !== "allow" && verb !== "deny") {
       fail(`unknown verb "${verb}" (expected allow or deny)`);
     }
-    if (fields.length !== 3) {
+    if (fields.length < 3) {
+      fail(`expected 3 fields (allow|deny, identity glob, lock glob), found ${fields.length}`);
+    }
+    if (fields.length > 4) {
       fail(
-        `expected 3 fields (allow|deny, identity glob, lock glob), found ${fields.length}`,
+        `expected at most 4 fields (allow|deny, identity glob, lock glob, actions), found ${fields.length}`,
       );
     }
     if (rules.length === ACL_RULES_MAX) fail(`more than ${ACL_RULES_MAX} rules`);
     const identity = compileField(fields[1], "identity", fail);
     const lock = compileField(fields[2], "lock", fail);
+    const named = fields.length === 4 ? parseActions(fields[3], fail) : null;
+    const actions = named ?? ACL_ACTIONS;
     const rule: AclRule = Object.freeze({
       verb: verb as "allow" | "deny",
       identityGlob: fields[1],
       lockGlob: fields[2],
-      line: lineNumber,
+      ...(named === null ? {} : { actions: named }),
+      line,
     });
-    rules.push({ identity, lock, decision: Object.freeze({ allowed: verb === "allow", rule }) });
+    rules.push({
+      identity,
+      lock,
+      acquire: actions.includes("acquire"),
+      read: actions.includes("read"),
+      decision: Object.freeze({ allowed: verb === "allow", rule }),
+    });
   }
   return new RuleList(rules);
+}
+
+/** `acquire`, `read` or `acquire,read` (either order, each once). */
+function parseActions(text: string, fail: (reason: string) => never): readonly AclAction[] {
+  const named = text.split(",");
+  const actions = ACL_ACTIONS.filter((action) => named.includes(action));
+  if (actions.length !== named.length) {
+    fail(`unknown actions "${text}" (expected acquire, read or acquire,read)`);
+  }
+  return Object.freeze(actions);
 }
 
 /**
@@ -144,35 +159,7 @@ export async function loadAclFile(
   path: string,
   readFile: (path: string) => Promise<Uint8Array> = Deno.readFile,
 ): Promise<Acl> {
-  let bytes: Uint8Array;
-  try {
-    bytes = await readFile(path);
-  } catch (err) {
-    throw new AclParseError(path, 0, `cannot read: ${errorText(err)}`);
-  }
-  return parseAcl(decodeAclBytes(bytes, path), path);
-}
-
-/** Decodes a whole ACL file as UTF-8 (a leading BOM is dropped); throws AclParseError at the first bad byte. */
-function decodeAclBytes(bytes: Uint8Array, fileName: string): string {
-  const bad = firstInvalidUtf8(bytes);
-  if (bad >= 0) {
-    let line = 1;
-    let lineStart = 0;
-    for (let i = 0; i < bad; i++) {
-      if (bytes[i] === 0x0a) {
-        line++;
-        lineStart = i + 1;
-      }
-    }
-    const byte = bytes[bad].toString(16).padStart(2, "0");
-    throw new AclParseError(
-      fileName,
-      line,
-      `invalid UTF-8: byte 0x${byte} at byte ${bad - lineStart + 1} of the line`,
-    );
-  }
-  return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  return parseAcl(await readRuleFile(path, readFile, AclParseError), path);
 }
 
 class RuleList implements Acl {
@@ -186,8 +173,9 @@ class RuleList implements Acl {
     return this.#rules.length;
   }
 
-  decide(identity: string, lockName: string): AclDecision {
+  decide(identity: string, lockName: string, action: AclAction = "acquire"): AclDecision {
     for (const rule of this.#rules) {
+      if (!rule[action]) continue;
       if (rule.lock.matches(lockName) && rule.identity.matches(identity)) return rule.decision;
     }
     return DENIED_BY_DEFAULT;
@@ -205,54 +193,4 @@ function compileField(
     if (err instanceof GlobError) return fail(`bad ${which} glob: ${err.message}`);
     throw err;
   }
-}
-
-function isBlank(ch: string | undefined): boolean {
-  return ch === " " || ch === "\t";
-}
-
-/** Splits one line into fields, resolving quotes and dropping comments. */
-function splitFields(line: string, fail: (reason: string) => never): string[] {
-  const fields: string[] = [];
-  let i = 0;
-  for (;;) {
-    while (isBlank(line[i])) i++;
-    // A '#' at the start of a field (start of line or after whitespace) comments out the rest.
-    if (i >= line.length || line[i] === "#") return fields;
-    const fieldNumber = fields.length + 1;
-    if (line[i] === '"') {
-      let value = "";
-      i++;
-      for (;;) {
-        if (i >= line.length) fail(`unterminated quote in field ${fieldNumber}`);
-        const ch = line[i];
-        if (ch === '"') break;
-        if (ch === "\\" && (line[i + 1] === '"' || line[i + 1] === "\\")) {
-          value += line[i + 1];
-          i += 2;
-          continue;
-        }
-        value += ch;
-        i++;
-      }
-      i++;
-      if (i < line.length && !isBlank(line[i])) {
-        fail(`unexpected text after the closing quote of field ${fieldNumber}`);
-      }
-      fields.push(value);
-    } else {
-      const start = i;
-      while (i < line.length && !isBlank(line[i])) {
-        if (line[i] === '"') fail(`unexpected '"' inside unquoted field ${fieldNumber}`);
-        i++;
-      }
-      fields.push(line.slice(start, i));
-    }
-  }
-}
-
-function lineBytes(line: string): number {
-  // Every UTF-16 unit is at most 3 UTF-8 bytes; skip the encode when it cannot matter.
-  if (line.length * 3 <= ACL_LINE_BYTES_MAX) return line.length;
-  return new TextEncoder().encode(line).length;
 }

@@ -14,7 +14,7 @@ export interface ServerDeps {
   auditSink?: AuditSink;
   /** Token issuer instead of the one of `config.dataDir` (tests of token-store faults). */
   tokens?: TokenSource;
-  /** Reads the ACL file at start-up and on reload (tests make a read slow). */
+  /** Reads the ACL and lock rules files at start-up and on reload (tests make a read slow). */
   readFile?: (path: string) => Promise<Uint8Array>;
   /** The ration of bytes for frames larger than any valid request (tests use a small one). */
   partialFrameBytesMax?: number;

@@ -1,6 +1,7 @@
 /**
- * SIGHUP: reloads the TLS certificates and the ACL file. A broken file keeps the old ones in
- * force. Reloads run one at a time, and the last signal wins.
+ * SIGHUP: reloads the TLS certificates, the ACL file and the lock rules file. A broken file keeps
+ * the old ones in force (each file on its own: a broken ACL does not stop new lock rules). Reloads
+ * run one at a time, and the last signal wins.
  *
  * @module
  */
@@ -9,6 +10,7 @@ import type { ServerConfig } from "../config.ts";
 import { log } from "../log/diagnostic.ts";
 import { reloadCertificates, type TlsProtocolListener } from "../protocol/tls_listener.ts";
 import { loadAclFile } from "../security/acl.ts";
+import { loadLockRulesFile } from "../security/lock_rules.ts";
 import type { LockService } from "../service/lock_service.ts";
 import { errorText } from "../error_text.ts";
 
@@ -18,9 +20,9 @@ export interface ReloadTargets {
   readonly config: ServerConfig;
   /** The protocol listener when it speaks TLS, else null. */
   readonly tls: TlsProtocolListener | null;
-  /** Takes the new ACL. */
+  /** Takes the new ACL and lock rules. */
   readonly service: LockService;
-  /** Reads the ACL file (tests make a read slow). */
+  /** Reads the ACL and lock rules files (tests make a read slow). */
   readonly readFile?: (path: string) => Promise<Uint8Array>;
 }
 
@@ -50,20 +52,49 @@ export function serializedReloads(targets: ReloadTargets): () => Promise<void> {
 }
 
 async function reloadOnce({ config, tls, service, readFile }: ReloadTargets): Promise<void> {
-  if (tls === null && config.aclFile === null) {
+  if (tls === null && config.aclFile === null && config.lockRulesFile === null) {
     // Say so, or an operator who sent SIGHUP after editing a file lockd does not use waits
     // for a line that never comes.
-    logger.info("SIGHUP: nothing to reload (no -acl-file and no TLS certificates)");
+    logger.info(
+      "SIGHUP: nothing to reload (no -acl-file, no -lock-rules-file and no TLS certificates)",
+    );
     return;
   }
   if (tls !== null) await reloadCertificates(tls, config);
-  if (config.aclFile === null) return;
+  if (config.aclFile !== null) await reloadAcl(config.aclFile, service, readFile);
+  if (config.lockRulesFile !== null) await reloadLockRules(config.lockRulesFile, service, readFile);
+}
+
+async function reloadAcl(
+  path: string,
+  service: LockService,
+  readFile: ReloadTargets["readFile"],
+): Promise<void> {
   try {
-    service.setAcl(await loadAclFile(config.aclFile, readFile));
-    logger.info("ACL reloaded", { acl_file: config.aclFile, rules: service.acl.ruleCount });
+    service.setAcl(await loadAclFile(path, readFile));
+    logger.info("ACL reloaded", { acl_file: path, rules: service.acl.ruleCount });
   } catch (error) {
     logger.error("ACL reload failed; keeping the old rules", {
-      acl_file: config.aclFile,
+      acl_file: path,
+      error: errorText(error),
+    });
+  }
+}
+
+async function reloadLockRules(
+  path: string,
+  service: LockService,
+  readFile: ReloadTargets["readFile"],
+): Promise<void> {
+  try {
+    service.setLockRules(await loadLockRulesFile(path, readFile));
+    logger.info("lock rules reloaded", {
+      lock_rules_file: path,
+      rules: service.lockRules.ruleCount,
+    });
+  } catch (error) {
+    logger.error("lock rules reload failed; keeping the old rules", {
+      lock_rules_file: path,
       error: errorText(error),
     });
   }

@@ -16,7 +16,6 @@ import type { AuditLog } from "../log/audit.ts";
 import { log } from "../log/diagnostic.ts";
 import { ServerCounters } from "../counters.ts";
 import type { Session } from "../protocol/session.ts";
-import type { Acl } from "../security/acl.ts";
 import { LockService } from "../service/lock_service.ts";
 import { StallWatchdog } from "../service/stall_watchdog.ts";
 import { VERSION } from "../version.ts";
@@ -29,7 +28,7 @@ import { openRecords, type Records } from "./records.ts";
 import { serializedReloads } from "./reloads.ts";
 import { Shutdown, stopTimers } from "./shutdown.ts";
 import { listenError } from "./start_errors.ts";
-import { readStartInputs } from "./start_inputs.ts";
+import { readStartInputs, type StartInputs } from "./start_inputs.ts";
 import type { ServerView } from "./view.ts";
 
 const logger = log("server");
@@ -51,7 +50,10 @@ export interface ServerHandle extends AsyncDisposable {
   readonly context: ServerContext;
   /** The ordered shutdown (see docs/operations.md); idempotent. */
   shutdown(): Promise<void>;
-  /** SIGHUP: reloads the ACL file (and TLS certificates); a broken file keeps the old ones. */
+  /**
+   * SIGHUP: reloads the ACL and lock rules files (and TLS certificates); a broken file keeps the
+   * old ones.
+   */
   reload(): Promise<void>;
 }
 
@@ -65,7 +67,7 @@ export async function startServer(
   // Bad addresses and unusable files fail before anything listens.
   const inputs = await readStartInputs(config, deps.readFile);
   const records = await openRecords(config, deps, scheduler, inputs.tlsMaterial !== null);
-  const parts = buildParts(config, deps, scheduler, inputs.acl, records);
+  const parts = buildParts(config, deps, scheduler, inputs, records);
   const { listener, tls } = await listenProtocol(parts, inputs.listenAt, inputs.tlsMaterial)
     .catch(async (error) => {
       // E.g. the port is taken: nothing listens yet, stop the timers and the sink.
@@ -111,14 +113,14 @@ function buildParts(
   config: ServerConfig,
   deps: ServerDeps,
   scheduler: Scheduler,
-  acl: Acl,
+  { acl, lockRules }: Pick<StartInputs, "acl" | "lockRules">,
   records: Records,
 ): Parts {
   const { audit, cluster } = records;
   const engine = newEngine(config, records.tokens);
   const counters = new ServerCounters();
   const gate = cluster !== null ? { gate: cluster } : {};
-  const service = new LockService({ engine, audit, scheduler, counters, acl, ...gate });
+  const service = new LockService({ engine, audit, scheduler, counters, acl, lockRules, ...gate });
   cluster?.attach(service);
   // The audit log retries by itself; the service pauses grants while it cannot write.
   audit.onHealthChange = (failure) => service.auditHealthChanged(failure);

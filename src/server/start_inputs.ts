@@ -1,6 +1,6 @@
 /**
- * What a start reads before anything listens or opens: the addresses, the admin token, the ACL
- * and the TLS material. A bad address or an unusable file fails here, with the flag to fix.
+ * What a start reads before anything listens or opens: the addresses, the admin token, the ACL,
+ * the lock rules and the TLS material. A bad address or an unusable file fails here, with the flag to fix.
  *
  * @module
  */
@@ -10,6 +10,7 @@ import type { ServerConfig } from "../config.ts";
 import { type HostPort, parseHostPort } from "../host_port.ts";
 import { parseAllowedHosts } from "../http/host_policy.ts";
 import { type Acl, ALLOW_ALL, loadAclFile } from "../security/acl.ts";
+import { loadLockRulesFile, type LockRules, NO_LOCK_RULES } from "../security/lock_rules.ts";
 import { loadServerTlsFromConfig, type ServerTlsMaterial } from "../security/tls.ts";
 import { pathError, StartError } from "./start_errors.ts";
 
@@ -21,6 +22,8 @@ export interface StartInputs {
   readonly adminAllowedHosts: readonly string[];
   readonly adminToken: AdminToken | null;
   readonly acl: Acl;
+  /** The lock rules of `-lock-rules-file` (none without it). */
+  readonly lockRules: LockRules;
   /** Null without `-tls-cert` (plain TCP). */
   readonly tlsMaterial: ServerTlsMaterial | null;
 }
@@ -48,8 +51,17 @@ export async function readStartInputs(
         { cause: error },
       );
     });
+  const lockRules = config.lockRulesFile === null
+    ? NO_LOCK_RULES
+    : await loadLockRulesFile(config.lockRulesFile, readFile).catch((error) => {
+      throw new StartError(
+        `Cannot use the lock rules file (-lock-rules-file): ${error.message}. Fix the line ` +
+          `named (docs/operations.md, "Lock rules"), or give -lock-rules-file the right path.`,
+        { cause: error },
+      );
+    });
   const tlsMaterial = await loadServerTlsFromConfig(config);
-  return { listenAt, adminAt, opsAt, adminAllowedHosts, adminToken, acl, tlsMaterial };
+  return { listenAt, adminAt, opsAt, adminAllowedHosts, adminToken, acl, lockRules, tlsMaterial };
 }
 
 function adminTokenError(error: Error, path: string): StartError {

@@ -25,21 +25,24 @@
 import type { Scheduler, Timer } from "../clock.ts";
 import type { LockEngine } from "../core/engine.ts";
 import type {
+  ClaimMode,
   CloseCause,
   EngineEvent,
   GrantBlock,
   HolderView,
   Instant,
+  LockKind,
   Peer,
   WaiterView,
 } from "../core/types.ts";
 import { TOKEN_RETRY_MS_MAX, TOKEN_RETRY_MS_MIN } from "../limits.ts";
 import type { AuditLog } from "../log/audit.ts";
-import type { Actor, AuditRecord } from "../log/audit_records.ts";
+import { type Actor, type AuditRecord, valueDigest } from "../log/audit_records.ts";
 import { log } from "../log/diagnostic.ts";
 import type { ServerCounters } from "../counters.ts";
 import {
   aclDeniedError,
+  aclReadDeniedError,
   cancelledError,
   errorFrame,
   leaseExpiredError,
@@ -53,6 +56,7 @@ import {
 } from "./wire_errors.ts";
 import type { ServerMessage } from "../wire/messages.ts";
 import { type Acl, ALLOW_ALL } from "../security/acl.ts";
+import { type LockRules, NO_LOCK_RULES } from "../security/lock_rules.ts";
 import { DeadlineTimer } from "./deadline_timer.ts";
 import type { LeadershipGate } from "./leadership_gate.ts";
 import { type SessionPort, SessionRegistry } from "./session_registry.ts";
@@ -67,15 +71,51 @@ export interface LockServiceOptions {
   readonly scheduler: Scheduler;
   readonly counters: ServerCounters;
   readonly acl?: Acl;
+  /** The lock rules (`-lock-rules-file`): kind, limit and lock-delay per name. None by default. */
+  readonly lockRules?: LockRules;
   /** Cluster mode: who may promise ownership and act, and when (absent on a single node). */
   readonly gate?: LeadershipGate;
 }
 
+/**
+ * What an ACQUIRE asks for beyond its lock, name, lease and wait. Version 1 sessions ask for
+ * {@link PLAIN_CLAIM}; protocol version 2 (issues 22, 23) may ask for a mode, a limit and a value
+ * (see `AcquireOptions` in src/core/types.ts for their meaning).
+ */
+export interface ClaimOptions {
+  readonly mode: ClaimMode;
+  /** 0: no opinion (the lock's or a rule's limit, else 1); 1: a plain lock; N ≥ 2: a semaphore. */
+  readonly limit: number;
+  readonly value: Uint8Array | null;
+}
+
+/**
+ * A version-1 ACQUIRE: a plain lock (limit 1, exclusive, no value). It never joins a semaphore or
+ * shares a lock with readers, so "acquired" keeps meaning "alone" for its clients.
+ */
+export const PLAIN_CLAIM: ClaimOptions = Object.freeze({
+  mode: "exclusive",
+  limit: 1,
+  value: null,
+});
+
 /** Outcome of a force-release (admin API). */
 export type ForceReleaseResult =
-  | { readonly status: "released"; readonly holder: HolderView }
-  /** The precondition failed: the lock is held, but not with the expected token. */
-  | { readonly status: "holder_changed"; readonly holder: HolderView }
+  | {
+    readonly status: "released";
+    /** The oldest owner released. */
+    readonly holder: HolderView;
+    /** Every owner released, oldest first: all of them, or the one with the expected token. */
+    readonly holders: readonly HolderView[];
+  }
+  /** The precondition failed: the lock is held, but no owner holds the expected token. */
+  | {
+    readonly status: "holder_changed";
+    /** The oldest owner now. */
+    readonly holder: HolderView;
+    /** Every owner now, oldest first. */
+    readonly holders: readonly HolderView[];
+  }
   | { readonly status: "not_leader" }
   | { readonly status: "lock_not_found" }
   | {
@@ -111,6 +151,7 @@ export class LockService {
   readonly #deadlines: DeadlineTimer;
   readonly #gate: LeadershipGate | undefined;
   #acl: Acl;
+  #lockRules: LockRules = NO_LOCK_RULES;
   #tokenRetry: Timer | undefined;
   #tokenRetryDelayMs = TOKEN_RETRY_MS_MIN;
   #inTokenRetry = false;
@@ -134,6 +175,7 @@ export class LockService {
     this.#acl = options.acl ?? ALLOW_ALL;
     this.#gate = options.gate;
     this.#deadlines = new DeadlineTimer(this.#scheduler, () => this.tick());
+    if (options.lockRules !== undefined) this.setLockRules(options.lockRules);
   }
 
   /** The one reading of the clock an operation uses. */
@@ -148,6 +190,21 @@ export class LockService {
   /** Replaces the ACL (SIGHUP); ACQUIREs decided from now on use it. */
   setAcl(acl: Acl): void {
     this.#acl = acl;
+  }
+
+  get lockRules(): LockRules {
+    return this.#lockRules;
+  }
+
+  /**
+   * Replaces the lock rules (at start, and on SIGHUP). A lock keeps the kind and limit it has
+   * while it has owners or waiters; a lock that gets its first claim from now on takes them from
+   * these rules, and an ownership that ends non-gracefully from now on gets their lock-delay. A
+   * lock-delay already running keeps its end.
+   */
+  setLockRules(rules: LockRules): void {
+    this.#lockRules = rules;
+    this.#engine.setKindRule(rules.lookup);
   }
 
   // ---- sessions (the protocol layer) ---------------------------------------
@@ -186,17 +243,26 @@ export class LockService {
   }
 
   /** ACQUIRE: the ACL decides first (a denial is audited and changes nothing), then the engine. */
-  acquire(peer: Peer, requestId: number, name: string, leaseMs: number, waitMs: number | null) {
+  acquire(
+    peer: Peer,
+    requestId: number,
+    name: string,
+    leaseMs: number,
+    waitMs: number | null,
+    claim: ClaimOptions = PLAIN_CLAIM,
+  ): void {
     if (this.#gate !== undefined && this.#engine.isBlocked("not_leader")) {
       // A session outlived the node's leadership (cannot happen: they close together). Its
       // client must go and find the leader: close it, as at a step-down.
       this.closeSession(peer.sessionId, "failover", notLeaderError("", "this node does not lead"));
       return;
     }
-    if (this.#deferRequest(peer, () => this.acquire(peer, requestId, name, leaseMs, waitMs))) {
+    if (
+      this.#deferRequest(peer, () => this.acquire(peer, requestId, name, leaseMs, waitMs, claim))
+    ) {
       return;
     }
-    const decision = this.#acl.decide(peer.identity, name);
+    const decision = this.#acl.decide(peer.identity, name, "acquire");
     if (!decision.allowed) {
       this.#counters.aclDenials++;
       logger.warn("ACL denied acquire", {
@@ -219,8 +285,6 @@ export class LockService {
       );
       return;
     }
-    // Version 1 asks for a plain lock (limit 1): it never joins a semaphore or shares a lock
-    // with readers, so "acquired" keeps meaning "alone" for its clients.
     this.#apply(
       this.#engine.acquire(this.now(), {
         sessionId: peer.sessionId,
@@ -228,10 +292,81 @@ export class LockService {
         name,
         leaseMs,
         waitMs,
-        mode: "exclusive",
-        limit: 1,
+        mode: claim.mode,
+        limit: claim.limit,
+        value: claim.value,
       }),
     );
+  }
+
+  /**
+   * SET_VALUE: replaces the value of the session's ownership with `token` (audited as
+   * `value_set`). The reply frame (VALUE_SET, or ERROR NOT_OWNER) belongs to protocol version 2.
+   */
+  setValue(
+    peer: Peer,
+    requestId: number,
+    name: string,
+    token: number,
+    value: Uint8Array | null,
+  ): void {
+    if (this.#deferRequest(peer, () => this.setValue(peer, requestId, name, token, value))) return;
+    this.#apply(
+      this.#engine.setValue(this.now(), {
+        sessionId: peer.sessionId,
+        requestId,
+        name,
+        token,
+        value,
+      }),
+    );
+  }
+
+  /**
+   * Changes the mode of the session's ownership with `token`: `shared` downgrades an exclusive
+   * owner in place (audited as `downgrade`; waiting readers at the head are granted beside it),
+   * `exclusive` is refused (upgrades deadlock).
+   */
+  setMode(peer: Peer, requestId: number, name: string, token: number, mode: ClaimMode): void {
+    if (this.#deferRequest(peer, () => this.setMode(peer, requestId, name, token, mode))) return;
+    this.#apply(
+      this.#engine.setMode(this.now(), {
+        sessionId: peer.sessionId,
+        requestId,
+        name,
+        token,
+        mode,
+      }),
+    );
+  }
+
+  /**
+   * Whether the session may read lock `name` (QUERY, or a WATCH of that name): null when the ACL
+   * allows it, else the ERROR to answer with (ACL_DENIED) — the refusal is already counted
+   * (`lockd_acl_read_denials_total`), logged at warn and audited (`acl_deny` with
+   * `action: "read"`). Nothing else changes. The caller sends the frame with its request id.
+   */
+  checkRead(peer: Peer, name: string): WireError | null {
+    const decision = this.#acl.decide(peer.identity, name, "read");
+    if (decision.allowed) return null;
+    this.#counters.aclReadDenials++;
+    logger.warn("ACL denied read", {
+      session: peer.sessionId,
+      remote_addr: peer.remoteAddr,
+      identity: peer.identity,
+      lock: name,
+      rule_line: decision.rule?.line ?? 0,
+    });
+    this.#audit.append({
+      event: "acl_deny",
+      lock: name,
+      token: null,
+      identity: peer.identity,
+      remote_addr: peer.remoteAddr,
+      session: peer.sessionId,
+      action: "read",
+    });
+    return aclReadDeniedError(name, peer.identity);
   }
 
   /** RELEASE: ends an ownership (its token) or cancels a queued claim (token 0). */
@@ -281,11 +416,13 @@ export class LockService {
   // ---- operators (the admin API) -------------------------------------------
 
   /**
-   * Force-release: the audit record of the operator's action first, then the owner's session
-   * is closed (ERROR 0x02 after its release records) and the head waiter is granted at once.
-   * With `expectedToken`, only the ownership with that fencing token is released: the check
-   * and the release happen in this one call, so an operator's dialog opened on one holder never
-   * releases the next one (nothing is audited or changed when it fails).
+   * Force-release: the audit records of the operator's action first (one `force_release` per
+   * owner ended), then each owner's session is closed (ERROR 0x02 after its release records) and
+   * the head waiters are granted at once (unless a lock-delay holds them back). Without
+   * `expectedToken` every owner of the lock is ended (a semaphore's or a shared lock's too);
+   * with it, only the ownership with that fencing token: the check and the release happen in
+   * this one call, so an operator's dialog opened on one holder never releases the next one
+   * (nothing is audited or changed when no owner holds it).
    */
   forceRelease(name: string, actor: Actor, expectedToken?: number): ForceReleaseResult {
     if (this.#gate !== undefined && !this.#gate.mayAct()) return { status: "not_leader" };
@@ -300,27 +437,33 @@ export class LockService {
         detail: block === null ? "" : this.#engine.blockDetail(block),
       };
     }
-    if (expectedToken !== undefined && holder.token !== expectedToken) {
-      return { status: "holder_changed", holder };
+    const owners = this.#engine.view.holdersOf(name);
+    const ended = expectedToken === undefined
+      ? owners
+      : owners.filter((owner) => owner.token === expectedToken);
+    if (ended.length === 0) return { status: "holder_changed", holder, holders: owners };
+    for (const owner of ended) {
+      this.#audit.append({
+        event: "force_release",
+        lock: name,
+        token: owner.token,
+        identity: owner.identity,
+        remote_addr: owner.remoteAddr,
+        session: owner.sessionId,
+        actor,
+      });
     }
-    this.#audit.append({
-      event: "force_release",
-      lock: name,
-      token: holder.token,
-      identity: holder.identity,
-      remote_addr: holder.remoteAddr,
-      session: holder.sessionId,
-      actor,
-    });
-    this.#apply(this.#engine.forceRelease(this.now(), { name }).events);
-    adminLogger.info("admin force-released a lock", {
-      lock: name,
-      token: holder.token,
-      owner_remote_addr: holder.remoteAddr,
-      owner_identity: holder.identity,
-      actor,
-    });
-    return { status: "released", holder };
+    this.#apply(this.#engine.forceRelease(this.now(), { name, token: expectedToken }).events);
+    for (const owner of ended) {
+      adminLogger.info("admin force-released a lock", {
+        lock: name,
+        token: owner.token,
+        owner_remote_addr: owner.remoteAddr,
+        owner_identity: owner.identity,
+        actor,
+      });
+    }
+    return { status: "released", holder: ended[0], holders: ended };
   }
 
   /** Removes one waiter: the audit record first, then its session is closed like a force-release. */
@@ -549,6 +692,10 @@ export class LockService {
         return;
       case "ended":
         return this.#ended(event, port);
+      case "value_changed":
+        return this.#valueChanged(event, port);
+      case "mode_changed":
+        return this.#modeChanged(event, port);
       case "wait_ended":
         return this.#waitEnded(event, port);
       case "rejected":
@@ -571,6 +718,8 @@ export class LockService {
         session: peer.sessionId,
         client_name: peer.clientName,
         waited_ms: Math.round(event.waitedMs),
+        ...kindFields(event),
+        ...(event.value === null ? {} : valueDigest(event.value)),
       },
       port,
       {
@@ -606,6 +755,7 @@ export class LockService {
         client_name: peer.clientName,
         reason: event.reason,
         held_ms: Math.round(event.heldMs),
+        ...kindFields(event),
       },
       port,
       reply,
@@ -618,6 +768,45 @@ export class LockService {
         token: event.token,
       });
     }
+  }
+
+  /** A holder replaced its value: the record alone (the VALUE_SET reply comes with version 2). */
+  #valueChanged(event: EventOf<"value_changed">, port: SessionPort | undefined): void {
+    const peer = event.peer;
+    this.#record(
+      {
+        event: "value_set",
+        lock: event.name,
+        token: event.token,
+        identity: peer.identity,
+        remote_addr: peer.remoteAddr,
+        session: peer.sessionId,
+        client_name: peer.clientName,
+        ...valueDigest(event.value),
+      },
+      port,
+      null,
+    );
+  }
+
+  /** A holder downgraded to shared; a request for the mode it already has records nothing. */
+  #modeChanged(event: EventOf<"mode_changed">, port: SessionPort | undefined): void {
+    if (!event.changed) return;
+    const peer = event.peer;
+    this.#record(
+      {
+        event: "downgrade",
+        lock: event.name,
+        token: event.token,
+        identity: peer.identity,
+        remote_addr: peer.remoteAddr,
+        session: peer.sessionId,
+        client_name: peer.clientName,
+        write_generation: event.writeGeneration,
+      },
+      port,
+      null,
+    );
   }
 
   /** A wait ended without a grant: timed out, or cancelled by a RELEASE. */
@@ -741,4 +930,15 @@ export class LockService {
       }
     }, this.#tokenRetryDelayMs);
   }
+}
+
+/**
+ * The kind fields of an `acquire` or `release` record: only for shared and semaphore locks, so
+ * the records of plain exclusive locks stay as they were before kinds existed.
+ */
+function kindFields(
+  event: { kind: LockKind; limit: number; mode: ClaimMode; slot: number },
+): { kind?: string; limit?: number; mode?: string; slot?: number } {
+  if (event.kind === "exclusive") return {};
+  return { kind: event.kind, limit: event.limit, mode: event.mode, slot: event.slot };
 }

@@ -111,6 +111,14 @@ export function aclDeniedError(name: string, identity: string): WireError {
   };
 }
 
+/** The ERROR answering a QUERY or WATCH the ACL refused (same code as a refused ACQUIRE). */
+export function aclReadDeniedError(name: string, identity: string): WireError {
+  return {
+    code: "ACL_DENIED",
+    message: `Cannot read lock "${name}": the ACL does not allow identity "${identity}" to read it`,
+  };
+}
+
 /** The final ERROR of a session the server closes, by cause (none when the peer already left). */
 export function sessionClosedError(
   cause: CloseCause,

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { CONFIG_FLAGS, defaultText, durationText } from "../../src/config.ts";
+import { CONFIG_FLAGS, defaultText } from "../../src/config.ts";
+import { durationText } from "../../src/duration.ts";
 import { SERVE_FLAGS } from "../../src/cli/serve.ts";
 
 const doc = await Deno.readTextFile(new URL("../../docs/operations.md", import.meta.url));

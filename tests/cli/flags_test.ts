@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { FlagError, type FlagSpec, parseDurationMs, parseFlags } from "../../src/cli/flags.ts";
+import { FlagError, type FlagSpec, parseFlags } from "../../src/cli/flags.ts";
+import { parseDurationMs } from "../../src/duration.ts";
 import { serveConfigFromArgs } from "../../src/cli/serve.ts";
 
 const SPECS: FlagSpec[] = [

@@ -45,6 +45,11 @@ export const EXPECTED_FAMILIES: readonly string[] = [
   "lockd_partial_frame_bytes",
   // the diagnostic log never blocks (a standard error nobody reads)
   "lockd_log_lines_dropped_total",
+  // lock kinds and lock-delays (issue 22 item 6), reads refused by the ACL (issue 23 item 4)
+  "lockd_lock_owners",
+  "lockd_lock_delays_total",
+  "lockd_lock_delays_active",
+  "lockd_acl_read_denials_total",
   // runtime
   "process_resident_memory_bytes",
   "process_start_time_seconds",
@@ -87,6 +92,7 @@ export const CLUSTER_LABEL_VALUES: Readonly<Record<string, Readonly<Record<strin
 /** Label values that the kit relies on, by family and label name. */
 export const EXPECTED_LABEL_VALUES: Readonly<Record<string, Readonly<Record<string, string[]>>>> = {
   lockd_releases_total: { reason: ["graceful", "expired", "io_timeout", "force"] },
+  lockd_lock_owners: { kind: ["exclusive", "shared", "semaphore"] },
   lockd_audit_records_lost_total: { cause: ["backlog_full", "exit"] },
   lockd_tls_handshake_failures_total: {
     reason: [

@@ -8,8 +8,10 @@ import assert from "node:assert/strict";
 import {
   AUDIT_COMMON_FIELDS,
   AUDIT_EVENT_FIELDS,
+  AUDIT_OPTIONAL_FIELDS,
   type AuditRecord,
   formatAuditLine,
+  valueDigest,
 } from "../../src/log/audit_records.ts";
 
 /** The rows of the first Markdown table after `marker` in the "Audit log" section: cells per row. */
@@ -86,4 +88,63 @@ Deno.test("audit records: the line follows the table's order, not the order the 
     session: 0,
   });
   assert.match(elected, /"session":0,"node":"n1","term":4\}\n$/);
+});
+
+Deno.test("audit records: the optional fields table names each event's optional fields, in order", async () => {
+  const rows = await tableAfter("Some records carry more fields");
+  const documented = new Map<string, string[]>();
+  for (const [eventCell, fieldsCell] of rows) {
+    const event = ticked(eventCell)[0];
+    documented.set(event, [...(documented.get(event) ?? []), ...ticked(fieldsCell)]);
+  }
+  const expected = Object.entries(AUDIT_OPTIONAL_FIELDS).filter(([, fields]) => fields.length > 0);
+  assert.deepEqual([...documented], expected.map(([event, fields]) => [event, [...fields]]));
+});
+
+Deno.test("audit records: optional fields come after the event's own, before term, only when present", () => {
+  const at = Date.UTC(2026, 0, 1);
+  const common = { lock: "render/a", identity: "", remote_addr: "10.0.0.1:5", session: 3 };
+  assert.equal(
+    formatAuditLine(at, {
+      ...common,
+      term: 7,
+      value_sha256: "ab",
+      slot: 2,
+      event: "acquire",
+      token: 9,
+      value_bytes: 1,
+      mode: "exclusive",
+      limit: 8,
+      kind: "semaphore",
+      client_name: "c",
+      waited_ms: 0,
+    }),
+    '{"ts":"2026-01-01T00:00:00.000Z","event":"acquire","lock":"render/a","token":9,' +
+      '"identity":"","remote_addr":"10.0.0.1:5","session":3,"client_name":"c","waited_ms":0,' +
+      '"kind":"semaphore","limit":8,"mode":"exclusive","slot":2,"value_bytes":1,' +
+      '"value_sha256":"ab","term":7}\n',
+  );
+  // Without them, the line of a plain exclusive lock is what it always was.
+  assert.equal(
+    formatAuditLine(at, {
+      ...common,
+      event: "acl_deny",
+      token: null,
+    }),
+    '{"ts":"2026-01-01T00:00:00.000Z","event":"acl_deny","lock":"render/a","token":null,' +
+      '"identity":"","remote_addr":"10.0.0.1:5","session":3}\n',
+  );
+  assert.match(
+    formatAuditLine(at, { ...common, event: "acl_deny", token: null, action: "read" }),
+    /"session":3,"action":"read"\}\n$/,
+  );
+});
+
+Deno.test("audit records: a value is told by its length and SHA-256, never its bytes", () => {
+  assert.deepEqual(valueDigest(new TextEncoder().encode("10.0.0.7:8080")), {
+    value_bytes: 13,
+    value_sha256: "5ebd9537e0e126dbd3ddd1f134faa69fa2b75f8a431c37b8840b823b13f8a220",
+  });
+  assert.deepEqual(valueDigest(null), { value_bytes: 0, value_sha256: null });
+  assert.deepEqual(valueDigest(new Uint8Array()), { value_bytes: 0, value_sha256: null });
 });

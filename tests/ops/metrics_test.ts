@@ -56,6 +56,12 @@ function expected(changes: Record<string, number>, version: string): Record<stri
     "lockd_acquires_total": 0,
     "lockd_handoffs_total": 0,
     "lockd_acl_denials_total": 0,
+    "lockd_acl_read_denials_total": 0,
+    'lockd_lock_owners{kind="exclusive"}': 0,
+    'lockd_lock_owners{kind="shared"}': 0,
+    'lockd_lock_owners{kind="semaphore"}': 0,
+    "lockd_lock_delays_total": 0,
+    "lockd_lock_delays_active": 0,
     'lockd_releases_total{reason="graceful"}': 0,
     'lockd_releases_total{reason="expired"}': 0,
     'lockd_releases_total{reason="io_timeout"}': 0,
@@ -101,6 +107,9 @@ function expected(changes: Record<string, number>, version: string): Record<stri
     assert.ok(key in base, `unknown sample ${key}`);
     base[key] = value;
   }
+  // Version-1 clients hold exclusive locks only, one owner each (issue 22 item 6).
+  const exclusiveOwners = 'lockd_lock_owners{kind="exclusive"}';
+  if (!(exclusiveOwners in changes)) base[exclusiveOwners] = base["lockd_locks_held"];
   return base;
 }
 

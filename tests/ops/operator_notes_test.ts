@@ -14,7 +14,8 @@ Deno.test("SIGHUP without an ACL file or TLS logs that there is nothing to reloa
   await t.server.reload();
   assert.ok(
     log.records().some((r) =>
-      r.message === "SIGHUP: nothing to reload (no -acl-file and no TLS certificates)"
+      r.message ===
+        "SIGHUP: nothing to reload (no -acl-file, no -lock-rules-file and no TLS certificates)"
     ),
     log.lines.join("\n"),
   );

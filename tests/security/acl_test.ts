@@ -268,15 +268,35 @@ const errorCases: { name: string; text: string; message: string; line: number }[
     line: 1,
   },
   {
-    name: "a rule with four fields is rejected",
+    // Issue 23: a fourth field names the rule's actions; anything else there is refused.
+    name: "a fourth field that names no action is rejected",
     text: "allow a b c",
-    message: "team.acl:1: expected 3 fields (allow|deny, identity glob, lock glob), found 4",
+    message: 'team.acl:1: unknown actions "c" (expected acquire, read or acquire,read)',
     line: 1,
   },
   {
     name: "a hash glued to a field does not start a comment and counts as text",
     text: "allow a b#c d",
-    message: "team.acl:1: expected 3 fields (allow|deny, identity glob, lock glob), found 4",
+    message: 'team.acl:1: unknown actions "d" (expected acquire, read or acquire,read)',
+    line: 1,
+  },
+  {
+    name: "a rule with five fields is rejected",
+    text: "allow a b read x",
+    message:
+      "team.acl:1: expected at most 4 fields (allow|deny, identity glob, lock glob, actions), found 5",
+    line: 1,
+  },
+  {
+    name: "an action named twice is rejected",
+    text: "allow a b read,read",
+    message: 'team.acl:1: unknown actions "read,read" (expected acquire, read or acquire,read)',
+    line: 1,
+  },
+  {
+    name: "an empty action in a list is rejected",
+    text: "allow a b read,",
+    message: 'team.acl:1: unknown actions "read," (expected acquire, read or acquire,read)',
     line: 1,
   },
   {

@@ -2,7 +2,8 @@
 /// <reference lib="dom" />
 /**
  * The lockd operator console: overview, charts, a paged and sorted locks
- * table, one lock's holder and queue, and the two operator actions. It reads
+ * table, one lock's holders and queue (every owner of a shared lock or a semaphore, with its mode
+ * or slot and its value as text), and the two operator actions. It reads
  * the admin API with the tab's token and looks again whenever the event
  * stream (`GET /api/events`) says the locks changed, so a change shows within
  * a second; durations tick in the page between answers. When no stream can be
@@ -12,7 +13,7 @@
 
 import { api, forgetToken, HttpError, lockPath, readEvents, savedToken, saveToken } from "./api.js";
 import { Chart, CHARTS } from "./charts.js";
-import { append, byId, el, fillPairs, formatDuration, formatNumber } from "./dom.js";
+import { append, byId, el, fillPairs, formatDuration, formatNumber, valueText } from "./dom.js";
 
 const PAGE_SIZE = 50;
 /** Waiters shown in the detail: a queue of 20,000 would cost the server and the page too much. */
@@ -333,8 +334,8 @@ function renderLocks(page) {
     return el(
       "tr",
       { class: lock.name === state.selected ? "selected" : null },
-      el("td", {}, open),
-      el("td", { class: "mono" }, holder === null ? "(no owner)" : holder.remote_addr),
+      el("td", {}, open, ...lockBadges(lock)),
+      el("td", { class: "mono" }, holderCell(lock)),
       el("td", {}, holder === null ? "" : holder.client_name),
       el("td", { class: "number" }, heldFor),
       el("td", { class: "number" }, lock.waiters_total),
@@ -358,6 +359,114 @@ function renderLocks(page) {
 }
 
 /**
+ * The badges of a lock: its kind with owners (and limit) for shared locks and semaphores, and a
+ * lock-delay or reservation holding grants back.
+ * @param {any} lock
+ * @returns {HTMLElement[]}
+ */
+function lockBadges(lock) {
+  const badges = [];
+  const owners = lock.holders?.length ?? 0;
+  if (lock.kind === "semaphore") {
+    badges.push(
+      badge("kind", `semaphore ${owners}/${lock.limit}`, `${owners} of ${lock.limit} slots taken`),
+    );
+  } else if (lock.kind === "shared") {
+    badges.push(badge("kind", `shared ${owners}`, `read/write lock with ${owners} owner(s)`));
+  }
+  if (lock.delayed_until !== undefined) {
+    badges.push(badge("delay", "lock-delay", `nothing is granted until ${lock.delayed_until}`));
+  }
+  if (lock.reserved_until !== undefined) {
+    badges.push(badge("reserved", "reserved", `held for reclaims until ${lock.reserved_until}`));
+  }
+  return badges;
+}
+
+/**
+ * @param {string} kind
+ * @param {string} text
+ * @param {string} title
+ */
+function badge(kind, text, title) {
+  return el("span", { class: `badge badge-${kind}`, title }, text);
+}
+
+/** The holder column: the oldest owner, `+N` for the others. @param {any} lock */
+function holderCell(lock) {
+  if (lock.holder === null) return "(no owner)";
+  const others = (lock.holders?.length ?? 1) - 1;
+  return others > 0 ? `${lock.holder.remote_addr} +${others}` : lock.holder.remote_addr;
+}
+
+/**
+ * Why a stored lock has no owner, for the holder block.
+ * @param {any} lock
+ */
+function ownerlessText(lock) {
+  if (lock.delayed_until !== undefined) {
+    return `none: a lock-delay after a non-graceful end holds grants back until ${lock.delayed_until}`;
+  }
+  if (lock.reserved_until !== undefined) {
+    return `none: reserved for reclaims after a fail-over until ${lock.reserved_until}`;
+  }
+  return "none (grants are paused)";
+}
+
+/**
+ * The kind, mode, slot, write generation and value pairs of a holder, where they apply.
+ * @param {any} holder
+ * @returns {[string, Node | string | number][]}
+ */
+function holderExtras(holder) {
+  /** @type {[string, Node | string | number][]} */
+  const pairs = [];
+  if (holder.mode !== undefined) pairs.push(["Mode", holder.mode]);
+  if (holder.slot !== undefined) pairs.push(["Slot", holder.slot]);
+  if (holder.write_generation !== undefined) {
+    pairs.push(["Write generation", el("span", { class: "mono" }, holder.write_generation)]);
+  }
+  const value = valueText(holder);
+  if (value !== null) pairs.push(["Value", el("span", { class: "mono value" }, value)]);
+  return pairs;
+}
+
+/**
+ * Every owner of a shared lock or a semaphore, oldest first, each with its own release.
+ * @param {string} name
+ * @param {any} lock
+ * @param {number} now
+ */
+function renderHolders(name, lock, now) {
+  /** @type {any[]} */
+  const holders = lock?.holders ?? [];
+  byId("detail-holders").hidden = holders.length === 0;
+  byId("holders-place").textContent = lock?.kind === "semaphore" ? "Slot" : "Mode";
+  byId("holders-body").replaceChildren(...holders.map((holder, index) => {
+    const heldFor = el("span", {}, formatDuration(holder.held_for_ms));
+    ticking.push([heldFor, holder.held_for_ms, now]);
+    const release = el("button", {
+      type: "button",
+      class: "danger",
+      "aria-label": `Release owner ${holder.remote_addr} (token ${holder.token})`,
+    }, "Release…");
+    release.addEventListener("click", () => releaseOwner(name, holder));
+    return el(
+      "tr",
+      { "data-token": holder.token },
+      el("td", { class: "number" }, index + 1),
+      el("td", {}, lock.kind === "semaphore" ? holder.slot : holder.mode),
+      el("td", { class: "mono" }, holder.remote_addr),
+      el("td", {}, holder.client_name),
+      el("td", { class: "number mono" }, holder.token),
+      el("td", { class: "number" }, heldFor),
+      el("td", { class: "mono value" }, valueText(holder) ?? ""),
+      el("td", {}, release),
+    );
+  }));
+}
+
+/**
  * @param {string} name
  * @param {any} lock the Lock object, or null when the lock is idle
  */
@@ -373,8 +482,13 @@ function renderDetail(name, lock) {
   const holder = lock?.holder ?? null;
   byId("detail-holder").hidden = lock === null;
   /** @type {HTMLButtonElement} */ (byId("force-release")).disabled = holder === null;
+  byId("detail-badges").replaceChildren(...(lock === null ? [] : lockBadges(lock)));
+  const several = (lock?.holders?.length ?? 0) > 1;
+  byId("force-release").textContent = several ? "Force-release all owners…" : "Force-release…";
+  byId("holder-title").textContent = lock?.holders === undefined ? "Holder" : "Oldest holder";
+  renderHolders(name, lock, now);
   if (holder === null) {
-    fillPairs(byId("holder"), [["Owner", lock === null ? "none" : "none (grants are paused)"]]);
+    fillPairs(byId("holder"), [["Owner", lock === null ? "none" : ownerlessText(lock)]]);
   } else {
     const heldFor = el("span", {}, formatDuration(holder.held_for_ms));
     ticking.push([heldFor, holder.held_for_ms, now]);
@@ -387,6 +501,7 @@ function renderDetail(name, lock) {
       ["Held for", heldFor],
       ["Lease", formatDuration(holder.lease_ms)],
       ["Fencing token", el("span", { class: "mono" }, holder.token)],
+      ...holderExtras(holder),
     ]);
   }
   /** @type {any[]} */
@@ -519,6 +634,7 @@ function select(name, fromUrl = false) {
  * @param {any} lock
  */
 async function forceRelease(name, lock) {
+  if ((lock.holders?.length ?? 1) > 1) return forceReleaseAll(name, lock);
   const holder = lock.holder;
   const next = lock.waiters[0];
   const confirmed = await confirmAction(`Force-release "${name}"?`, [
@@ -552,6 +668,59 @@ async function forceRelease(name, lock) {
         error.slug === "lock-has-no-owner"
           ? "Nothing was released."
           : `Nothing was released: this dialog was opened on the holder ${holder.remote_addr} with fencing token ${holder.token}, and the lock is no longer theirs. Look at the lock again before you decide.`,
+      ]);
+    } else handleError(error);
+  }
+  await refresh();
+}
+
+/**
+ * A lock with several owners (a shared lock's readers, a semaphore's slots): every owner it has
+ * when the operator confirms is ended, each with ERROR 0x02.
+ * @param {string} name
+ * @param {any} lock
+ */
+async function forceReleaseAll(name, lock) {
+  const owners = lock.holders.length;
+  const confirmed = await confirmAction(`Force-release every owner of "${name}"?`, [
+    `Each of its ${owners} owners (${
+      lock.holders.map((/** @type {any} */ h) => `${h.remote_addr}, token ${h.token}`).join("; ")
+    }), and any that joined since, receives ERROR 0x02 (closed by administrator) and its connection is closed: every other lock it holds is released too, and its waits end.`,
+    "To end one owner only, use its own Release button in the Holders table.",
+  ], "Force-release all");
+  if (!confirmed) return;
+  try {
+    const after = await api(`${lockPath(name)}/release`, { method: "POST" });
+    announce(`Released every owner of "${name}"; ${after.holders?.length ?? 0} own it now.`);
+  } catch (error) {
+    handleError(error);
+  }
+  await refresh();
+}
+
+/**
+ * Ends one owner of a shared lock or semaphore: only the ownership with this fencing token
+ * (the server answers 409 if it ended meanwhile).
+ * @param {string} name
+ * @param {any} holder
+ */
+async function releaseOwner(name, holder) {
+  const confirmed = await confirmAction(`Release owner ${holder.remote_addr}?`, [
+    `The owner ${holder.remote_addr}${
+      clientText(holder.client_name)
+    } (fencing token ${holder.token}) of "${name}" receives ERROR 0x02 (closed by administrator) and its connection is closed: every other lock it holds is released too, and its waits end. The other owners keep the lock.`,
+  ], "Release owner");
+  if (!confirmed) return;
+  try {
+    await api(`${lockPath(name)}/release?token=${encodeURIComponent(String(holder.token))}`, {
+      method: "POST",
+    });
+    announce(`Released owner ${holder.remote_addr} (token ${holder.token}) of "${name}".`);
+  } catch (error) {
+    if (error instanceof HttpError && error.status === 409) {
+      await showNotice(`Not released: "${name}"`, [
+        `The server refused (409 ${error.problem?.title ?? "Conflict"}): ${error.message}`,
+        "Nothing was released. Look at the lock again before you decide.",
       ]);
     } else handleError(error);
   }

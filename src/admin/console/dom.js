@@ -88,3 +88,31 @@ export function formatNumber(value) {
   const digits = Math.abs(value) >= 100 ? 0 : Math.abs(value) >= 10 ? 1 : 2;
   return value.toLocaleString("en-US", { maximumFractionDigits: digits });
 }
+
+/**
+ * Text as the console shows what a client wrote (a holder's value): control and invisible format
+ * characters as `\u` escapes, so a value cannot reorder the page around it (a bidirectional
+ * control) or hide part of itself (a zero-width character). The result still goes in as text.
+ * @param {string} text
+ * @returns {string}
+ */
+function visibleText(text) {
+  return text.replace(/[\p{Cc}\p{Cf}\u2028\u2029]/gu, (c) => {
+    const hex = /** @type {number} */ (c.codePointAt(0)).toString(16).toUpperCase();
+    return hex.length <= 4 ? `\\u${hex.padStart(4, "0")}` : `\\u{${hex}}`;
+  });
+}
+
+/**
+ * A holder's value for the page, or null when it has none: the text (see visibleText), or for
+ * bytes that are not UTF-8 their length and base64.
+ * @param {{ value?: string | null, value_base64?: string, value_bytes?: number }} holder
+ * @returns {string | null}
+ */
+export function valueText(holder) {
+  if (holder.value_base64 === undefined) return null;
+  if (typeof holder.value !== "string") {
+    return `(${holder.value_bytes} bytes, not UTF-8) base64: ${holder.value_base64}`;
+  }
+  return holder.value === "" ? "(empty)" : visibleText(holder.value);
+}

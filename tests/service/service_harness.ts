@@ -1,0 +1,117 @@
+/**
+ * A LockService without sockets on a manual clock, for tests of what the service does with the
+ * engine's events (audit records, frames, counters, rules): sessions are ports that keep the
+ * frames the service sends them, in the server's own reply order.
+ */
+
+import { ManualScheduler } from "../../src/clock.ts";
+import { LockEngine } from "../../src/core/engine.ts";
+import type { Peer } from "../../src/core/types.ts";
+import { ServerCounters } from "../../src/counters.ts";
+import { AuditLog } from "../../src/log/audit.ts";
+import { ReplyOrder } from "../../src/protocol/reply_order.ts";
+import type { Acl } from "../../src/security/acl.ts";
+import type { LockRules } from "../../src/security/lock_rules.ts";
+import { type ClaimOptions, LockService, PLAIN_CLAIM } from "../../src/service/lock_service.ts";
+import type { SessionPort } from "../../src/service/session_registry.ts";
+import { openTokenIssuer } from "../../src/storage/token_store.ts";
+import type { ServerMessage } from "../../src/wire/messages.ts";
+import { MemorySink } from "../helpers/memory_sink.ts";
+
+/** The frames one session got, in reply order; `closed` once the service terminated it. */
+export class FramePort implements SessionPort {
+  readonly frames: ServerMessage[] = [];
+  closed = false;
+  readonly #order = new ReplyOrder<ServerMessage>({ deliver: (f) => this.frames.push(f) });
+
+  send(message: ServerMessage): void {
+    this.#order.send(message);
+  }
+
+  hold(): (message: ServerMessage | null) => void {
+    return this.#order.hold();
+  }
+
+  terminate(finalError: ServerMessage | null): void {
+    this.closed = true;
+    if (finalError !== null) this.#order.send(finalError);
+  }
+
+  /** The frames delivered since the last call. */
+  take(): ServerMessage[] {
+    return this.frames.splice(0);
+  }
+}
+
+export interface Client {
+  readonly peer: Peer;
+  readonly port: FramePort;
+}
+
+export interface ServiceHarness extends AsyncDisposable {
+  readonly scheduler: ManualScheduler;
+  readonly engine: LockEngine;
+  readonly service: LockService;
+  readonly counters: ServerCounters;
+  readonly sink: MemorySink;
+  /** Opens a session (its remote address is unique: `127.0.0.1:<n>`). */
+  open(identity?: string, clientName?: string): Client;
+  /** ACQUIRE with a lease of 10 s and no wait bound, by default a plain (version 1) claim. */
+  acquire(client: Client, requestId: number, name: string, claim?: Partial<ClaimOptions>): void;
+  /** The audit records written so far (waits for the writes of this turn). */
+  records(): Promise<Record<string, unknown>[]>;
+}
+
+export interface HarnessOptions {
+  readonly lockRules?: LockRules;
+  readonly acl?: Acl;
+}
+
+/** Lets the audit log's writes of this turn finish (they start in a microtask). */
+export async function settle(): Promise<void> {
+  for (let i = 0; i < 5; i++) await new Promise((resolve) => setTimeout(resolve, 0));
+}
+
+export function serviceHarness(options: HarnessOptions = {}): ServiceHarness {
+  const scheduler = new ManualScheduler();
+  const sink = new MemorySink();
+  const engine = new LockEngine({ tokens: openTokenIssuer(null, scheduler.wallMs()) });
+  const audit = new AuditLog(sink, { scheduler });
+  const counters = new ServerCounters();
+  const service = new LockService({
+    engine,
+    audit,
+    scheduler,
+    counters,
+    ...(options.acl === undefined ? {} : { acl: options.acl }),
+    ...(options.lockRules === undefined ? {} : { lockRules: options.lockRules }),
+  });
+  audit.onHealthChange = (failure) => service.auditHealthChanged(failure);
+  let nextPort = 50_000;
+  return {
+    scheduler,
+    engine,
+    service,
+    counters,
+    sink,
+    open(identity = "", clientName = "") {
+      const port = new FramePort();
+      const peer = service.openSession(identity, `127.0.0.1:${nextPort++}`, port, clientName);
+      if ("code" in peer) throw new Error(`session refused: ${peer.message}`);
+      return { peer, port };
+    },
+    acquire(client, requestId, name, claim = {}) {
+      service.acquire(client.peer, requestId, name, 10_000, null, { ...PLAIN_CLAIM, ...claim });
+    },
+    async records() {
+      await settle();
+      return sink.records();
+    },
+    async [Symbol.asyncDispose]() {
+      engine.assertInvariants();
+      service.beginShutdown();
+      service.stop();
+      await audit.close();
+    },
+  };
+}
