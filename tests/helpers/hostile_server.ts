@@ -5,6 +5,7 @@
  */
 
 import { formatHostPort } from "../../src/host_port.ts";
+import { WIRE_CODES } from "../../src/wire/codes.ts";
 import { FrameWriter } from "../../src/wire/frame.ts";
 import { FrameReader } from "../../src/wire/frame_reader.ts";
 import type { ClientMessage, Message, Welcome } from "../../src/wire/messages.ts";
@@ -20,10 +21,21 @@ export const GOOD_WELCOME: Welcome = {
   leaseMaxMs: 300_000,
 };
 
+/** A WELCOME for a version-2 session, as a single node sends it (term 0) but taking reclaims. */
+export const GOOD_WELCOME_V2: Welcome = {
+  ...GOOD_WELCOME,
+  version: 2,
+  term: 0,
+  reclaimWindowMs: 8_000,
+  valueBytesMax: 0,
+};
+
 /** One accepted connection, as the script sees it. */
 export interface HostileConn {
   /** 1 for the first connection of this server, 2 for the next, ... */
   readonly index: number;
+  /** The protocol version of its HELLO (1 until HELLO): the layouts `send` writes. */
+  readonly version: number;
   /** Sends frames in one write (they arrive together). */
   send(...messages: Message[]): void;
   /** Closes the connection. */
@@ -31,10 +43,15 @@ export interface HostileConn {
 }
 
 /**
- * What the server does: `hello` answers a HELLO (default: a WELCOME), `request` every later
- * frame. Frames may be anything the codec can encode, replies to nothing included.
+ * What the server does: `hello` answers a HELLO (default: a WELCOME of the HELLO's version),
+ * `request` every later frame. Frames may be anything the codec can encode, replies to nothing
+ * included. `versions` are the protocol versions a HELLO may ask for (default `[1]`, a server of
+ * before version 2): a HELLO for another one gets UNSUPPORTED_VERSION and the connection closes,
+ * before `hello` is called, so a version-2 client falls back to version 1 as it does at such a
+ * server.
  */
 export interface HostileScript {
+  versions?: readonly number[];
   hello?: (conn: HostileConn, hello: Extract<ClientMessage, { type: "hello" }>) => void;
   request?: (conn: HostileConn, message: ClientMessage) => void;
 }
@@ -84,10 +101,14 @@ export class HostileServer implements AsyncDisposable {
     const reader = new FrameReader();
     const buffer = new Uint8Array(16 * 1024);
     let writing = Promise.resolve();
+    let version = 1;
     const handle: HostileConn = {
       index,
+      get version() {
+        return version;
+      },
       send: (...messages) => {
-        const writer = new FrameWriter();
+        const writer = new FrameWriter({ version });
         for (const message of messages) writer.push(message);
         const bytes = writer.take();
         writing = writing.then(() => writeAll(conn, bytes)).catch(() => {});
@@ -105,7 +126,20 @@ export class HostileServer implements AsyncDisposable {
           const message = m as ClientMessage;
           this.received.push({ conn: index, message });
           if (message.type === "hello") {
+            if (!(this.script.versions ?? [1]).includes(message.version)) {
+              handle.send({
+                type: "error",
+                requestId: 0,
+                code: WIRE_CODES.UNSUPPORTED_VERSION.code,
+                name: "",
+                message: `protocol version ${message.version} is not supported`,
+              });
+              handle.close();
+              continue;
+            }
+            version = message.version;
             if (this.script.hello) this.script.hello(handle, message);
+            else if (version === 2) handle.send({ ...GOOD_WELCOME_V2, sessionId: index });
             else handle.send({ ...GOOD_WELCOME, sessionId: index });
           } else {
             this.script.request?.(handle, message);
