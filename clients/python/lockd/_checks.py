@@ -7,7 +7,12 @@ connection.ts), documented in docs/protocol.md ("Requests in flight", "Several n
 - a reply must fit the request it names: a request id this session sent and has not had its last
   answer to, a type that request can get, that request's lock name, a lease and token in bounds;
 - a NOT_LEADER's name must be a plain ``host:port``, and is followed to an address outside the
-  client's list only with TLS (where the node reached must present a certificate from the CA).
+  client's list only with TLS (where the node reached must present a certificate from the CA);
+- version 2 (docs/protocol.md, "Version 2"): a WELCOME has the HELLO's version and a reclaim window
+  in bounds; a QUEUED's order term is not above the session's term; an ACQUIRED is an exclusive
+  grant (what this client asks for) and re-confirms an owned RECLAIM with the claim's own token;
+  RESUMED answers the RESUME only, with an outcome that names something; CLAIM_VOID answers an
+  owned RECLAIM only.
 """
 
 from __future__ import annotations
@@ -30,9 +35,17 @@ LOCK_NAME_BYTES_MAX = 1024
 #: Longest address a NOT_LEADER may name: a 253-byte DNS name, ":", a 5-digit port.
 LEADER_ADDRESS_CHARS_MAX = 253 + 1 + 5
 
+#: Longest reclaim window a version-2 WELCOME may announce: ten minutes, far above what a server
+#: computes (about 1.5 × its cluster TTL, at most 60 s, + its HELLO hold, 4 s, + its reclaim
+#: grace, at most 60 s). A client keeps suspended locks and the abandoned socket that long.
+RECLAIM_WINDOW_MS_MAX = 600_000
+#: A value is a ``bin``: at most 65,535 bytes.
+VALUE_BYTES_MAX_MAX = 0xFFFF
+
 LEASE_EXPIRED = 0x05
 NOT_OWNER = 0x06
-_KNOWN_CODES = frozenset(range(0x01, 0x12))
+CLAIM_VOID = 0x12
+_KNOWN_CODES = frozenset(range(0x01, 0x13))
 _CLOSING_CODES = frozenset((0x01, 0x02, 0x03, 0x0A, 0x0D, 0x0E, 0x11))
 
 _LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\Z")
@@ -138,15 +151,18 @@ def refused_redirect_text(addr: str, name: str, why: Why) -> str:
     )
 
 
-def welcome_out_of_bounds(welcome: wire.Welcome) -> str | None:
-    """What is wrong with a WELCOME outside the documented bounds, or None."""
-    if welcome.version != wire.PROTOCOL_VERSION:
-        return f"WELCOME for protocol version {welcome.version}; this client speaks {wire.PROTOCOL_VERSION}"
+def welcome_out_of_bounds(welcome: wire.Welcome, version: int = wire.PROTOCOL_VERSION) -> str | None:
+    """What is wrong with a WELCOME outside the documented bounds, or None; ``version`` is the
+    version the HELLO asked for (a server answers with that one or refuses)."""
+    if welcome.version != version:
+        return f"WELCOME for protocol version {welcome.version}; this client asked for {version}"
     for field, value, low, high in (
         ("ioTimeoutMs", welcome.io_timeout_ms, IO_TIMEOUT_MS_MIN, IO_TIMEOUT_MS_MAX),
         ("leaseMaxMs", welcome.lease_max_ms, LEASE_MS_MIN, LEASE_MS_MAX_MAX),
         ("leaseDefaultMs", welcome.lease_default_ms, LEASE_MS_MIN, welcome.lease_max_ms),
         ("sessionId", welcome.session_id, 1, TOKEN_MAX),
+        ("reclaimWindowMs", welcome.reclaim_window_ms, 0, RECLAIM_WINDOW_MS_MAX),
+        ("valueBytesMax", welcome.value_bytes_max, 0, VALUE_BYTES_MAX_MAX),
     ):
         if not low <= value <= high:
             return f"WELCOME with {field} {value}, outside {low}..{high}"
@@ -155,9 +171,14 @@ def welcome_out_of_bounds(welcome: wire.Welcome) -> str | None:
 
 @dataclass
 class _Acquire:
+    """An ACQUIRE, or a RECLAIM (``reclaim`` is its kind): both are answered the same way."""
+
     name: str
     phase: Literal["waiting", "owned"] = "waiting"
     queued: bool = False
+    reclaim: Literal["owned", "queued"] | None = None
+    #: An owned RECLAIM: the claim's token, which its ACQUIRED must carry again.
+    token: int = 0
 
 
 @dataclass
@@ -171,7 +192,12 @@ class _Heartbeat:
     pass
 
 
-_Expected = Union[_Acquire, _Release, _Heartbeat]
+@dataclass
+class _Resume:
+    pass
+
+
+_Expected = Union[_Acquire, _Release, _Heartbeat, _Resume]
 
 _TYPE_NAMES = {
     wire.Queued: "QUEUED",
@@ -179,15 +205,16 @@ _TYPE_NAMES = {
     wire.Released: "RELEASED",
     wire.HeartbeatAck: "HEARTBEAT_ACK",
     wire.Error: "ERROR",
+    wire.Resumed: "RESUMED",
 }
 
 
 class ReplyLedger:
     """What one session still expects to hear, by request id, and whether a reply fits it.
 
-    Legal transitions: an acquire ``waiting`` -> ``owned`` (ACQUIRED) -> gone (LEASE_EXPIRED, or
-    the answer to the RELEASE of that ownership); ``waiting`` -> gone (an ERROR that ends the wait);
-    a release or heartbeat -> gone (its answer).
+    Legal transitions: an acquire (ACQUIRE or RECLAIM) ``waiting`` -> ``owned`` (ACQUIRED) -> gone
+    (LEASE_EXPIRED, or the answer to the RELEASE of that ownership); ``waiting`` -> gone (an ERROR
+    that ends the wait); a release, heartbeat or resume -> gone (its answer).
     """
 
     def __init__(self, welcome: wire.Welcome) -> None:
@@ -203,6 +230,12 @@ class ReplyLedger:
     def acquire_sent(self, request_id: int, name: str) -> None:
         self._expected[request_id] = _Acquire(name)
 
+    def reclaim_sent(self, request_id: int, name: str, kind: Literal["owned", "queued"], token: int = 0) -> None:
+        self._expected[request_id] = _Acquire(name, reclaim=kind, token=token)
+
+    def resume_sent(self, request_id: int) -> None:
+        self._expected[request_id] = _Resume()
+
     def release_sent(self, request_id: int, name: str, acquire_request_id: int) -> None:
         self._expected[request_id] = _Release(name, acquire_request_id)
 
@@ -217,24 +250,9 @@ class ReplyLedger:
         if expected is None:
             return f"{what}, which this session never sent or had its last answer to already"
         if isinstance(message, wire.Queued):
-            if not isinstance(expected, _Acquire) or expected.phase != "waiting" or expected.queued:
-                return f"{what}, which is not an ACQUIRE waiting for its first QUEUED"
-            if message.name != expected.name:
-                return self._wrong_name(what, message.name, "ACQUIRE", expected.name)
-            expected.queued = True
-            return None
+            return self._queued(what, message, expected)
         if isinstance(message, wire.Acquired):
-            if not isinstance(expected, _Acquire) or expected.phase != "waiting":
-                return f"{what}, which is not an ACQUIRE waiting for its grant"
-            if message.name != expected.name:
-                return self._wrong_name(what, message.name, "ACQUIRE", expected.name)
-            lease_max_ms = self._welcome.lease_max_ms
-            if not LEASE_MS_MIN <= message.lease_ms <= lease_max_ms:
-                return f"{what} with a lease of {message.lease_ms} ms, outside {LEASE_MS_MIN}..{lease_max_ms} ms"
-            if not 1 <= message.token <= TOKEN_MAX:
-                return f"{what} with token {message.token}"
-            expected.phase = "owned"
-            return None
+            return self._acquired(what, message, expected)
         if isinstance(message, wire.Released):
             if not isinstance(expected, _Release):
                 return f"{what}, which is not a RELEASE"
@@ -252,29 +270,81 @@ class ReplyLedger:
                 if rid == request_id:
                     break
             return None
-        if isinstance(message, wire.Error):
-            code = message.code
-            code_text = f"{what} with code 0x{code:02x}"
-            if isinstance(expected, _Heartbeat):
-                return f"{code_text}: a HEARTBEAT has no error answer"
-            if not self._name_fits(message.name, expected.name):
-                kind = "RELEASE" if isinstance(expected, _Release) else "ACQUIRE"
-                return self._wrong_name(what, message.name, kind, expected.name)
-            if isinstance(expected, _Release):
-                if code != NOT_OWNER and code in _KNOWN_CODES:
-                    return f"{code_text}: a RELEASE is answered RELEASED or NOT_OWNER"
-                self._release_answered(request_id, expected.acquire_request_id)
-                return None
-            if expected.phase == "owned":
-                if code != LEASE_EXPIRED:
-                    return f"{code_text} for an ACQUIRE that owns its lock"
-                del self._expected[request_id]
-                return None
-            if code in (LEASE_EXPIRED, NOT_OWNER) or code in _CLOSING_CODES:
-                return f"{code_text} for an ACQUIRE still waiting"
+        if isinstance(message, wire.Resumed):
+            if not isinstance(expected, _Resume):
+                return f"{what}, which is not a RESUME"
+            if not isinstance(message.outcome, str):
+                return f"{what} with outcome {message.outcome}, which names nothing"
             del self._expected[request_id]
             return None
+        if isinstance(message, wire.Error):
+            return self._error(what, message, expected)
         return f"{what}: not a reply"
+
+    def _queued(self, what: str, message: wire.Queued, expected: _Expected) -> str | None:
+        if (
+            not isinstance(expected, _Acquire)
+            or expected.phase != "waiting"
+            or expected.queued
+            or expected.reclaim == "owned"
+        ):
+            return f"{what}, which is not an ACQUIRE or queued RECLAIM waiting for its first QUEUED"
+        if message.name != expected.name:
+            return self._wrong_name(what, message.name, self._kind(expected), expected.name)
+        if message.order_term > self._welcome.term:
+            return f"{what} with orderTerm {message.order_term}, above the session's term {self._welcome.term}"
+        expected.queued = True
+        return None
+
+    def _acquired(self, what: str, message: wire.Acquired, expected: _Expected) -> str | None:
+        if not isinstance(expected, _Acquire) or expected.phase != "waiting":
+            return f"{what}, which is not an ACQUIRE or RECLAIM waiting for its grant"
+        if message.name != expected.name:
+            return self._wrong_name(what, message.name, self._kind(expected), expected.name)
+        lease_max_ms = self._welcome.lease_max_ms
+        if not LEASE_MS_MIN <= message.lease_ms <= lease_max_ms:
+            return f"{what} with a lease of {message.lease_ms} ms, outside {LEASE_MS_MIN}..{lease_max_ms} ms"
+        if not 1 <= message.token <= TOKEN_MAX:
+            return f"{what} with token {message.token}"
+        if expected.reclaim == "owned" and message.token != expected.token:
+            return f"{what} with token {message.token}, but that RECLAIM carried the claim's token {expected.token}"
+        # This client asks for exclusive locks only (mode 0, no value): anything else is not its grant.
+        if message.mode != "exclusive":
+            return f"{what} with mode {message.mode!r}, for an exclusive claim"
+        if not 1 <= message.limit or not message.slot < message.limit:
+            return f"{what} with slot {message.slot} of limit {message.limit}"
+        if message.write_generation != 0:
+            return f"{what} with writeGeneration {message.write_generation}, for an exclusive grant"
+        expected.phase = "owned"
+        return None
+
+    def _error(self, what: str, message: wire.Error, expected: _Expected) -> str | None:
+        code = message.code
+        code_text = f"{what} with code 0x{code:02x}"
+        request_id = message.request_id
+        if isinstance(expected, _Heartbeat):
+            return f"{code_text}: a HEARTBEAT has no error answer"
+        if isinstance(expected, _Resume):
+            return f"{code_text}: a RESUME is answered RESUMED"
+        if not self._name_fits(message.name, expected.name):
+            kind = "RELEASE" if isinstance(expected, _Release) else self._kind(expected)
+            return self._wrong_name(what, message.name, kind, expected.name)
+        if isinstance(expected, _Release):
+            if code not in (NOT_OWNER,) and code in _KNOWN_CODES:
+                return f"{code_text}: a RELEASE is answered RELEASED or NOT_OWNER"
+            self._release_answered(request_id, expected.acquire_request_id)
+            return None
+        if expected.phase == "owned":
+            if code != LEASE_EXPIRED:
+                return f"{code_text} for an {self._kind(expected)} that owns its lock"
+            del self._expected[request_id]
+            return None
+        if code == CLAIM_VOID and expected.reclaim != "owned":
+            return f"{code_text}: CLAIM_VOID answers an owned RECLAIM only"
+        if code in (LEASE_EXPIRED, NOT_OWNER) or code in _CLOSING_CODES:
+            return f"{code_text} for an {self._kind(expected)} still waiting"
+        del self._expected[request_id]
+        return None
 
     def _release_answered(self, request_id: int, acquire_request_id: int) -> None:
         del self._expected[request_id]
@@ -282,6 +352,10 @@ class ReplyLedger:
         acquire = self._expected.get(acquire_request_id)
         if isinstance(acquire, _Acquire) and acquire.phase == "owned":
             del self._expected[acquire_request_id]
+
+    @staticmethod
+    def _kind(expected: _Acquire) -> str:
+        return "ACQUIRE" if expected.reclaim is None else "RECLAIM"
 
     @staticmethod
     def _name_fits(name: str, asked: str) -> bool:

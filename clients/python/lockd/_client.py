@@ -2,9 +2,15 @@
 
 One ``Client`` holds one connection (a session) at a time. Requests in flight are kept by
 request id, because replies do not come in request order. Each owned lock has a local lease
-deadline on the event loop's monotonic clock; heartbeats keep it moving. When the connection
-ends, owned locks are lost and waiting acquires are re-sent on the next connection, which is
-dialled after a full-jitter back-off.
+deadline on the event loop's monotonic clock; heartbeats keep it moving. HELLO asks for protocol
+version 2 and falls back to version 1 at a server that does not speak it.
+
+When a connection ends, waiting acquires go to the next connection, which is dialled after a
+full-jitter back-off. Owned locks are lost, except on a version-2 connection to a cluster leader
+that ended without a word about the ownerships (EOF, reset, NOT_LEADER, a silent leader): then
+they stay held while their local deadlines run, and the next connection carries them over to the
+new leader (RESUME, then a RECLAIM per claim, before any new ACQUIRE), waiting acquires keeping
+their place in the queue (docs/cluster.md, "What clients see during a fail-over").
 """
 
 from __future__ import annotations
@@ -14,20 +20,22 @@ import contextlib
 import logging
 import os
 import random
-import re
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 
 from . import _codec as wire
-from ._checks import (
-    ReplyLedger,
-    cut_utf8,
-    node_key,
-    redirect_verdict,
-    refused_redirect_text,
-    welcome_out_of_bounds,
+from ._checks import cut_utf8, node_key, redirect_verdict, refused_redirect_text
+from ._handshake import Dialer
+from ._lock import (
+    Carry,
+    Lock,
+    LostEvent,
+    PendingAcquire,
+    Session,
+    lease_margin_ms,
+    local_deadline_ms,
+    now_ms,
 )
 from .errors import (
     ClosedByAdminError,
@@ -37,7 +45,6 @@ from .errors import (
     LeaseExpiredError,
     LockdConnectionError,
     LockdError,
-    LockLostError,
     NotLeaderError,
     ServerProtocolError,
     UnsupportedVersionError,
@@ -52,24 +59,41 @@ __all__ = [
     "bound_client_name",
     "connect",
     "default_client_name",
+    "lease_margin_ms",
+    "local_deadline_ms",
     "parse_addr",
 ]
 
 VERSION = "0.1.0"
-#: Dial + TLS + HELLO/WELCOME bound (docs/protocol.md, "Connection states").
+#: Dial + TLS + HELLO/WELCOME bound (docs/protocol.md, "Connection states"); with several
+#: addresses, also the bound of the first connect's rounds over them.
 CONNECT_TIMEOUT_MS_DEFAULT = 5_000
 #: Full-jitter back-off bounds (docs/protocol.md, "Reconnecting").
 RECONNECT_BACKOFF_MS_MIN = 50
 RECONNECT_BACKOFF_MS_MAX = 5_000
 #: The server's shortest lease (leases are clamped to [50, leaseMaxMs]).
 LEASE_MS_MIN = 50
-#: With several cluster nodes, a connection silent this long (heartbeats unanswered) is left.
+#: With several cluster nodes, a connection silent this long after an unanswered heartbeat is left.
 CLUSTER_SILENCE_MS = 3_000
 #: The server refuses a HELLO whose client name is longer (docs/protocol.md, "Lock names").
 CLIENT_NAME_BYTES_MAX = 256
+#: With several addresses, how long a silent connect attempt runs alone before the next address
+#: is tried beside it: a live node answers (or refuses) within milliseconds, a node holding the
+#: HELLO for an election answers in seconds, a frozen one never.
+NEXT_NODE_AFTER_MS = 1_000
+#: How many NOT_LEADER redirects one round over the addresses follows.
+REDIRECTS_PER_ROUND_MAX = 3
+#: After the client's GOODBYE or FIN, how long it keeps reading for the server's end of the
+#: stream: closing with unread bytes would reset the connection, which the server counts as a
+#: failure instead of a graceful end. A stalled path never answers, so it is dropped after this.
+CLOSE_GRACE_MS = 1_000
+#: RESUME's ``claims`` is a u16.
+RECLAIMS_PER_RESUME_MAX = 0xFFFF
 
 #: Codes that always end the session (docs/protocol.md, "Error codes": "closes connection").
 _CLOSING = frozenset((0x01, 0x02, 0x03, 0x0A, 0x0D, 0x0E, 0x11))
+#: Closing codes after which the server has ended the ownerships itself: nothing to carry over.
+_ENDS_OWNERSHIPS = frozenset((ClosedByAdminError.code, IoTimeoutError.code))
 
 logger = logging.getLogger("lockd")
 logger.addHandler(logging.NullHandler())  # the application decides where lockd's log goes
@@ -122,195 +146,6 @@ def backoff_delay_ms(attempt: int, rng: Callable[[], float] | None = None) -> fl
     return (rng or random.random)() * cap
 
 
-def lease_margin_ms(lease_ms: float) -> float:
-    """``max(lease / 10, min(50, lease / 4))`` (docs/protocol.md, "The local lease deadline")."""
-    return max(lease_ms / 10, min(50, lease_ms / 4))
-
-
-def local_deadline_ms(confirmed_send_ms: float, lease_ms: float, io_timeout_ms: float) -> float:
-    """When an ownership stops being safe to use, on the client's monotonic clock.
-
-    The server ends it no earlier than the confirmed send time plus the lease (it processed the
-    request after it was sent) and no earlier than that time plus its I/O timeout (it heard the
-    request): whichever bound is shorter, minus the margin of that bound.
-    """
-    bound_ms = min(lease_ms, io_timeout_ms)
-    return confirmed_send_ms + bound_ms - lease_margin_ms(bound_ms)
-
-
-class LostEvent(asyncio.Event):
-    """``lock.lost``: set once when ownership ends without ``release()``; ``reason`` says why.
-
-    ``is_set()`` first compares the lock's local lease deadline with the clock, so the first look
-    after a pause (a long GC, SIGSTOP, a blocked event loop) already says lost, before the timer
-    that sets the event has run.
-    """
-
-    def __init__(self, probe: Callable[[], None] | None = None) -> None:
-        super().__init__()
-        #: One of ``lockd.LOST_REASONS`` once set, else None.
-        self.reason: str | None = None
-        #: The ``LockLostError`` describing the loss once set, else None.
-        self.error: LockLostError | None = None
-        self._probe = probe
-
-    def is_set(self) -> bool:
-        if not super().is_set() and self._probe is not None:
-            self._probe()
-        return super().is_set()
-
-
-class Lock:
-    """An owned lock. ``token`` is the fencing token: pass it to the guarded resource."""
-
-    def __init__(self, client: Client, session: _Session, name: str, token: int, lease_ms: int, acquire_id: int) -> None:
-        self._client = client
-        self._session = session
-        #: The lock's name.
-        self.name = name
-        #: The fencing token, larger than every token issued before (about 1.8e15).
-        self.token = token
-        #: The effective lease in ms, after the server's clamping.
-        self.lease_ms = lease_ms
-        self._lost = LostEvent(self._probe)
-        self._acquire_id = acquire_id
-        self._released = False
-        self._confirmed_send_ms = 0.0
-        self._deadline_handle: asyncio.TimerHandle | None = None
-        self._lost_callbacks: list[Callable[[str], None]] = []
-        self._release_future: asyncio.Future[None] | None = None
-
-    @property
-    def lost(self) -> LostEvent:
-        """Set when ownership ends without ``release()``; ``lost.reason`` says why. Reading it (and
-        ``lost.is_set()``) checks the local lease deadline against the clock first."""
-        self._probe()
-        return self._lost
-
-    @property
-    def state(self) -> str:
-        """``"held"``, ``"releasing"`` (release() called, no answer yet), ``"released"`` or ``"lost"``;
-        like ``lost``, checked against the local lease deadline when read."""
-        self._probe()
-        if self._lost._value:  # type: ignore[attr-defined]
-            return "lost"
-        if self._released:
-            future = self._release_future
-            return "releasing" if future is not None and not future.done() else "released"
-        return "held"
-
-    @property
-    def deadline_ms(self) -> float:
-        """The local lease deadline on the event loop clock (ms); past it the lock counts as lost."""
-        return local_deadline_ms(self._confirmed_send_ms, self.lease_ms, self._session.welcome.io_timeout_ms)
-
-    def check(self) -> None:
-        """Raises ``LockLostError`` when the lock was lost; call it before acting on the lock."""
-        if self.lost.error is not None:
-            raise self.lost.error
-        if self._released:
-            raise LockdError(f'Lock "{self.name}" was released')
-
-    async def release(self) -> None:
-        """Ends the ownership. Returns quietly when the lock was already lost or released."""
-        if self._released or self.lost.is_set():
-            return
-        self._released = True
-        await self._client._release(self)
-
-    def add_lost_callback(self, callback: Callable[[str], None]) -> None:
-        """Calls ``callback(reason)`` on the event loop when the lock is lost (at once if it is)."""
-        if self.lost.reason is not None:
-            callback(self.lost.reason)
-        else:
-            self._lost_callbacks.append(callback)
-
-    async def __aenter__(self) -> Lock:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.release()
-
-    def __repr__(self) -> str:
-        lost = self._lost
-        state = "released" if self._released else f"lost:{lost.reason}" if lost.reason is not None else "owned"
-        return f"<Lock {self.name!r} token={self.token} lease_ms={self.lease_ms} {state}>"
-
-    # -- internals ----------------------------------------------------------
-
-    def _probe(self) -> None:
-        """The deadline, read against the clock now (only on the client's own event loop)."""
-        if self._lost.reason is None and self._session.owned.get(self._acquire_id) is self:
-            self._client._check_deadline(self)
-
-    def _arm_deadline(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._deadline_handle is not None:
-            self._deadline_handle.cancel()
-        delay_s = max(0.0, (self.deadline_ms - _now_ms(loop)) / 1000)
-        self._deadline_handle = loop.call_later(delay_s, self._client._deadline_passed, self)
-
-    def _mark_lost(self, reason: str) -> None:
-        if self._deadline_handle is not None:
-            self._deadline_handle.cancel()
-            self._deadline_handle = None
-        lost = self._lost
-        if self._released or lost.reason is not None:
-            return
-        lost.reason = reason
-        lost.error = LockLostError(self.name, self.token, reason)
-        lost.set()
-        callbacks, self._lost_callbacks = self._lost_callbacks, []
-        for callback in callbacks:
-            try:
-                callback(reason)
-            except Exception:  # a caller's callback must not break the client
-                logger.exception("lost callback of lock %r failed", self.name)
-
-
-@dataclass(eq=False)
-class _PendingAcquire:
-    name: str
-    lease_ms: int
-    deadline_ms: float | None  # loop clock; None = wait forever
-    wait_ms: float | None
-    future: asyncio.Future[Lock]
-    request_id: int = 0
-    sent_ms: float = 0.0
-    abandoned: bool = False
-    wait_handle: asyncio.TimerHandle | None = None
-
-
-@dataclass(eq=False)
-class _Session:
-    """One connection after its WELCOME, with everything keyed by its request ids."""
-
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-    welcome: wire.Welcome
-    frames: wire.FrameReader  # holds any bytes that came after WELCOME
-    addr: str = ""
-    #: Every request of this connection that may still get an answer: replies are checked.
-    ledger: ReplyLedger = field(init=False)
-    #: The server broke the protocol on this connection (it is being closed).
-    violated: bool = False
-    pending: dict[int, _PendingAcquire] = field(default_factory=dict)
-    owned: dict[int, Lock] = field(default_factory=dict)
-    releases: dict[int, Lock] = field(default_factory=dict)  # RELEASE request id -> lock
-    heartbeats: dict[int, float] = field(default_factory=dict)  # request id -> send time
-    last_acked_heartbeat_send_ms: float = 0.0
-    last_heartbeat_sent_ms: float = 0.0
-    heartbeat_handle: asyncio.TimerHandle | None = None
-    reader_task: asyncio.Task[None] | None = None
-    close_code: int | None = None
-    ended: bool = False
-
-    def __post_init__(self) -> None:
-        self.ledger = ReplyLedger(self.welcome)
-
-
-def _now_ms(loop: asyncio.AbstractEventLoop) -> float:
-    return loop.time() * 1000
-
 
 class Client:
     """A session with a lockd server. Create it with ``lockd.connect(...)``."""
@@ -325,31 +160,43 @@ class Client:
         server_hostname: str | None = None,
         connect_timeout_ms: float = CONNECT_TIMEOUT_MS_DEFAULT,
         reconnect: bool = True,
+        reclaim: bool = True,
         on_protocol_error: Callable[[ServerProtocolError], None] | None = None,
     ) -> None:
         #: Every address to try (several: the nodes of a lockd cluster, docs/cluster.md).
         self.addrs = list(addrs) if addrs else [addr]
         for each in self.addrs:
             parse_addr(each)
+        if not connect_timeout_ms > 0:
+            raise ValueError(f"connect_timeout_ms must be above 0, not {connect_timeout_ms!r}")
         #: The address of the current (or last) session.
         self.addr = self.addrs[0]
         #: Where the next connect starts: the node that served last, or the leader it named.
         self._preferred: str | None = None
         #: A node that went silent (frozen, cut off): tried last by the next connect.
         self._avoid: str | None = None
-        self._client_name = bound_client_name(client_name if client_name is not None else default_client_name())
+        self._dialer = Dialer(
+            client_name=bound_client_name(client_name if client_name is not None else default_client_name()),
+            ssl_context=ssl_context,
+            server_hostname=server_hostname,
+            connect_timeout_ms=connect_timeout_ms,
+        )
         self._ssl = ssl_context
-        self._server_hostname = server_hostname
         self._connect_timeout_ms = connect_timeout_ms
         self._reconnect = reconnect
-        self._session: _Session | None = None
-        self._unsent: list[_PendingAcquire] = []
+        #: Carry owned locks and waiting claims over to a new leader after a fail-over.
+        self._reclaim = reclaim
+        self._session: Session | None = None
+        self._unsent: list[PendingAcquire] = []
+        #: Claims of lost connections, oldest first, for the next connection to reclaim.
+        self._carries: list[Carry] = []
         self._next_request_id = 1
         self._closed = False
         #: The connection ended and ``reconnect`` is off: the client is of no more use.
         self._failed = False
         self._reconnect_task: asyncio.Task[None] | None = None
         self._reconnect_attempt = 0
+        self._retiring: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Sessions opened so far (1 after connect, +1 per reconnect).
         self.sessions_opened = 0
@@ -372,24 +219,35 @@ class Client:
         return self._session.welcome.server_version if self._session is not None else ""
 
     @property
+    def protocol_version(self) -> int:
+        """The protocol version of the current session (2, or 1 with a server of before version 2); 0 when disconnected."""
+        return self._session.welcome.version if self._session is not None else 0
+
+    @property
     def connected(self) -> bool:
         return self._session is not None and not self._session.ended
 
     async def connect(self) -> Client:
-        """Opens the first session; raises on failure (no retry: the caller decides)."""
+        """Opens the first session; raises on failure. With several addresses, rounds over them
+        go on (with back-off) until ``connect_timeout_ms`` has passed: a cluster in the middle of
+        a fail-over answers within it."""
         if self._closed:
             raise LockdConnectionError("The client is closed", retryable=False)
         self._loop = asyncio.get_running_loop()
-        self._attach(await self._open_session())
+        self._attach(await self._first_session())
         return self
 
-    async def acquire(self, name: str, *, lease_ms: int = 0, wait_ms: float | None = None) -> Lock:
+    async def acquire(
+        self, name: str, *, lease_ms: int = 0, wait_ms: float | None = None, suspend: bool = False
+    ) -> Lock:
         """Waits for the lock and returns it once owned.
 
         ``lease_ms`` 0 asks for the server's default lease. ``wait_ms`` None waits without bound;
         otherwise ``WaitTimeoutError`` is raised when ``wait_ms`` has passed on this client's
         clock, and the claim is cancelled on the server. Cancelling the awaiting task leaves the
-        queue too.
+        queue too. ``suspend=True``: when the lock's local deadline passes while it is being
+        carried over to a new leader, it is ``suspended`` instead of lost, until it is confirmed
+        again or the reclaim window ends (see ``Lock.suspended``).
         """
         if self._closed:
             raise LockdConnectionError("The client is closed", retryable=False)
@@ -400,12 +258,13 @@ class Client:
         if wait_ms is not None and not 0 <= wait_ms <= wire.WAIT_MS_MAX:
             raise ValueError(f"wait_ms must be in 0..{wire.WAIT_MS_MAX} or None, not {wait_ms!r}")
         loop = self._running_loop()
-        pending = _PendingAcquire(
+        pending = PendingAcquire(
             name=name,
             lease_ms=lease_ms,
-            deadline_ms=None if wait_ms is None else _now_ms(loop) + wait_ms,
+            deadline_ms=None if wait_ms is None else now_ms(loop) + wait_ms,
             wait_ms=wait_ms,
             future=loop.create_future(),
+            suspend=bool(suspend),
         )
         if wait_ms is not None and wait_ms > 0:
             pending.wait_handle = loop.call_later(wait_ms / 1000, self._wait_bound_passed, pending)
@@ -416,24 +275,27 @@ class Client:
             self._abandon(pending, None)
             raise
 
-    async def try_acquire(self, name: str, *, lease_ms: int = 0) -> Lock | None:
+    async def try_acquire(self, name: str, *, lease_ms: int = 0, suspend: bool = False) -> Lock | None:
         """Takes the lock if it is free right now; None when it is held."""
         try:
-            return await self.acquire(name, lease_ms=lease_ms, wait_ms=0)
+            return await self.acquire(name, lease_ms=lease_ms, wait_ms=0, suspend=suspend)
         except WaitTimeoutError:
             return None
 
     @contextlib.asynccontextmanager
-    async def lock(self, name: str, *, lease_ms: int = 0, wait_ms: float | None = None) -> AsyncIterator[Lock]:
+    async def lock(
+        self, name: str, *, lease_ms: int = 0, wait_ms: float | None = None, suspend: bool = False
+    ) -> AsyncIterator[Lock]:
         """``async with client.lock(name, ...) as lock:`` acquires, and releases on exit."""
-        held = await self.acquire(name, lease_ms=lease_ms, wait_ms=wait_ms)
+        held = await self.acquire(name, lease_ms=lease_ms, wait_ms=wait_ms, suspend=suspend)
         try:
             yield held
         finally:
             await held.release()
 
     async def close(self) -> None:
-        """Closes the session: the server releases owned locks (graceful); waits fail."""
+        """Closes the session: GOODBYE (version 2) tells the server to end it gracefully, so owned
+        locks go to their next waiters at once; waits fail; nothing is carried over any more."""
         if self._closed:
             return
         self._closed = True
@@ -441,14 +303,14 @@ class Client:
             self._reconnect_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._reconnect_task
+        for carry in list(self._carries):
+            self._give_up_carry(carry, "disconnected")
         session = self._session
         if session is not None:
-            self._end_session(session, None)
-            with contextlib.suppress(Exception):
-                await session.writer.wait_closed()
-            if session.reader_task is not None and session.reader_task is not asyncio.current_task():
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await session.reader_task
+            self._end_session(session, None, close_socket=False)
+            self._retire(session)
+        if self._retiring:
+            await asyncio.gather(*self._retiring, return_exceptions=True)
         self._fail_unsent(LockdConnectionError("The client is closed", retryable=False))
 
     async def __aenter__(self) -> Client:
@@ -469,10 +331,38 @@ class Client:
             raise RuntimeError("A lockd Client is bound to the event loop it connected on")
         return loop
 
-    async def _open_session(self) -> _Session:
+    async def _first_session(self) -> Session:
+        """The first connect. One address: one attempt. Several (a cluster, maybe in the middle of
+        a fail-over, its standbys answering NOT_LEADER or nothing yet): rounds over them with
+        back-off until ``connect_timeout_ms`` has passed, each attempt bounded by the time left."""
+        if len(self.addrs) == 1:
+            return await self._open_round()
+        loop = self._running_loop()
+        end_ms = now_ms(loop) + self._connect_timeout_ms
+        attempt = 0
+        informative: BaseException | None = None
+        while True:
+            try:
+                return await self._open_round(end_ms - now_ms(loop))
+            except (LockdError, LockdConnectionError) as error:
+                if not isinstance(error, ConnectTimeoutError):
+                    informative = error
+                if not error.retryable:
+                    raise
+                delay_ms = backoff_delay_ms(attempt)
+                attempt += 1
+                if now_ms(loop) + delay_ms >= end_ms:
+                    # What the nodes said is worth more than "no WELCOME in time".
+                    raise (informative or error) from None
+                logger.info("lockd connect: no node serves yet (%s); trying again", error)
+                await asyncio.sleep(delay_ms / 1000)
+
+    async def _open_round(self, bound_ms: float | None = None) -> Session:
         """One round over the addresses, the preferred one first: the first WELCOME wins.
 
-        A NOT_LEADER naming the leader (cluster mode) is followed at once, a few times a round.
+        A NOT_LEADER naming the leader (cluster mode) is followed at once, a few times a round. An
+        attempt that stays silent for ``NEXT_NODE_AFTER_MS`` gets the next address started
+        beside it (a frozen node accepts and never answers).
         """
         avoid = self._avoid
         order = [a for a in self.addrs if a not in (self._preferred, avoid)]
@@ -480,158 +370,83 @@ class Client:
             order.insert(0, self._preferred)
         if avoid is not None and avoid != self._preferred and avoid in self.addrs:
             order.append(avoid)  # a node that went silent is tried last
+        loop = self._running_loop()
         tried: set[str] = set()
+        attempts: dict[asyncio.Task[object], str] = {}
         redirects = 0
         last: BaseException | None = None
-        while order:
-            addr = order.pop(0)
-            if node_key(addr) in tried:
-                continue
-            tried.add(node_key(addr))
-            try:
-                session = await self._open_session_at(addr)
-            except NotLeaderError as error:
-                last = error
-                follow, why = redirect_verdict(error.leader, self.addrs, self._ssl is not None)
-                if follow is not None:
-                    if node_key(follow) not in tried and redirects < 3:
-                        redirects += 1
-                        order.insert(0, follow)
-                elif why == "invalid":
-                    # A redirect that is no address: that node failed; the list goes on.
-                    last = ServerProtocolError(addr, refused_redirect_text(addr, error.leader, "invalid"))
-                    last.__cause__ = error
-                elif why == "outside_list":
-                    last = LockdConnectionError(
-                        "Cannot connect to lockd: " + refused_redirect_text(addr, error.leader, "outside_list")
+
+        def start_next() -> None:
+            while order and node_key(order[0]) in tried:
+                order.pop(0)
+            if order:
+                addr = order.pop(0)
+                tried.add(node_key(addr))
+                attempts[loop.create_task(self._dialer.open(addr, bound_ms))] = addr
+
+        start_next()
+        try:
+            while attempts:
+                stagger_s = NEXT_NODE_AFTER_MS / 1000 if order else None
+                done, _ = await asyncio.wait(attempts, timeout=stagger_s, return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    start_next()
+                    continue
+                for task in done:
+                    addr = attempts.pop(task)
+                    try:
+                        opened = task.result()
+                    except NotLeaderError as error:
+                        last = error
+                        follow, why = redirect_verdict(error.leader, self.addrs, self._ssl is not None)
+                        if follow is not None:
+                            if node_key(follow) not in tried and redirects < REDIRECTS_PER_ROUND_MAX:
+                                redirects += 1
+                                order.insert(0, follow)
+                        elif why == "invalid":
+                            # A redirect that is no address: that node failed; the list goes on.
+                            last = ServerProtocolError(addr, refused_redirect_text(addr, error.leader, "invalid"))
+                            last.__cause__ = error
+                        elif why == "outside_list":
+                            last = LockdConnectionError(
+                                "Cannot connect to lockd: " + refused_redirect_text(addr, error.leader, "outside_list")
+                            )
+                            last.__cause__ = error
+                        continue
+                    except (LockdError, LockdConnectionError) as error:
+                        last = error
+                        continue
+                    session = Session(
+                        reader=opened.reader,
+                        writer=opened.writer,
+                        welcome=opened.welcome,
+                        frames=opened.frames,
+                        addr=opened.addr,
                     )
-                    last.__cause__ = error
-                continue
-            except (LockdError, LockdConnectionError) as error:
-                last = error
-                if len(self.addrs) == 1 and not isinstance(error, ServerProtocolError):
-                    raise
-                continue
-            self.addr = addr
-            self._preferred = addr
-            self._avoid = None
-            return session
+                    self.addr = addr
+                    self._preferred = addr
+                    self._avoid = None
+                    return session
+                start_next()
+        finally:
+            for task in attempts:
+                task.cancel()
+            for task in attempts:
+                with contextlib.suppress(BaseException):
+                    late = await task
+                    late.writer.close()  # type: ignore[attr-defined]
         assert last is not None
         raise last
 
-    async def _open_session_at(self, addr: str) -> _Session:
-        """Dial, TLS, HELLO, WELCOME — all within ``connect_timeout_ms``."""
-        writer: asyncio.StreamWriter | None = None
-        first_bytes_seen = False
-        try:
-            host, port = parse_addr(addr)
-            async with asyncio.timeout(self._connect_timeout_ms / 1000):
-                reader, writer = await asyncio.open_connection(
-                    host,
-                    port,
-                    ssl=self._ssl,
-                    server_hostname=(self._server_hostname or host) if self._ssl else None,
-                )
-                sock = writer.get_extra_info("socket")
-                if sock is not None:
-                    with contextlib.suppress(OSError):
-                        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                writer.write(wire.encode(wire.Hello(wire.PROTOCOL_VERSION, self._client_name)))
-                frames = wire.FrameReader()
-                while True:
-                    message = frames.next()
-                    if message is None:
-                        data = await reader.read(64 * 1024)
-                        if not data:
-                            cause = None if first_bytes_seen else self._handshake_close_cause(None)
-                            if cause is not None:
-                                raise LockdConnectionError(f"Cannot connect to lockd at {addr}: {cause}")
-                            raise LockdConnectionError(f"{addr}: the server closed the connection before WELCOME")
-                        if not first_bytes_seen:
-                            first_bytes_seen = True
-                            if self._ssl is None and _is_tls_record(data):
-                                raise LockdConnectionError(
-                                    f"Cannot connect to lockd at {addr}: the server expects TLS (it answered "
-                                    "with a TLS record); connect with ssl_context=lockd.tls_context(ca_file=...)"
-                                )
-                        frames.push(data)
-                        continue
-                    if isinstance(message, wire.Welcome):
-                        out_of_bounds = welcome_out_of_bounds(message)
-                        if out_of_bounds is not None:
-                            raise ServerProtocolError(addr, out_of_bounds)
-                        break
-                    if isinstance(message, wire.Error):
-                        error = LockdError.from_wire(message.code, message.name, message.message)
-                        raise error
-                    raise ServerProtocolError(addr, f"it sent {type(message).__name__.upper()} before WELCOME")
-        except BaseException as error:
-            # Every failure, a cancelled connect included, closes what was opened.
-            if writer is not None:
-                writer.close()
-            if isinstance(error, (LockdError, LockdConnectionError)):
-                raise
-            if isinstance(error, TimeoutError):
-                raise ConnectTimeoutError(
-                    f"Cannot connect to lockd at {addr}: no WELCOME within {self._connect_timeout_ms:g} ms"
-                ) from error
-            if isinstance(error, ssl.SSLError) and _is_not_tls(error):
-                raise LockdConnectionError(
-                    f"Cannot connect to lockd at {addr}: the server does not speak TLS (its answer is not "
-                    f"a TLS record: {error}); it listens without -tls-cert, so connect without "
-                    "ssl_context, or point at the TLS listener"
-                ) from error
-            if isinstance(error, wire.MalformedFrame):
-                raise ServerProtocolError(addr, f"a malformed frame: {error}") from error
-            if isinstance(error, (OSError, ssl.SSLError)) and writer is not None and not first_bytes_seen:
-                # The TLS handshake was done, and the server closed before any lockd byte.
-                cause = self._handshake_close_cause(error)
-                if cause is not None:
-                    raise LockdConnectionError(f"Cannot connect to lockd at {addr}: {cause}") from error
-            if isinstance(error, (OSError, ssl.SSLError, ValueError)):
-                raise LockdConnectionError(f"Cannot connect to lockd at {addr}: {error}") from error
-            raise
-        return _Session(reader=reader, writer=writer, welcome=message, frames=frames, addr=addr)
-
-    def _handshake_close_cause(self, error: BaseException | None) -> str | None:
-        """Why a TLS server closed the connection after the TLS handshake and before any lockd byte
-        (with TLS 1.3 a refused client certificate shows up only then), or None without TLS."""
-        if self._ssl is None:
-            return None
-        text = f"{getattr(error, 'reason', '') or ''} {error or ''}"
-        if "CERTIFICATE_REQUIRED" in text.upper():
-            return (
-                "the server requires a client certificate (mutual TLS): give "
-                "lockd.tls_context(cert_file=..., key_file=...), signed by a CA the server trusts "
-                "(its -tls-client-ca)"
-            )
-        alert = re.search(r"ALERT_[A-Z_]+", text.upper())
-        alert_text = f" (TLS alert: {alert.group(0)})" if alert else ""
-        has_cert = getattr(self._ssl, "lockd_client_certificate", None)
-        if has_cert:
-            return (
-                f"the server did not accept the client certificate{alert_text}: is it signed by a CA "
-                "the server trusts (its -tls-client-ca), still valid, and made for client authentication?"
-            )
-        if has_cert is False:
-            return (
-                f"the server closed the connection right after the TLS handshake{alert_text}; it probably "
-                "requires a client certificate (mutual TLS): give lockd.tls_context(cert_file=..., key_file=...)"
-            )
-        return (
-            f"the server closed the connection right after the TLS handshake{alert_text}: it probably "
-            "requires a client certificate (mutual TLS), or did not accept the one given (is it signed by "
-            "a CA the server trusts, its -tls-client-ca, and still valid?)"
-        )
-
-    def _attach(self, session: _Session) -> None:
+    def _attach(self, session: Session) -> None:
         loop = self._running_loop()
         self._session = session
         self.sessions_opened += 1
         # Reset only after a WELCOME (and not below the count of misbehaving nodes in a row).
         self._reconnect_attempt = self._violations_in_a_row
-        now = _now_ms(loop)
+        now = now_ms(loop)
         session.last_heartbeat_sent_ms = now
+        session.last_frame_ms = now
         # Frames that came with WELCOME answer nothing this session sent: they are handled before
         # any request goes out, so none of them can be taken for the answer to a later one.
         self._drain_buffered(session)
@@ -639,32 +454,35 @@ class Client:
             return
         session.reader_task = loop.create_task(self._read_loop(session))
         self._schedule_heartbeat(session)
+        # Claims carried over first (RESUME, then every RECLAIM), before any new ACQUIRE.
+        self._resume(session)
         unsent, self._unsent = self._unsent, []
         for pending in unsent:
             self._send_acquire(pending)
 
-    def _drain_buffered(self, session: _Session) -> None:
+    def _drain_buffered(self, session: Session) -> None:
         try:
             while not session.ended and (message := session.frames.next()) is not None:
                 self._on_message(session, message)
         except wire.MalformedFrame as error:
             self._violation(session, f"a malformed frame: {error}")
 
-    def _schedule_reconnect(self) -> None:
+    def _schedule_reconnect(self, *, at_once: bool = False) -> None:
         if self._closed or self._reconnect_task is not None:
             return
-        self._reconnect_task = self._running_loop().create_task(self._reconnect_loop())
+        self._reconnect_task = self._running_loop().create_task(self._reconnect_loop(at_once))
 
-    async def _reconnect_loop(self) -> None:
+    async def _reconnect_loop(self, at_once: bool) -> None:
         try:
             while not self._closed:
-                delay_ms = backoff_delay_ms(self._reconnect_attempt)
+                delay_ms = 0.0 if at_once else backoff_delay_ms(self._reconnect_attempt)
+                at_once = False
                 self._reconnect_attempt += 1
                 await asyncio.sleep(delay_ms / 1000)
                 if self._closed:
                     return
                 try:
-                    session = await self._open_session()
+                    session = await self._open_round()
                 except (UnsupportedVersionError, InvalidArgumentError) as error:
                     # Will fail every time: tell the waiting callers, keep trying for later ones.
                     logger.error("lockd reconnect to %s refused: %s", self.addr, error)
@@ -686,9 +504,180 @@ class Client:
             if self._reconnect_task is asyncio.current_task():
                 self._reconnect_task = None
 
+    # -- carrying claims over (protocol version 2) -------------------------------------------
+
+    def _carries_over(self, session: Session, close_code: int | None, abandoned: bool) -> bool:
+        """Whether the claims of ``session``, which just ended, are carried over to the next
+        connection. Only where a new server may still honour them: a version-2 session of a
+        server that takes reclaims, ended neither by the client (close, protocol error) nor by a
+        server that ended the ownerships itself (CLOSED_BY_ADMIN, IO_TIMEOUT). On a single node
+        (term 0) only a connection the client gave up itself (silent): a server that closed it has
+        ended its ownerships, and a restarted one remembers none."""
+        return (
+            self._reclaim
+            and self._reconnect
+            and not self._closed
+            and not session.violated
+            and session.takes_reclaims
+            and close_code not in _ENDS_OWNERSHIPS
+            and (abandoned or session.welcome.term > 0)
+        )
+
+    def _resume(self, session: Session) -> None:
+        """After WELCOME: RESUME and a RECLAIM per claim of the newest carry; the others, and all
+        of them when this server takes no reclaims, are given up."""
+        if not self._carries:
+            return
+        chosen = max(self._carries, key=lambda c: c.lost_ms) if self._reclaim and session.takes_reclaims else None
+        for carry in list(self._carries):
+            if carry is not chosen:
+                self._give_up_carry(carry, "failover")
+        if chosen is None:
+            return
+        locks = [lock for lock in chosen.locks if lock._reclaim_session is None and not lock._released]
+        queued = [p for p in chosen.queued if not p.abandoned and not p.future.done()]
+        for lock in locks[RECLAIMS_PER_RESUME_MAX:]:
+            self._carried_lost(lock, "failover")
+        locks = locks[:RECLAIMS_PER_RESUME_MAX]
+        for pending in queued[RECLAIMS_PER_RESUME_MAX - len(locks) :]:
+            self._uncarry(pending)
+        queued = queued[: RECLAIMS_PER_RESUME_MAX - len(locks)]
+        if not locks and not queued:
+            self._give_up_carry(chosen, "failover")
+            return
+        request_id = self._new_request_id(session)
+        session.resume_id = request_id
+        session.ledger.resume_sent(request_id)
+        self._send(session, wire.Resume(request_id, chosen.term, chosen.session_id, len(locks) + len(queued)))
+        logger.info(
+            "lockd: reclaiming %d lock(s) and %d waiting claim(s) of session %d (term %d) at %s",
+            len(locks),
+            len(queued),
+            chosen.session_id,
+            chosen.term,
+            session.addr,
+        )
+        for lock in locks:
+            self._send_owned_reclaim(session, lock)
+        for pending in queued:
+            self._send_queued_reclaim(session, pending)
+
+    def _send_owned_reclaim(self, session: Session, lock: Lock) -> None:
+        request_id = self._new_request_id(session)
+        lock._reclaim_session = session
+        lock._reclaim_id = request_id
+        lock._reclaim_sent_ms = now_ms(self._running_loop())
+        session.reclaims[request_id] = lock
+        session.ledger.reclaim_sent(request_id, lock.name, "owned", lock.token)
+        self._send(
+            session,
+            wire.Reclaim(
+                request_id, "owned", lock.token, 0, 0, lock.lease_ms, 0, lock._ticket,
+                "exclusive", lock._limit, lock._slot, lock.name, wire.EMPTY_VALUE,
+            ),
+        )
+
+    def _send_queued_reclaim(self, session: Session, pending: PendingAcquire) -> None:
+        self._register_request(session, pending, reclaim=True)
+        self._send(
+            session,
+            wire.Reclaim(
+                pending.request_id, "queued", 0, pending.order_term, pending.order_seq, pending.lease_ms,
+                self._wait_left(pending), pending.ticket, "exclusive", 0, 0, pending.name, wire.EMPTY_VALUE,
+            ),
+        )
+
+    def _carry_window_ended(self, carry: Carry) -> None:
+        carry.timer = None
+        if carry in self._carries:
+            logger.warning(
+                "lockd: the reclaim window of session %d ended; %d claim(s) not carried over",
+                carry.session_id,
+                len(carry),
+            )
+            self._give_up_carry(carry, "failover")
+
+    def _give_up_carry(self, carry: Carry, reason: str) -> None:
+        """Nothing more of ``carry`` is reclaimed: its locks are lost with ``reason`` (one whose
+        RECLAIM is on its way is handed back if it is kept), its waiting claims rejoin the tail."""
+        if carry in self._carries:
+            self._carries.remove(carry)
+        if carry.timer is not None:
+            carry.timer.cancel()
+            carry.timer = None
+        for lock in list(carry.locks):
+            self._carried_lost(lock, reason)
+        for pending in list(carry.queued):
+            self._uncarry(pending)
+        if carry.kept is not None:
+            self._retire(carry.kept)
+            carry.kept = None
+
+    def _carried_lost(self, lock: Lock, reason: str) -> None:
+        """A lock being carried over is lost (or, released meanwhile, done)."""
+        carry, lock._carry = lock._carry, None
+        if carry is not None and lock in carry.locks:
+            carry.locks.remove(lock)
+        if lock._released:
+            self._release_done(lock)
+        else:
+            lock._mark_lost(reason)
+
+    def _uncarry(self, pending: PendingAcquire) -> None:
+        """A waiting claim leaves its carry: it joins the tail with a new ACQUIRE (unless its queued
+        RECLAIM is on its way: then it is in that queue already)."""
+        carry, pending.carry = pending.carry, None
+        if carry is not None and pending in carry.queued:
+            carry.queued.remove(pending)
+        pending.forget_ticket()
+        if pending.abandoned or pending.future.done():
+            return
+        session = self._session
+        if session is not None and session.pending.get(pending.request_id) is pending:
+            return
+        self._send_acquire(pending)
+
+    def _retire(self, session: Session) -> None:
+        """Closes a connection gracefully, in the background: GOODBYE (version 2), the end of the
+        stream, and reading until the server's end (``CLOSE_GRACE_MS`` at most)."""
+        if session.retired:
+            return
+        session.retired = True
+        task = self._running_loop().create_task(self._retire_now(session))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _retire_now(self, session: Session) -> None:
+        writer = session.writer
+        said_goodbye = False
+        reader_task = session.reader_task
+        if reader_task is not None and reader_task is not asyncio.current_task():
+            reader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader_task
+        with contextlib.suppress(Exception):
+            if not writer.is_closing():
+                if session.version == 2:
+                    request_id = self._new_request_id(None)
+                    writer.write(wire.encode(wire.Goodbye(request_id), 2))
+                    said_goodbye = True
+                if writer.can_write_eof():
+                    writer.write_eof()
+                    said_goodbye = True
+        if said_goodbye:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(CLOSE_GRACE_MS / 1000):
+                    while await session.reader.read(64 * 1024):
+                        pass
+        with contextlib.suppress(Exception):
+            writer.close()
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(CLOSE_GRACE_MS / 1000):
+                await writer.wait_closed()
+
     # -- requests -------------------------------------------------------------------
 
-    def _new_request_id(self, session: _Session | None) -> int:
+    def _new_request_id(self, session: Session | None) -> int:
         """Counts from 1, wraps from 2^32-1 to 1, skips ids still in use."""
         while True:
             request_id = self._next_request_id
@@ -698,38 +687,49 @@ class Client:
                 or request_id in session.owned
                 or request_id in session.releases
                 or request_id in session.heartbeats
+                or request_id in session.reclaims
                 or request_id in session.ledger
             ):
                 return request_id
 
-    def _send(self, session: _Session, message: wire.Message) -> None:
+    def _send(self, session: Session, message: wire.Message) -> None:
         if session.ended:
             return
         try:
-            session.writer.write(wire.encode(message))
+            session.writer.write(wire.encode(message, session.version))
         except (OSError, RuntimeError) as error:  # the transport is closing
             logger.debug("lockd write failed: %s", error)
 
-    def _send_acquire(self, pending: _PendingAcquire) -> None:
+    def _wait_left(self, pending: PendingAcquire) -> int:
+        if pending.deadline_ms is None:
+            return wire.WAIT_FOREVER
+        return max(0, min(wire.WAIT_MS_MAX, round(pending.deadline_ms - now_ms(self._running_loop()))))
+
+    def _register_request(self, session: Session, pending: PendingAcquire, *, reclaim: bool) -> None:
+        pending.request_id = self._new_request_id(session)
+        pending.sent_ms = now_ms(self._running_loop())
+        pending.reclaim = reclaim
+        session.pending[pending.request_id] = pending
+        if reclaim:
+            session.ledger.reclaim_sent(pending.request_id, pending.name, "queued")
+        else:
+            session.ledger.acquire_sent(pending.request_id, pending.name)
+        self._schedule_heartbeat(session)  # a waiting claim's lease counts for the cadence
+
+    def _send_acquire(self, pending: PendingAcquire) -> None:
         if pending.future.done() or pending.abandoned:
             return
         session = self._session
         if session is None or session.ended:
-            self._unsent.append(pending)  # sent after the next WELCOME
+            if pending not in self._unsent:
+                self._unsent.append(pending)  # sent after the next WELCOME
             return
-        loop = self._running_loop()
-        now = _now_ms(loop)
-        wait_ms = wire.WAIT_FOREVER
-        if pending.deadline_ms is not None:
-            wait_ms = max(0, min(wire.WAIT_MS_MAX, round(pending.deadline_ms - now)))
-        pending.request_id = self._new_request_id(session)
-        pending.sent_ms = now
-        session.pending[pending.request_id] = pending
-        session.ledger.acquire_sent(pending.request_id, pending.name)
+        wait_ms = self._wait_left(pending)
+        pending.forget_ticket()  # a new place at the tail
+        self._register_request(session, pending, reclaim=False)
         self._send(session, wire.Acquire(pending.request_id, pending.lease_ms, wait_ms, pending.name))
-        self._schedule_heartbeat(session)  # a waiting claim's lease counts for the cadence
 
-    def _wait_bound_passed(self, pending: _PendingAcquire) -> None:
+    def _wait_bound_passed(self, pending: PendingAcquire) -> None:
         pending.wait_handle = None
         if pending.future.done() or pending.abandoned:
             return
@@ -741,7 +741,7 @@ class Client:
             ),
         )
 
-    def _abandon(self, pending: _PendingAcquire, error: BaseException | None) -> None:
+    def _abandon(self, pending: PendingAcquire, error: BaseException | None) -> None:
         """The caller gave up (wait bound, cancellation): cancel the claim; a racing grant is released."""
         if pending.abandoned:
             return
@@ -751,6 +751,9 @@ class Client:
             pending.wait_handle = None
         if pending in self._unsent:
             self._unsent.remove(pending)
+        carry, pending.carry = pending.carry, None
+        if carry is not None and pending in carry.queued:
+            carry.queued.remove(pending)
         if error is not None and not pending.future.done():
             pending.future.set_exception(error)
         elif not pending.future.done():
@@ -761,20 +764,41 @@ class Client:
             self._send_release(session, 0, pending.name, 0)
 
     async def _release(self, lock: Lock) -> None:
-        """Sends RELEASE; the lock stays owned (heartbeats, deadline) until the answer comes."""
+        """Sends RELEASE; the lock stays owned (heartbeats, deadline) until the answer comes. A lock
+        being carried over is never reclaimed after this; one whose RECLAIM is on its way is handed
+        back if that RECLAIM is kept."""
+        if lock._phase != "held":
+            carry, lock._carry = lock._carry, None
+            if carry is not None and lock in carry.locks:
+                carry.locks.remove(lock)
+            lock._cancel_deadline()
+            reclaim_session = lock._reclaim_session
+            if reclaim_session is not None and not reclaim_session.ended:
+                future: asyncio.Future[None] = self._running_loop().create_future()
+                lock._release_future = future
+                await future
+            return
         session = lock._session
         if session.owned.get(lock._acquire_id) is not lock:
             return
         if session.ended:
             del session.owned[lock._acquire_id]
             return  # the session that held it is gone, and so is the ownership
-        future: asyncio.Future[None] = self._running_loop().create_future()
+        future = self._running_loop().create_future()
         lock._release_future = future
         request_id = self._send_release(session, lock.token, lock.name, lock._acquire_id)
         session.releases[request_id] = lock
         await future
 
-    def _send_release(self, session: _Session, token: int, name: str, acquire_id: int) -> int:
+    def _release_done(self, lock: Lock, error: BaseException | None = None) -> None:
+        future = lock._release_future
+        if future is not None and not future.done():
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+
+    def _send_release(self, session: Session, token: int, name: str, acquire_id: int) -> int:
         """Sends RELEASE; the ledger expects its answer, which also ends what may come for the
         ACQUIRE ``acquire_id`` (0: a token-0 cancel)."""
         request_id = self._new_request_id(session)
@@ -782,22 +806,15 @@ class Client:
         self._send(session, wire.Release(request_id, token, name))
         return request_id
 
-    def _ownership_over(self, session: _Session, lock: Lock, reason: str, error: BaseException | None = None) -> None:
+    def _ownership_over(self, session: Session, lock: Lock, reason: str, error: BaseException | None = None) -> None:
         """The ownership ended for this client: a held lock reports lost, a lock being released is done."""
         if session.owned.get(lock._acquire_id) is lock:
             del session.owned[lock._acquire_id]
-        if lock._deadline_handle is not None:
-            lock._deadline_handle.cancel()
-            lock._deadline_handle = None
-        future = lock._release_future
-        if future is not None:
+        lock._cancel_deadline()
+        if lock._release_future is not None:
             for request_id in [rid for rid, held in session.releases.items() if held is lock]:
                 del session.releases[request_id]
-            if not future.done():
-                if error is None:
-                    future.set_result(None)
-                else:
-                    future.set_exception(error)
+            self._release_done(lock, error)
             return
         lock._mark_lost(reason)
 
@@ -809,27 +826,40 @@ class Client:
             running = asyncio.get_running_loop()
         except RuntimeError:
             return
-        if running is not loop or lock._session.owned.get(lock._acquire_id) is not lock:
+        if running is not loop or not lock._tracked():
             return
-        if _now_ms(loop) >= lock.deadline_ms:
+        if now_ms(loop) >= lock.deadline_ms:
             self._deadline_passed(lock)
 
     def _deadline_passed(self, lock: Lock, *, final: bool = False) -> None:
-        """The local lease deadline passed with no newer confirmation: the lock is lost.
+        """The local lease deadline passed with no newer confirmation: the lock is lost, or, made
+        with ``suspend=True`` where it can still be carried over, suspended.
 
         ``final``: another thread saw the deadline pass (lockd.sync); a confirmation that came
         after that cannot revive the ownership.
         """
-        handle, lock._deadline_handle = lock._deadline_handle, None
-        if handle is not None:
-            handle.cancel()
+        lock._cancel_deadline()
+        if not lock._tracked():
+            return
+        loop = self._running_loop()
+        if not final and now_ms(loop) < lock.deadline_ms:  # a late ACK moved it
+            lock._arm_deadline(loop)
+            return
+        if lock._phase == "reclaiming":
+            if lock._suspend and not final:
+                logger.warning("lockd lock %r suspended: not confirmed by a new leader in time", lock.name)
+                lock._set_suspended(True)
+            else:
+                logger.warning("lockd lock %r lost: not carried over before its local deadline", lock.name)
+                self._carried_lost(lock, "lease_unconfirmed")
+            return
         session = lock._session
-        if session.owned.get(lock._acquire_id) is not lock:
-            return
-        if not final and _now_ms(self._running_loop()) < lock.deadline_ms:  # a late ACK moved it
-            lock._arm_deadline(self._running_loop())
-            return
         releasing = lock._release_future is not None
+        if not releasing and not final and lock._suspend and self._carries_over(session, None, True):
+            # The connection is silent: given up now, so the lock is carried over (suspended).
+            logger.warning("lockd connection to %s unconfirmed past a lock's deadline; reconnecting", session.addr)
+            self._leave_silent(session)
+            return
         if not releasing:
             logger.warning("lockd lock %r lost: lease not confirmed by the server in time", lock.name)
         self._ownership_over(session, lock, "lease_unconfirmed")
@@ -838,12 +868,12 @@ class Client:
             self._send_release(session, lock.token, lock.name, lock._acquire_id)
         self._schedule_heartbeat(session)
 
-    # -- heartbeats -----------------------------------------------------------------------
+    # -- heartbeats and silence ----------------------------------------------------------
 
-    def _heartbeat_interval_ms(self, session: _Session) -> float:
+    def _heartbeat_interval_ms(self, session: Session) -> float:
         welcome = session.welcome
         shortest = float(welcome.io_timeout_ms)
-        for lock in session.owned.values():
+        for lock in (*session.owned.values(), *session.reclaims.values()):
             shortest = min(shortest, lock.lease_ms)
         for pending in session.pending.values():
             if pending.abandoned:
@@ -852,43 +882,69 @@ class Client:
             shortest = min(shortest, max(LEASE_MS_MIN, min(asked, welcome.lease_max_ms)))
         return max(1.0, shortest / 3)
 
-    def _schedule_heartbeat(self, session: _Session) -> None:
+    def _schedule_heartbeat(self, session: Session) -> None:
         if session.ended or self._closed:
             return
         loop = self._running_loop()
         if session.heartbeat_handle is not None:
             session.heartbeat_handle.cancel()
         due_ms = session.last_heartbeat_sent_ms + self._heartbeat_interval_ms(session)
-        delay_s = max(0.0, (due_ms - _now_ms(loop)) / 1000)
+        delay_s = max(0.0, (due_ms - now_ms(loop)) / 1000)
         session.heartbeat_handle = loop.call_later(delay_s, self._heartbeat_due, session)
 
-    def _heartbeat_due(self, session: _Session) -> None:
+    def _heartbeat_due(self, session: Session) -> None:
         session.heartbeat_handle = None
         if session.ended or self._closed:
             return
-        now = _now_ms(self._running_loop())
-        oldest = min(session.heartbeats.values(), default=None)
-        silence_ms = session.welcome.io_timeout_ms
-        if len(self.addrs) > 1:
-            # A frozen or cut-off cluster leader: another node takes over meanwhile.
-            silence_ms = min(silence_ms, CLUSTER_SILENCE_MS)
-        if oldest is not None and now - oldest > silence_ms:
-            if len(self.addrs) > 1:
-                self._avoid, self._preferred = self._preferred, None
-            # No answer for the I/O timeout: the server closed its side by now, or the path is dead.
-            logger.warning("lockd connection to %s unanswered for %d ms; reconnecting", self.addr, now - oldest)
-            self._end_session(session, None)
-            return
+        now = now_ms(self._running_loop())
         request_id = self._new_request_id(session)
         session.heartbeats[request_id] = now
         session.ledger.heartbeat_sent(request_id)
         session.last_heartbeat_sent_ms = now
         self._send(session, wire.Heartbeat(request_id))
+        self._arm_silence(session)
         self._schedule_heartbeat(session)
+
+    def _silence_ms(self, session: Session) -> float:
+        silence_ms = float(session.welcome.io_timeout_ms)
+        if len(self.addrs) > 1:
+            # A frozen or cut-off cluster leader: another node takes over meanwhile.
+            silence_ms = min(silence_ms, CLUSTER_SILENCE_MS)
+        return silence_ms
+
+    def _arm_silence(self, session: Session) -> None:
+        """The silence check runs on its own timer: ``_silence_ms`` after the oldest unanswered
+        heartbeat (and after the last frame heard), not at the next heartbeat."""
+        if session.ended or session.silence_handle is not None or not session.heartbeats:
+            return
+        loop = self._running_loop()
+        due_ms = max(min(session.heartbeats.values()), session.last_frame_ms) + self._silence_ms(session)
+        session.silence_handle = loop.call_later(max(0.0, (due_ms - now_ms(loop)) / 1000), self._silence_due, session)
+
+    def _silence_due(self, session: Session) -> None:
+        session.silence_handle = None
+        if session.ended or self._closed or not session.heartbeats:
+            return
+        now = now_ms(self._running_loop())
+        oldest = min(session.heartbeats.values())
+        silence_ms = self._silence_ms(session)
+        if now - oldest >= silence_ms and now - session.last_frame_ms >= silence_ms:
+            # No answer for that long: the server closed its side by now, or the path is dead, or
+            # (cluster) the leader froze or was cut off.
+            logger.warning("lockd connection to %s unanswered for %d ms; reconnecting", session.addr, now - oldest)
+            self._leave_silent(session)
+            return
+        self._arm_silence(session)
+
+    def _leave_silent(self, session: Session) -> None:
+        if len(self.addrs) > 1:
+            # That node may be frozen: a new connection to it would wait out the connect timeout.
+            self._avoid, self._preferred = session.addr, None
+        self._end_session(session, None, abandoned=True)
 
     # -- reading --------------------------------------------------------------------------
 
-    async def _read_loop(self, session: _Session) -> None:
+    async def _read_loop(self, session: Session) -> None:
         frames = session.frames
         try:
             while not session.ended:
@@ -903,16 +959,19 @@ class Client:
         except wire.MalformedFrame as error:
             self._violation(session, f"a malformed frame: {error}")
         except (OSError, ssl.SSLError) as error:
-            logger.info("lockd connection to %s failed: %s", self.addr, error)
+            logger.info("lockd connection to %s failed: %s", session.addr, error)
         except asyncio.CancelledError:
-            pass
+            return  # the client stopped reading (the connection is given up or closing)
         self._end_session(session, None)
 
-    def _on_message(self, session: _Session, message: wire.Message) -> None:
+    def _on_message(self, session: Session, message: wire.Message) -> None:
         if session.ended:
             return  # frames after a closing ERROR are ignored
         loop = self._running_loop()
-        if not isinstance(message, (wire.Acquired, wire.HeartbeatAck, wire.Released, wire.Error, wire.Queued)):
+        session.last_frame_ms = now_ms(loop)
+        if not isinstance(
+            message, (wire.Acquired, wire.HeartbeatAck, wire.Released, wire.Error, wire.Queued, wire.Resumed)
+        ):
             self._violation(session, f"it sent {type(message).__name__.upper()} after WELCOME")
             return
         closing = isinstance(message, wire.Error) and message.request_id != 0 and message.code in _CLOSING
@@ -922,40 +981,12 @@ class Client:
                 self._violation(session, misfit)
                 return
         if isinstance(message, wire.Acquired):
-            pending = session.pending.pop(message.request_id, None)
-            if pending is None:
-                return
-            if pending.wait_handle is not None:
-                pending.wait_handle.cancel()
-                pending.wait_handle = None
-            if pending.abandoned or pending.future.done():
-                # The caller gave up while the grant was on its way: hand it back at once.
-                self._send_release(session, message.token, message.name, message.request_id)
-                return
-            lock = Lock(self, session, message.name, message.token, message.lease_ms, message.request_id)
-            lock._confirmed_send_ms = max(pending.sent_ms, session.last_acked_heartbeat_send_ms)
-            session.owned[message.request_id] = lock
-            if _now_ms(loop) >= lock.deadline_ms:
-                # Granted too late to be confirmed (a long wait without acknowledged heartbeats):
-                # it arrives lost, and goes back to the server at once.
-                self._ownership_over(session, lock, "lease_unconfirmed")
-                self._send_release(session, lock.token, lock.name, lock._acquire_id)
+            if message.request_id in session.reclaims:
+                self._on_reclaim_kept(session, message)
             else:
-                lock._arm_deadline(loop)
-            pending.future.set_result(lock)
-            self._schedule_heartbeat(session)
+                self._on_acquired(session, message)
         elif isinstance(message, wire.HeartbeatAck):
-            sent_ms = session.heartbeats.pop(message.request_id, None)
-            if sent_ms is None:
-                return
-            # Older heartbeats answered out of order? They cannot be: the ACKs keep send order.
-            for request_id in [rid for rid, at in session.heartbeats.items() if at < sent_ms]:
-                del session.heartbeats[request_id]
-            session.last_acked_heartbeat_send_ms = max(session.last_acked_heartbeat_send_ms, sent_ms)
-            for lock in session.owned.values():
-                if sent_ms > lock._confirmed_send_ms:
-                    lock._confirmed_send_ms = sent_ms
-                    lock._arm_deadline(loop)
+            self._on_heartbeat_ack(session, message)
         elif isinstance(message, wire.Released):
             lock = session.releases.get(message.request_id)
             if lock is not None:
@@ -963,18 +994,139 @@ class Client:
                 self._schedule_heartbeat(session)
         elif isinstance(message, wire.Error):
             self._on_error(session, message)
+        elif isinstance(message, wire.Resumed):
+            self._on_resumed(session, message)
         else:
-            pass  # QUEUED: informational; sent once, never updated
+            self._on_queued(session, message)
 
-    def _on_error(self, session: _Session, message: wire.Error) -> None:
+    def _on_acquired(self, session: Session, message: wire.Acquired) -> None:
+        loop = self._running_loop()
+        pending = session.pending.pop(message.request_id, None)
+        if pending is None:
+            return
+        if pending.wait_handle is not None:
+            pending.wait_handle.cancel()
+            pending.wait_handle = None
+        carry, pending.carry = pending.carry, None
+        if carry is not None and pending in carry.queued:
+            carry.queued.remove(pending)
+        if pending.abandoned or pending.future.done():
+            # The caller gave up while the grant was on its way: hand it back at once.
+            self._send_release(session, message.token, message.name, message.request_id)
+            return
+        lock = Lock(
+            self, session, message.name, message.token, message.lease_ms, message.request_id, suspend=pending.suspend
+        )
+        self._take_grant(session, lock, message)
+        lock._confirmed_send_ms = max(pending.sent_ms, session.last_acked_heartbeat_send_ms)
+        session.owned[message.request_id] = lock
+        if now_ms(loop) >= lock.deadline_ms:
+            # Granted too late to be confirmed (a long wait without acknowledged heartbeats):
+            # it arrives lost, and goes back to the server at once.
+            self._ownership_over(session, lock, "lease_unconfirmed")
+            self._send_release(session, lock.token, lock.name, lock._acquire_id)
+        else:
+            lock._arm_deadline(loop)
+        pending.future.set_result(lock)
+        self._schedule_heartbeat(session)
+
+    @staticmethod
+    def _take_grant(session: Session, lock: Lock, message: wire.Acquired) -> None:
+        """What a new leader checks when the claim is carried over: this grant's ticket, limit and
+        slot, and this connection's term and session id."""
+        lock._ticket = message.ticket
+        lock._ticket_term = session.welcome.term
+        lock._ticket_session_id = session.welcome.session_id
+        lock._limit = message.limit
+        lock._slot = message.slot
+
+    def _on_reclaim_kept(self, session: Session, message: wire.Acquired) -> None:
+        """ACQUIRED answering an owned RECLAIM (same token, checked): the lock is confirmed on this
+        connection, its deadline counted from the RECLAIM's send time."""
+        loop = self._running_loop()
+        lock = session.reclaims.pop(message.request_id)
+        sent_ms = lock._reclaim_sent_ms
+        lock._reclaim_session, lock._reclaim_id = None, 0
+        carry, lock._carry = lock._carry, None
+        if carry is not None and lock in carry.locks:
+            carry.locks.remove(lock)
+        lock._session = session
+        lock._acquire_id = message.request_id
+        session.owned[message.request_id] = lock
+        if lock._lost.reason is not None or lock._released:
+            # Reported lost meanwhile (never revived), or released: hand it back.
+            request_id = self._send_release(session, message.token, message.name, message.request_id)
+            if lock._released and lock._release_future is not None:
+                session.releases[request_id] = lock
+            else:
+                del session.owned[message.request_id]
+            return
+        self._take_grant(session, lock, message)
+        lock.lease_ms = message.lease_ms
+        lock._confirmed_send_ms = max(sent_ms, session.last_acked_heartbeat_send_ms)
+        was_suspended = lock._phase == "suspended"
+        lock._phase = "held"
+        if now_ms(loop) >= lock.deadline_ms:
+            self._ownership_over(session, lock, "lease_unconfirmed")
+            self._send_release(session, lock.token, lock.name, lock._acquire_id)
+        else:
+            lock._arm_deadline(loop)
+            logger.info("lockd lock %r carried over to %s (token %d)", lock.name, session.addr, lock.token)
+            if was_suspended:
+                lock._set_suspended(False)
+        self._schedule_heartbeat(session)
+
+    def _on_queued(self, session: Session, message: wire.Queued) -> None:
+        """QUEUED: its ticket and order fields are what a new leader needs to keep the claim's place."""
+        pending = session.pending.get(message.request_id)
+        if pending is None or pending.abandoned:
+            return
+        carry, pending.carry = pending.carry, None
+        if carry is not None and pending in carry.queued:
+            carry.queued.remove(pending)
+        if message.ticket:
+            pending.ticket = message.ticket
+            pending.ticket_term = session.welcome.term
+            pending.ticket_session_id = session.welcome.session_id
+            pending.order_term = message.order_term
+            pending.order_seq = message.order_seq
+        else:
+            pending.forget_ticket()
+
+    def _on_heartbeat_ack(self, session: Session, message: wire.HeartbeatAck) -> None:
+        loop = self._running_loop()
+        sent_ms = session.heartbeats.pop(message.request_id, None)
+        if sent_ms is None:
+            return
+        # Older heartbeats answered out of order? They cannot be: the ACKs keep send order.
+        for request_id in [rid for rid, at in session.heartbeats.items() if at < sent_ms]:
+            del session.heartbeats[request_id]
+        session.last_acked_heartbeat_send_ms = max(session.last_acked_heartbeat_send_ms, sent_ms)
+        for lock in session.owned.values():
+            if sent_ms > lock._confirmed_send_ms:
+                lock._confirmed_send_ms = sent_ms
+                lock._arm_deadline(loop)
+
+    def _on_resumed(self, session: Session, message: wire.Resumed) -> None:
+        if message.request_id != session.resume_id:
+            return
+        session.resume_id = 0
+        logger.info("lockd at %s: RESUMED %s (%d ms of its window left)", session.addr, message.outcome, message.window_left_ms)
+        # The new server has decided about the old session: its socket is closed now.
+        for carry in self._carries:
+            if carry.kept is not None:
+                self._retire(carry.kept)
+                carry.kept = None
+
+    def _on_error(self, session: Session, message: wire.Error) -> None:
         if message.request_id == 0 or message.code in _CLOSING:
             # After WELCOME, request id 0 closes the session unless it answers a request whose
             # own id was 0 (INVALID_ARGUMENT), which this client never sends; so does a code that
             # always closes the connection, whatever its request id.
             if message.request_id == 0 and message.code == InvalidArgumentError.code:
-                logger.warning("lockd server %s: %s", self.addr, message.message)
+                logger.warning("lockd server %s: %s", session.addr, message.message)
             else:
-                logger.info("lockd server %s closes the session: %s", self.addr, message.message)
+                logger.info("lockd server %s closes the session: %s", session.addr, message.message)
                 if message.code == NotLeaderError.code:
                     # Cluster mode: the node stopped leading; go to the leader it names first, if
                     # the trust model allows; a name that is no address is that node's failure.
@@ -997,11 +1149,22 @@ class Client:
                 self._schedule_heartbeat(session)
             return
         error = LockdError.from_wire(message.code, message.name, message.message)
+        reclaimed = session.reclaims.pop(message.request_id, None)
+        if reclaimed is not None:
+            # CLAIM_VOID (or another refusal): the lock could not be carried over.
+            reclaimed._reclaim_session, reclaimed._reclaim_id = None, 0
+            logger.warning("lockd lock %r not carried over: %s", reclaimed.name, message.message)
+            self._carried_lost(reclaimed, "failover")
+            self._schedule_heartbeat(session)
+            return
         pending = session.pending.pop(message.request_id, None)
         if pending is not None:
             if pending.wait_handle is not None:
                 pending.wait_handle.cancel()
                 pending.wait_handle = None
+            carry, pending.carry = pending.carry, None
+            if carry is not None and pending in carry.queued:
+                carry.queued.remove(pending)
             if not pending.abandoned and not pending.future.done():
                 pending.future.set_exception(error)
             self._schedule_heartbeat(session)
@@ -1013,8 +1176,14 @@ class Client:
 
     # -- the end of a connection --------------------------------------------------------
 
-    def _end_session(self, session: _Session, close_code: int | None) -> None:
-        """The connection ended: owned locks are lost, waiting acquires wait for the next session."""
+    def _end_session(
+        self, session: Session, close_code: int | None, *, abandoned: bool = False, close_socket: bool = True
+    ) -> None:
+        """The connection ended. Owned locks are lost, or carried over (``_carries_over``);
+        waiting acquires wait for the next session, carried over with their place or at the tail.
+
+        ``abandoned``: the client gave it up (silent); with claims to carry its socket stays open.
+        """
         if session.ended:
             return
         session.ended = True
@@ -1026,10 +1195,30 @@ class Client:
             self._preferred = None
         else:
             self._violations_in_a_row = 0
-        if session.heartbeat_handle is not None:
-            session.heartbeat_handle.cancel()
-        with contextlib.suppress(Exception):
-            session.writer.close()
+        for handle in (session.heartbeat_handle, session.silence_handle):
+            if handle is not None:
+                handle.cancel()
+        if self._session is session:
+            self._session = None
+        loop = self._running_loop()
+        now = now_ms(loop)
+        welcome = session.welcome
+        carry: Carry | None = None
+        if self._carries_over(session, close_code, abandoned):
+            carry = Carry(
+                term=welcome.term,
+                session_id=welcome.session_id,
+                lost_ms=now,
+                window_end_ms=now + welcome.reclaim_window_ms,
+                kept=session if abandoned else None,
+            )
+        if carry is not None and carry.kept is not None:
+            session.kept_open = True
+            if session.reader_task is not None and session.reader_task is not asyncio.current_task():
+                session.reader_task.cancel()  # unread from now on
+        elif close_socket:
+            with contextlib.suppress(Exception):
+                session.writer.close()
         reason = (
             "force"
             if close_code == ClosedByAdminError.code
@@ -1039,16 +1228,29 @@ class Client:
             if close_code == NotLeaderError.code
             else "disconnected"
         )
+        # Owned RECLAIMs on their way stay with their own carry (sent again next time); a lock
+        # released meanwhile is done.
+        for lock in session.reclaims.values():
+            lock._reclaim_session, lock._reclaim_id = None, 0
+            if lock._released:
+                self._release_done(lock)
+        session.reclaims.clear()
         # Locks being released are done (the session is gone, and so is the ownership); the
-        # others are lost.
+        # others are lost, or carried over while their deadlines run.
         for lock in list(session.owned.values()):
-            self._ownership_over(session, lock, reason)
+            if carry is not None and lock._release_future is None and lock._ticket and lock._lost.reason is None:
+                del session.owned[lock._acquire_id]
+                lock._phase = "reclaiming"
+                lock._carry = carry
+                carry.locks.append(lock)
+                if now >= lock.deadline_ms:
+                    self._deadline_passed(lock)
+            else:
+                self._ownership_over(session, lock, reason)
         session.owned.clear()
         session.releases.clear()
         waiting = [p for p in session.pending.values() if not p.abandoned and not p.future.done()]
         session.pending.clear()
-        if self._session is session:
-            self._session = None
         if self._closed:
             self._fail_unsent(LockdConnectionError("The client is closed", retryable=False), waiting)
             return
@@ -1056,11 +1258,29 @@ class Client:
             self._failed = True
             self._fail_unsent(LockdConnectionError(f"The connection to lockd at {self.addr} was lost"), waiting)
             return
-        # Waiting claims rejoin the tail of their queues on the next session.
-        self._unsent.extend(waiting)
-        self._schedule_reconnect()
+        for pending in waiting:
+            pending.reclaim = False
+            if pending.carry is not None:
+                continue  # a queued RECLAIM of an older carry: sent again with it
+            if carry is not None and pending.ticket and pending.ticket_session_id == welcome.session_id:
+                pending.carry = carry
+                carry.queued.append(pending)
+            else:
+                # Waiting claims rejoin the tail of their queues on the next session.
+                pending.forget_ticket()
+                self._unsent.append(pending)
+        if carry is not None:
+            if len(carry):
+                self._carries.append(carry)
+                delay_s = max(0.0, (carry.window_end_ms - now) / 1000)
+                carry.timer = loop.call_later(delay_s, self._carry_window_ended, carry)
+            elif carry.kept is not None:
+                self._retire(carry.kept)
+                carry.kept = None
+        # A fail-over with the new leader named: follow it at once, without back-off.
+        self._schedule_reconnect(at_once=close_code == NotLeaderError.code and self._preferred is not None)
 
-    def _violation(self, session: _Session, what: str) -> None:
+    def _violation(self, session: Session, what: str) -> None:
         """The server broke the protocol on ``session``: count, report, close the connection."""
         if session.violated or session.ended:
             return
@@ -1078,7 +1298,7 @@ class Client:
             except Exception:  # the application's callback must not break the client
                 logger.exception("on_protocol_error callback failed")
 
-    def _fail_unsent(self, error: BaseException, extra: list[_PendingAcquire] | None = None) -> None:
+    def _fail_unsent(self, error: BaseException, extra: list[PendingAcquire] | None = None) -> None:
         failed, self._unsent = [*self._unsent, *(extra or [])], []
         for pending in failed:
             if pending.wait_handle is not None:
@@ -1112,6 +1332,7 @@ def connect(
     server_hostname: str | None = None,
     connect_timeout_ms: float = CONNECT_TIMEOUT_MS_DEFAULT,
     reconnect: bool = True,
+    reclaim: bool = True,
     on_protocol_error: Callable[[ServerProtocolError], None] | None = None,
 ) -> _Connecting:
     """Connects to a lockd server: ``client = await connect(...)`` or ``async with connect(...) as client``.
@@ -1119,9 +1340,12 @@ def connect(
     ``ssl_context`` turns TLS on (see ``lockd.tls_context`` for mutual TLS). ``connect_timeout_ms``
     bounds dial + TLS + HELLO/WELCOME, here and on every reconnect. With ``reconnect`` (default),
     a lost connection is re-dialled with full-jitter back-off and waiting acquires are re-sent.
-    ``addrs`` lists the nodes of a lockd cluster (docs/cluster.md): they are tried in order, and a
-    NOT_LEADER naming the leader is followed at once; a session the leader ends with NOT_LEADER
-    loses its locks with reason ``failover``.
+    ``addrs`` lists the nodes of a lockd cluster (docs/cluster.md): they are tried in order, a
+    NOT_LEADER naming the leader is followed at once, and the first connect goes on over the list
+    until ``connect_timeout_ms`` has passed (a fail-over in progress). With ``reclaim`` (default)
+    and a server that speaks protocol version 2, locks and waiting claims are carried over to a
+    new leader after a fail-over (docs/cluster.md); without it, or with a server of before version
+    2, a session the leader ends with NOT_LEADER loses its locks with reason ``failover``.
     """
     return _Connecting(
         Client(
@@ -1132,21 +1356,11 @@ def connect(
             server_hostname=server_hostname,
             connect_timeout_ms=connect_timeout_ms,
             reconnect=reconnect,
+            reclaim=reclaim,
             on_protocol_error=on_protocol_error,
         )
     )
 
-
-def _is_tls_record(data: bytes) -> bool:
-    """A TLS server answers a plaintext HELLO with a TLS record (alert 0x15 or handshake 0x16, then
-    version 0x03 ..); a lockd frame starts with 0x00 (lengths below 16 MiB)."""
-    return len(data) >= 2 and data[0] in (0x15, 0x16) and data[1] == 0x03
-
-
-def _is_not_tls(error: ssl.SSLError) -> bool:
-    """What OpenSSL says when the peer's bytes are not a TLS record (a plaintext server)."""
-    text = f"{getattr(error, 'reason', '')} {error}"
-    return any(mark in text.upper() for mark in ("WRONG_VERSION_NUMBER", "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE"))
 
 
 def tls_context(

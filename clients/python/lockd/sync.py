@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -26,6 +27,8 @@ from .errors import LockLostError
 __all__ = ["SyncClient", "SyncLock", "SyncLostEvent", "connect"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger("lockd")
 
 
 class SyncLostEvent(threading.Event):
@@ -60,6 +63,8 @@ class SyncLock:
         #: ``lost.is_set()`` past the local lease deadline).
         self.lost = SyncLostEvent(self._probe)
         lock.add_lost_callback(self._on_lost)
+        self._suspend_callbacks: list[Callable[[bool], None]] = []
+        lock.add_suspend_callback(self._on_suspend)
 
     def _on_lost(self, reason: str) -> None:
         if self.lost.reason is None:
@@ -67,16 +72,48 @@ class SyncLock:
             self.lost.error = self._lock._lost.error or LockLostError(self.name, self.token, reason)
         self.lost.set()
 
+    def _on_suspend(self, suspended: bool) -> None:
+        for callback in list(self._suspend_callbacks):
+            try:
+                callback(suspended)
+            except Exception:  # a caller's callback must not break the client
+                logger.exception("suspend callback of lock %r failed", self.name)
+
+    @property
+    def suspended(self) -> bool:
+        """True while a lock acquired with ``suspend=True`` waits to be carried over to a new
+        leader after its local deadline passed (see ``lockd.Lock.suspended``)."""
+        lock = self._lock
+        if self.lost.is_set() or lock._released:
+            return False
+        if lock._phase == "suspended":
+            return True
+        # Past the deadline by this thread's clock, before the client's thread has run.
+        return self._defers_to_suspend() and time.monotonic() * 1000 >= lock.deadline_ms
+
+    def _defers_to_suspend(self) -> bool:
+        """A ``suspend=True`` lock that can be carried over: past its deadline it is suspended, not lost."""
+        lock = self._lock
+        return lock._suspend and lock._tracked() and (lock._phase == "reclaiming" or lock._session.takes_reclaims)
+
+    def add_suspend_callback(self, callback: Callable[[bool], None]) -> None:
+        """Calls ``callback(True)`` when the lock is suspended and ``callback(False)`` when it is
+        held again, on the client's thread (at once with ``True`` if it is suspended now)."""
+        self._suspend_callbacks.append(callback)
+        if self.suspended:
+            callback(True)
+
     def _probe(self) -> None:
         """Past the local lease deadline by this thread's reading of the loop's clock (both are
-        ``time.monotonic()``): lost now, and the client's thread follows."""
+        ``time.monotonic()``): lost now (or, being carried over with ``suspend=True``, left to the
+        client's thread, which suspends it), and the client's thread follows."""
         lock = self._lock
-        if lock._released or lock._lost.reason is not None:
-            return
-        if lock._session.owned.get(lock._acquire_id) is not lock:
+        if not lock._tracked():
             return
         if time.monotonic() * 1000 < lock.deadline_ms:
             return
+        if self._defers_to_suspend():
+            return  # suspended, not lost: the client's thread decides at its deadline timer
         self._on_lost("lease_unconfirmed")
         with contextlib.suppress(RuntimeError):  # the loop is closed: nothing left to tell
             self._client._loop.call_soon_threadsafe(
@@ -129,28 +166,38 @@ class SyncClient:
     def server_version(self) -> str:
         return self._client.server_version
 
-    def acquire(self, name: str, *, lease_ms: int = 0, wait_ms: float | None = None) -> SyncLock:
-        """Blocks until the lock is owned (``wait_ms`` None = no bound; ``WaitTimeoutError`` after it)."""
+    @property
+    def protocol_version(self) -> int:
+        return self._client.protocol_version
+
+    def acquire(
+        self, name: str, *, lease_ms: int = 0, wait_ms: float | None = None, suspend: bool = False
+    ) -> SyncLock:
+        """Blocks until the lock is owned (``wait_ms`` None = no bound; ``WaitTimeoutError`` after
+        it); ``suspend`` as in ``lockd.Client.acquire``."""
 
         async def acquire() -> SyncLock:
             # Built on the loop's thread, so no loss can slip between the grant and the callback.
-            return SyncLock(self, await self._client.acquire(name, lease_ms=lease_ms, wait_ms=wait_ms))
+            lock = await self._client.acquire(name, lease_ms=lease_ms, wait_ms=wait_ms, suspend=suspend)
+            return SyncLock(self, lock)
 
         return self._run(acquire())
 
-    def try_acquire(self, name: str, *, lease_ms: int = 0) -> SyncLock | None:
+    def try_acquire(self, name: str, *, lease_ms: int = 0, suspend: bool = False) -> SyncLock | None:
         """The lock if it is free right now, else None."""
 
         async def try_acquire() -> SyncLock | None:
-            lock = await self._client.try_acquire(name, lease_ms=lease_ms)
+            lock = await self._client.try_acquire(name, lease_ms=lease_ms, suspend=suspend)
             return None if lock is None else SyncLock(self, lock)
 
         return self._run(try_acquire())
 
     @contextlib.contextmanager
-    def lock(self, name: str, *, lease_ms: int = 0, wait_ms: float | None = None) -> Iterator[SyncLock]:
+    def lock(
+        self, name: str, *, lease_ms: int = 0, wait_ms: float | None = None, suspend: bool = False
+    ) -> Iterator[SyncLock]:
         """``with client.lock(name, ...) as lock:`` acquires, and releases on exit."""
-        held = self.acquire(name, lease_ms=lease_ms, wait_ms=wait_ms)
+        held = self.acquire(name, lease_ms=lease_ms, wait_ms=wait_ms, suspend=suspend)
         try:
             yield held
         finally:

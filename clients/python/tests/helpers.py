@@ -285,17 +285,38 @@ Script = Callable[[wire.Message, Callable[[wire.Message], None]], Awaitable[None
 class FakeServer:
     """A scripted lockd peer for client behaviour a real server shows only by chance.
 
-    Answers HELLO with WELCOME, then calls ``script(message, send)`` for every request;
-    ``send`` queues a frame. ``close_after_send`` closes the connection after the next write.
+    Answers HELLO with WELCOME of the HELLO's version when that is one of ``versions`` (else ERROR
+    UNSUPPORTED_VERSION and a close, as a server of before version 2 does), then calls
+    ``script(message, send)`` for every request; ``send`` queues a frame in the layout of the
+    connection's version (``send(None)`` closes the connection). A version-2 WELCOME carries
+    ``term`` and ``reclaim_window_ms`` (0 by default: a server that takes no reclaims). GOODBYE
+    closes the connection, as a server does. ``self.conn`` is the connection of the last frame.
     """
 
-    def __init__(self, script: Script, *, io_timeout_ms: int = 30_000, welcome: bool = True) -> None:
+    def __init__(
+        self,
+        script: Script,
+        *,
+        io_timeout_ms: int = 30_000,
+        welcome: bool = True,
+        versions: tuple[int, ...] = (1, 2),
+        term: int = 0,
+        reclaim_window_ms: int = 0,
+    ) -> None:
         self.script = script
         self.io_timeout_ms = io_timeout_ms
         self.welcome = welcome
+        self.versions = versions
+        self.term = term
+        self.reclaim_window_ms = reclaim_window_ms
         self.addr = ""
         self.connections = 0
         self.received: list[wire.Message] = []
+        #: Every frame received, with the number of its connection (1, 2, ...).
+        self.received_on: list[tuple[int, wire.Message]] = []
+        #: The protocol version each connection's HELLO asked for, in order.
+        self.hello_versions: list[int] = []
+        self.conn = 0
         self._server: asyncio.AbstractServer | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
@@ -314,14 +335,16 @@ class FakeServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        index = self.connections
         self._writers.add(writer)
         frames = wire.FrameReader()
+        version = 1
 
         def send(message: wire.Message | None) -> None:
             if message is None:
                 writer.close()
             else:
-                writer.write(wire.encode(message))
+                writer.write(wire.encode(message, version))
 
         self.last_send = send  # for tests that answer later, outside the script
 
@@ -333,10 +356,21 @@ class FakeServer:
                 frames.push(data)
                 while (message := frames.next()) is not None:
                     self.received.append(message)
+                    self.received_on.append((index, message))
+                    self.conn = index
                     if isinstance(message, wire.Hello):
+                        self.hello_versions.append(message.version)
+                        if message.version not in self.versions:
+                            send(wire.Error(0, 0x03, "", f"protocol version {message.version} is not supported"))
+                            send(None)
+                            return
+                        version = message.version
                         if self.welcome:
-                            send(wire.Welcome(1, "fake", self.connections, self.io_timeout_ms, 15_000, 300_000))
+                            send(self.welcome_for(version, index))
                         continue
+                    if isinstance(message, wire.Goodbye):
+                        send(None)
+                        return
                     result = self.script(message, send)
                     if result is not None:
                         await result
@@ -345,6 +379,13 @@ class FakeServer:
         finally:
             with contextlib.suppress(Exception):
                 writer.close()
+
+    def welcome_for(self, version: int, session_id: int) -> wire.Welcome:
+        if version == 1:
+            return wire.Welcome(1, "fake", session_id, self.io_timeout_ms, 15_000, 300_000)
+        return wire.Welcome(
+            2, "fake", session_id, self.io_timeout_ms, 15_000, 300_000, self.term, self.reclaim_window_ms, 0
+        )
 
 
 async def eventually(check: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
