@@ -336,13 +336,13 @@ class ReplyLedger:
             return None
         if expected.phase == "owned":
             if code != LEASE_EXPIRED:
-                return f"{code_text} for an {self._kind(expected)} that owns its lock"
+                return f"{code_text} for {self._a(expected)} that owns its lock"
             del self._expected[request_id]
             return None
         if code == CLAIM_VOID and expected.reclaim != "owned":
             return f"{code_text}: CLAIM_VOID answers an owned RECLAIM only"
         if code in (LEASE_EXPIRED, NOT_OWNER) or code in _CLOSING_CODES:
-            return f"{code_text} for an {self._kind(expected)} still waiting"
+            return f"{code_text} for {self._a(expected)} still waiting"
         del self._expected[request_id]
         return None
 
@@ -356,6 +356,10 @@ class ReplyLedger:
     @staticmethod
     def _kind(expected: _Acquire) -> str:
         return "ACQUIRE" if expected.reclaim is None else "RECLAIM"
+
+    @staticmethod
+    def _a(expected: _Acquire) -> str:
+        return "an ACQUIRE" if expected.reclaim is None else "a RECLAIM"
 
     @staticmethod
     def _name_fits(name: str, asked: str) -> bool:

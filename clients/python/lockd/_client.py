@@ -349,13 +349,14 @@ class Client:
                     informative = error
                 if not error.retryable:
                     raise
-                delay_ms = backoff_delay_ms(attempt)
+                delay_ms = min(backoff_delay_ms(attempt), end_ms - now_ms(loop))
                 attempt += 1
-                if now_ms(loop) + delay_ms >= end_ms:
+                if delay_ms > 0:
+                    logger.info("lockd connect: no node serves yet (%s); trying again", error)
+                    await asyncio.sleep(delay_ms / 1000)
+                if now_ms(loop) >= end_ms - 1:
                     # What the nodes said is worth more than "no WELCOME in time".
                     raise (informative or error) from None
-                logger.info("lockd connect: no node serves yet (%s); trying again", error)
-                await asyncio.sleep(delay_ms / 1000)
 
     async def _open_round(self, bound_ms: float | None = None) -> Session:
         """One round over the addresses, the preferred one first: the first WELCOME wins.
@@ -569,6 +570,7 @@ class Client:
         lock._reclaim_sent_ms = now_ms(self._running_loop())
         session.reclaims[request_id] = lock
         session.ledger.reclaim_sent(request_id, lock.name, "owned", lock.token)
+        self._schedule_heartbeat(session)  # its lease counts for the cadence: an ACK confirms it too
         self._send(
             session,
             wire.Reclaim(
@@ -586,6 +588,25 @@ class Client:
                 self._wait_left(pending), pending.ticket, "exclusive", 0, 0, pending.name, wire.EMPTY_VALUE,
             ),
         )
+
+    def _out_of_carry(self, claim: Lock | PendingAcquire) -> None:
+        """A claim leaves its carry (confirmed, void, released, abandoned); a carry left empty is done."""
+        if isinstance(claim, Lock):
+            carry, claim._carry = claim._carry, None
+            if carry is not None and claim in carry.locks:
+                carry.locks.remove(claim)
+        else:
+            carry, claim.carry = claim.carry, None
+            if carry is not None and claim in carry.queued:
+                carry.queued.remove(claim)
+        if carry is not None and not len(carry) and carry in self._carries:
+            self._carries.remove(carry)
+            if carry.timer is not None:
+                carry.timer.cancel()
+                carry.timer = None
+            if carry.kept is not None:
+                self._retire(carry.kept)
+                carry.kept = None
 
     def _carry_window_ended(self, carry: Carry) -> None:
         carry.timer = None
@@ -615,9 +636,7 @@ class Client:
 
     def _carried_lost(self, lock: Lock, reason: str) -> None:
         """A lock being carried over is lost (or, released meanwhile, done)."""
-        carry, lock._carry = lock._carry, None
-        if carry is not None and lock in carry.locks:
-            carry.locks.remove(lock)
+        self._out_of_carry(lock)
         if lock._released:
             self._release_done(lock)
         else:
@@ -626,9 +645,7 @@ class Client:
     def _uncarry(self, pending: PendingAcquire) -> None:
         """A waiting claim leaves its carry: it joins the tail with a new ACQUIRE (unless its queued
         RECLAIM is on its way: then it is in that queue already)."""
-        carry, pending.carry = pending.carry, None
-        if carry is not None and pending in carry.queued:
-            carry.queued.remove(pending)
+        self._out_of_carry(pending)
         pending.forget_ticket()
         if pending.abandoned or pending.future.done():
             return
@@ -751,9 +768,7 @@ class Client:
             pending.wait_handle = None
         if pending in self._unsent:
             self._unsent.remove(pending)
-        carry, pending.carry = pending.carry, None
-        if carry is not None and pending in carry.queued:
-            carry.queued.remove(pending)
+        self._out_of_carry(pending)
         if error is not None and not pending.future.done():
             pending.future.set_exception(error)
         elif not pending.future.done():
@@ -768,9 +783,7 @@ class Client:
         being carried over is never reclaimed after this; one whose RECLAIM is on its way is handed
         back if that RECLAIM is kept."""
         if lock._phase != "held":
-            carry, lock._carry = lock._carry, None
-            if carry is not None and lock in carry.locks:
-                carry.locks.remove(lock)
+            self._out_of_carry(lock)
             lock._cancel_deadline()
             reclaim_session = lock._reclaim_session
             if reclaim_session is not None and not reclaim_session.ended:
@@ -1007,9 +1020,7 @@ class Client:
         if pending.wait_handle is not None:
             pending.wait_handle.cancel()
             pending.wait_handle = None
-        carry, pending.carry = pending.carry, None
-        if carry is not None and pending in carry.queued:
-            carry.queued.remove(pending)
+        self._out_of_carry(pending)
         if pending.abandoned or pending.future.done():
             # The caller gave up while the grant was on its way: hand it back at once.
             self._send_release(session, message.token, message.name, message.request_id)
@@ -1047,9 +1058,7 @@ class Client:
         lock = session.reclaims.pop(message.request_id)
         sent_ms = lock._reclaim_sent_ms
         lock._reclaim_session, lock._reclaim_id = None, 0
-        carry, lock._carry = lock._carry, None
-        if carry is not None and lock in carry.locks:
-            carry.locks.remove(lock)
+        self._out_of_carry(lock)
         lock._session = session
         lock._acquire_id = message.request_id
         session.owned[message.request_id] = lock
@@ -1081,9 +1090,7 @@ class Client:
         pending = session.pending.get(message.request_id)
         if pending is None or pending.abandoned:
             return
-        carry, pending.carry = pending.carry, None
-        if carry is not None and pending in carry.queued:
-            carry.queued.remove(pending)
+        self._out_of_carry(pending)
         if message.ticket:
             pending.ticket = message.ticket
             pending.ticket_term = session.welcome.term
@@ -1162,9 +1169,7 @@ class Client:
             if pending.wait_handle is not None:
                 pending.wait_handle.cancel()
                 pending.wait_handle = None
-            carry, pending.carry = pending.carry, None
-            if carry is not None and pending in carry.queued:
-                carry.queued.remove(pending)
+            self._out_of_carry(pending)
             if not pending.abandoned and not pending.future.done():
                 pending.future.set_exception(error)
             self._schedule_heartbeat(session)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
+import inspect
 import json
 import os
 import shlex
@@ -138,7 +139,8 @@ class LockdServer:
 
 
 class HostileServers:
-    """``with HostileServers() as hostile:`` — servers that lie, shared with the TypeScript tests.
+    """``with HostileServers() as hostile:`` — servers that lie, shared with the TypeScript tests
+    (``HostileServers("tests/helpers/hostile_scenarios_v2.ts")``: those of protocol version 2).
 
     One deno process runs tests/helpers/hostile_scenarios.ts: every scenario on its own
     127.0.0.1 port 0, frames encoded by the real codec (src/wire/frame.ts). ``addrs`` maps a
@@ -146,16 +148,19 @@ class HostileServers:
     The process stops when its standard input closes (killed by PID if it does not).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, script: str = "tests/helpers/hostile_scenarios.ts") -> None:
+        self.script = script
         self.addrs: dict[str, str] = {}
         self.misfits: list[dict[str, object]] = []
         self.welcomes: list[dict[str, str]] = []
         self.leaders: list[str] = []
+        #: Everything the scenario file printed (tables of version 2: ``reclaimMisfits`` ...).
+        self.table: dict[str, object] = {}
         self._proc: subprocess.Popen[str] | None = None
 
     def start(self) -> HostileServers:
         self._proc = subprocess.Popen(
-            [*deno_command(), "run", "--allow-net", "tests/helpers/hostile_scenarios.ts"],
+            [*deno_command(), "run", "--allow-net", self.script],
             cwd=REPO,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -171,8 +176,9 @@ class HostileServers:
             self.stop()
             raise RuntimeError("the hostile scenario server did not start")
         table = json.loads(first[0])
+        self.table = table
         self.addrs, self.misfits = table["addrs"], table["misfits"]
-        self.welcomes, self.leaders = table["welcomes"], table["leaders"]
+        self.welcomes, self.leaders = table["welcomes"], table.get("leaders", [])
         return self
 
     def stop(self) -> None:
@@ -291,6 +297,9 @@ class FakeServer:
     connection's version (``send(None)`` closes the connection). A version-2 WELCOME carries
     ``term`` and ``reclaim_window_ms`` (0 by default: a server that takes no reclaims). GOODBYE
     closes the connection, as a server does. ``self.conn`` is the connection of the last frame.
+    ``hello_answer(connection, version)``, when given, answers a HELLO the server would welcome:
+    a frame to send instead of WELCOME (an ERROR then closes the connection), or None for the
+    WELCOME; ``hold_hello_s`` delays every answer to HELLO (a standby holding it for an election).
     """
 
     def __init__(
@@ -302,8 +311,12 @@ class FakeServer:
         versions: tuple[int, ...] = (1, 2),
         term: int = 0,
         reclaim_window_ms: int = 0,
+        hello_answer: Callable[[int, int], wire.Message | None] | None = None,
+        hold_hello_s: float = 0.0,
     ) -> None:
         self.script = script
+        self.hello_answer = hello_answer
+        self.hold_hello_s = hold_hello_s
         self.io_timeout_ms = io_timeout_ms
         self.welcome = welcome
         self.versions = versions
@@ -314,6 +327,8 @@ class FakeServer:
         self.received: list[wire.Message] = []
         #: Every frame received, with the number of its connection (1, 2, ...).
         self.received_on: list[tuple[int, wire.Message]] = []
+        #: (connection, message type name or "end") in the order the server saw them.
+        self.timeline: list[tuple[int, str]] = []
         #: The protocol version each connection's HELLO asked for, in order.
         self.hello_versions: list[int] = []
         self.conn = 0
@@ -346,6 +361,8 @@ class FakeServer:
             else:
                 writer.write(wire.encode(message, version))
 
+        send.version = 1  # type: ignore[attr-defined]  # the connection's, once its HELLO fixed it
+
         self.last_send = send  # for tests that answer later, outside the script
 
         try:
@@ -357,26 +374,37 @@ class FakeServer:
                 while (message := frames.next()) is not None:
                     self.received.append(message)
                     self.received_on.append((index, message))
+                    self.timeline.append((index, type(message).__name__))
                     self.conn = index
                     if isinstance(message, wire.Hello):
                         self.hello_versions.append(message.version)
+                        if self.hold_hello_s:
+                            await asyncio.sleep(self.hold_hello_s)
                         if message.version not in self.versions:
                             send(wire.Error(0, 0x03, "", f"protocol version {message.version} is not supported"))
                             send(None)
                             return
                         version = message.version
-                        if self.welcome:
+                        send.version = version  # type: ignore[attr-defined]
+                        answer = self.hello_answer(index, version) if self.hello_answer is not None else None
+                        if answer is not None:
+                            send(answer)
+                            if isinstance(answer, wire.Error):
+                                send(None)
+                                return
+                        elif self.welcome:
                             send(self.welcome_for(version, index))
                         continue
                     if isinstance(message, wire.Goodbye):
                         send(None)
                         return
                     result = self.script(message, send)
-                    if result is not None:
+                    if inspect.isawaitable(result):
                         await result
         except (OSError, asyncio.CancelledError):
             pass
         finally:
+            self.timeline.append((index, "end"))
             with contextlib.suppress(Exception):
                 writer.close()
 

@@ -136,6 +136,82 @@ class SharedScenarios(unittest.IsolatedAsyncioTestCase):
             self.assertLess(time.monotonic() - started, 4.0, "not after the silent node's connect timeout")
 
 
+class SharedScenariosV2(unittest.IsolatedAsyncioTestCase):
+    """Protocol version 2 (tests/helpers/hostile_scenarios_v2.ts): the frames it adds, crafted wrong."""
+
+    hostile: HostileServers
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.hostile = HostileServers("tests/helpers/hostile_scenarios_v2.ts").start()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.hostile.stop()
+
+    async def test_a_version_2_reply_that_does_not_fit_its_request_is_a_protocol_error(self) -> None:
+        self.assertGreaterEqual(len(self.hostile.misfits), 10)
+        for i, name in enumerate(self.hostile.misfits):
+            with self.subTest(name):
+                addr = self.hostile.addrs[f"v2-misfit-{i}"]
+                reported: list[lockd.ServerProtocolError] = []
+                client = await lockd.connect(addr, reconnect=False, on_protocol_error=reported.append)
+                try:
+                    self.assertEqual(client.protocol_version, 2)
+                    owned = await client.acquire("own", lease_ms=60_000)
+                    with self.assertRaises(lockd.LockdConnectionError):
+                        await asyncio.wait_for(client.acquire("a"), 5)  # never a wrong grant
+                    await asyncio.wait_for(owned.lost.wait(), 5)
+                    self.assertEqual(owned.lost.reason, "disconnected", "a protocol error is not carried over")
+                    self.assertEqual(client.protocol_errors, 1)
+                    self.assertRegex(str(reported[0]), r"broke the protocol: .+; the connection was closed$")
+                finally:
+                    await client.close()
+
+    async def test_a_wrong_answer_to_resume_or_reclaim_is_a_protocol_error_and_no_wrong_grant(self) -> None:
+        misfits = self.hostile.table["reclaimMisfits"]
+        assert isinstance(misfits, list)
+        self.assertGreaterEqual(len(misfits), 8)
+        expected = {
+            "an ACQUIRED re-confirming an owned RECLAIM with another token": f"with token {TOKEN + 6}, but that RECLAIM",
+            "a QUEUED answering an owned RECLAIM": "which is not an ACQUIRE or queued RECLAIM",
+            "a CLAIM_VOID answering a queued RECLAIM": "CLAIM_VOID answers an owned RECLAIM only",
+            "a LEASE_EXPIRED for a queued RECLAIM still waiting": "for a RECLAIM still waiting",
+            "an ERROR answering RESUME": "a RESUME is answered RESUMED",
+            "a RESUMED whose outcome names nothing": "with outcome 7, which names nothing",
+            "a second RESUMED": "never sent or had its last answer to already",
+            "a RESUMED answering a RECLAIM": "which is not a RESUME",
+        }
+        for i, name in enumerate(misfits):
+            with self.subTest(name):
+                addrs = [self.hostile.addrs[f"reclaim-a-{i}"], self.hostile.addrs[f"reclaim-b-{i}"]]
+                reported: list[lockd.ServerProtocolError] = []
+                client = await lockd.connect(addrs=addrs, on_protocol_error=reported.append)
+                try:
+                    owned = await client.acquire("own", lease_ms=60_000)
+                    waiting = asyncio.ensure_future(client.acquire("w", lease_ms=60_000))
+                    await asyncio.sleep(0.1)  # "w" is queued at A
+                    crash = asyncio.ensure_future(client.acquire("crash"))
+                    self.addAsyncCleanup(asyncio.gather, waiting, crash, return_exceptions=True)
+                    await eventually(lambda: client.protocol_errors >= 1, "a protocol error at B")
+                    self.assertIn(expected[name], str(reported[0]))
+                    self.assertEqual(str(reported[0]).count(addrs[1]), 1, "B broke the protocol")
+                    self.assertEqual(owned.token, TOKEN)
+                    self.assertFalse(waiting.done(), "no grant came of it")
+                    waiting.cancel()
+                    crash.cancel()
+                finally:
+                    await client.close()
+
+    async def test_a_version_2_welcome_out_of_bounds_fails_connect(self) -> None:
+        self.assertGreaterEqual(len(self.hostile.welcomes), 3)
+        for i, welcome in enumerate(self.hostile.welcomes):
+            with self.subTest(welcome["what"]):
+                with self.assertRaises(lockd.ServerProtocolError) as raised:
+                    await lockd.connect(self.hostile.addrs[f"v2-welcome-{i}"], reconnect=False, connect_timeout_ms=2_000)
+                self.assertRegex(str(raised.exception), welcome["pattern"])
+
+
 class ScriptedPeer(unittest.IsolatedAsyncioTestCase):
     async def test_a_second_heartbeat_ack_for_an_acknowledged_heartbeat_closes_the_connection(self) -> None:
         def script(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
