@@ -188,6 +188,8 @@ class Client:
         self._reclaim = reclaim
         self._session: Session | None = None
         self._unsent: list[PendingAcquire] = []
+        #: While RESUME and the RECLAIMs go out: new ACQUIREs wait in ``_unsent``.
+        self._holding_acquires = False
         #: Claims of lost connections, oldest first, for the next connection to reclaim.
         self._carries: list[Carry] = []
         self._next_request_id = 1
@@ -529,6 +531,14 @@ class Client:
         of them when this server takes no reclaims, are given up."""
         if not self._carries:
             return
+        # Claims given up here go out after the RECLAIMs, with the new ACQUIREs.
+        self._holding_acquires = True
+        try:
+            self._resume_carry(session)
+        finally:
+            self._holding_acquires = False
+
+    def _resume_carry(self, session: Session) -> None:
         chosen = max(self._carries, key=lambda c: c.lost_ms) if self._reclaim and session.takes_reclaims else None
         for carry in list(self._carries):
             if carry is not chosen:
@@ -737,9 +747,9 @@ class Client:
         if pending.future.done() or pending.abandoned:
             return
         session = self._session
-        if session is None or session.ended:
+        if session is None or session.ended or self._holding_acquires:
             if pending not in self._unsent:
-                self._unsent.append(pending)  # sent after the next WELCOME
+                self._unsent.append(pending)  # sent after the next WELCOME (and its RECLAIMs)
             return
         wait_ms = self._wait_left(pending)
         pending.forget_ticket()  # a new place at the tail
@@ -868,7 +878,7 @@ class Client:
             return
         session = lock._session
         releasing = lock._release_future is not None
-        if not releasing and not final and lock._suspend and self._carries_over(session, None, True):
+        if not releasing and not final and lock._suspend and lock._ticket and self._carries_over(session, None, True):
             # The connection is silent: given up now, so the lock is carried over (suspended).
             logger.warning("lockd connection to %s unconfirmed past a lock's deadline; reconnecting", session.addr)
             self._leave_silent(session)

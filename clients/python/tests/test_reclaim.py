@@ -286,6 +286,41 @@ class Reclaim(unittest.IsolatedAsyncioTestCase):
             self.assertEqual((resume.prev_term, resume.prev_session_id, resume.claims), (8, 1, 1))
             self.assertEqual((reclaim.token, reclaim.ticket), (TOKEN, TICKET_B))
 
+    async def test_claims_no_resume_can_carry_rejoin_the_tail_after_the_reclaims(self) -> None:
+        def leader_b(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
+            # Takes the RESUME, never answers the queued RECLAIM of "y", grants "z".
+            if acks(message, send):
+                return
+            if isinstance(message, wire.Resume):
+                send(wire.Resumed(message.request_id, "reclaim", 4_000))
+            elif isinstance(message, wire.Acquire):
+                send(granted(message, TOKEN + 3, TICKET_B))
+
+        def leader_c(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
+            acks(message, send)
+
+        async with (
+            FakeServer(leader_a, term=7, reclaim_window_ms=WINDOW_MS) as a,
+            FakeServer(leader_b, term=8, reclaim_window_ms=WINDOW_MS) as b,
+            FakeServer(leader_c, term=9, reclaim_window_ms=WINDOW_MS) as c,
+        ):
+            async with lockd.connect(addrs=[a.addr, b.addr, c.addr]) as client:
+                background(self, client.acquire("y", lease_ms=10_000))
+                await eventually(lambda: any(isinstance(m, wire.Acquire) for m in a.received), "y queued at A")
+                await asyncio.sleep(0.05)
+                await kill(a)
+                await eventually(lambda: any(isinstance(m, wire.Reclaim) for m in b.received), "y reclaimed at B")
+                z = await asyncio.wait_for(client.acquire("z", lease_ms=10_000), 5)
+                await kill(b)
+                await eventually(lambda: len(requests(c, 1)) >= 3, "at C")
+                self.assertEqual(z.state, "held")
+            # One RESUME per connection: the newest lost connection's ("z", ticket of B); the claim
+            # still waiting on A's ticket joins the tail, after the RECLAIMs.
+            resume, reclaim, acquire = requests(c, 1)[:3]
+            self.assertEqual((resume.prev_term, resume.claims), (8, 1))
+            self.assertEqual((reclaim.kind, reclaim.name, reclaim.ticket), ("owned", "z", TICKET_B))
+            self.assertEqual((type(acquire), acquire.name), (wire.Acquire, "y"))
+
     async def test_claim_void_loses_the_lock_with_reason_failover(self) -> None:
         def leader_b(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
             if acks(message, send):
