@@ -13,7 +13,8 @@ import { lockJson, valueJson } from "../../src/admin/views.ts";
 import { parseLockRules } from "../../src/security/lock_rules.ts";
 import type { ClaimOptions } from "../../src/service/lock_service.ts";
 import { FramePort, settle } from "../service/service_harness.ts";
-import { http, problemText, START, start, START_WALL_MS } from "./admin_helpers.ts";
+import { http, START, start, START_WALL_MS } from "./admin_helpers.ts";
+import { problemText } from "../helpers/problem.ts";
 
 const encoder = new TextEncoder();
 
