@@ -327,8 +327,6 @@ const EXPORTED_FOR_TESTS: Readonly<Record<string, string>> = {
     "cluster milestone 2 (issue 20): the ticket key is being wired into the cluster node",
   "src/security/tickets.ts: TICKET_BYTES":
     "cluster milestone 2 (issue 20): tickets are being wired into the service",
-  "src/security/tickets.ts: Tickets":
-    "cluster milestone 2 (issue 20): tickets are being wired into the service",
   "src/admin/console_assets.ts: CONSOLE_CSP":
     "the console's Content-Security-Policy, which tests/admin/console_policy_test.ts holds every " +
     "console file to (no inline script or style)",
