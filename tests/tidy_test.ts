@@ -303,8 +303,6 @@ const EXPORTED_FOR_TESTS: Readonly<Record<string, string>> = {
     "the optional audit fields, compared with docs/operations.md's table",
   "src/security/lock_rules.ts: LockRulesParseError": "the error class tests match",
   "src/security/lock_rules.ts: parseLockRules": "the rules grammar, table-tested alone",
-  "src/service/lock_service.ts: PLAIN_CLAIM":
-    "a version-1 claim (exclusive, limit 1, no value), which service tests pass by name",
   "src/wire/messages.ts: FIRST_V2_TYPE":
     "the first type byte of version 2, which the codec tests sweep from (issue 20 wires the " +
     "version-2 session)",
@@ -361,8 +359,6 @@ const EXPORTED_FOR_TESTS: Readonly<Record<string, string>> = {
     "the audit records' field table, compared with docs/operations.md",
   "src/log/audit_records.ts: AUDIT_EVENT_FIELDS":
     "the audit records' field table, compared with docs/operations.md",
-  "src/protocol/session.ts: applyRequest":
-    "Session's one dispatch, which the contract suite's socketless transport shares",
   "src/security/acl.ts: AclParseError": "the error the ACL tests match for a refused file",
   "src/security/acl.ts: parseAcl": "the ACL file parser, table-tested without a server",
   "src/security/cert_checks.ts: readCertificateProfile":
