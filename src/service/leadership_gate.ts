@@ -34,7 +34,9 @@ export interface ReclaimClaim {
 export interface OwnershipGate {
   /**
    * The term this node serves (0 on a single node). It goes into every WELCOME of version 2 and
-   * every ticket minted; read only while the node may decide (sessions are open only then).
+   * every ticket minted, and `LockService.leading()` makes it the engine's order term (new
+   * claims queue behind restored waiters of earlier terms); read only while the node may decide
+   * (sessions are open only then), and by `leading()`, so it must be the new term by then.
    */
   readonly term: number;
   /**

@@ -626,8 +626,13 @@ export class LockService {
     this.#engine.blockGrants("not_leader");
   }
 
-  /** Cluster mode: the node serves a new term: grants go ahead. */
+  /**
+   * Cluster mode: the node serves a new term: grants go ahead, and new claims take the term as
+   * the first part of their order key (restored waiters of earlier terms go ahead of them).
+   */
   leading(): void {
+    const term = this.#ownership.term;
+    if (term > this.#engine.orderTerm) this.#engine.setOrderTerm(term);
     this.#deferred.set(
       "leading",
       () => this.#apply(this.#engine.unblockGrants(this.now(), "not_leader")),
