@@ -9,6 +9,11 @@
 
 import assert from "node:assert/strict";
 import { ManualScheduler } from "../../src/clock.ts";
+import { LockEngine } from "../../src/core/engine.ts";
+import { ServerCounters } from "../../src/counters.ts";
+import { AuditLog } from "../../src/log/audit.ts";
+import { LockService } from "../../src/service/lock_service.ts";
+import { MemorySink } from "../helpers/memory_sink.ts";
 import { parseAcl } from "../../src/security/acl.ts";
 import { randomTicketKey, Tickets } from "../../src/security/tickets.ts";
 import { openTokenIssuer } from "../../src/storage/token_store.ts";
@@ -523,4 +528,33 @@ Deno.test("a moved RESUME needs the old session's identity: another one gets non
   );
   assert.equal(acquiredOf(rightful.port.frames[1], 2).token, held.token);
   assert.ok(old.port.closed);
+});
+
+Deno.test("leading(): a new term's claims take it as their order term, behind restored waiters", async () => {
+  await using cluster = new Cluster();
+  const gate = Object.assign(
+    new FakeGate({ term: 9, records: cluster.records, tickets: cluster.tickets }),
+    {
+      admit: () => null,
+      promise: (_leaseMs: number, deliver: () => void) => deliver(),
+      mayAct: () => true,
+      mayDecide: () => true,
+    },
+  );
+  const engine = new LockEngine({ tokens: openTokenIssuer(null, cluster.scheduler.wallMs()) });
+  const audit = new AuditLog(new MemorySink(), { scheduler: cluster.scheduler });
+  const service = new LockService({
+    engine,
+    audit,
+    scheduler: cluster.scheduler,
+    counters: new ServerCounters(),
+    gate,
+  });
+  service.notLeader();
+  assert.equal(engine.orderTerm, 0);
+  service.leading();
+  assert.equal(engine.orderTerm, 9);
+  service.beginShutdown();
+  service.stop();
+  await audit.close();
 });
