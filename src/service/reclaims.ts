@@ -315,8 +315,10 @@ export class Reclaims {
       return false;
     }
     const now = this.#o.now();
-    // Nothing is granted between the losers' end and this restore.
-    engine.reserve({ name: request.name, untilMs: now.monoMs + 1, claims: 1 });
+    // Nothing is granted between the losers' end and this restore (a reservation of the
+    // takeover, if one still holds, does that already).
+    const reserved = (engine.view.getLock(request.name, 0)?.reservedUntilMs ?? 0) !== 0;
+    if (!reserved) engine.reserve({ name: request.name, untilMs: now.monoMs + 1, claims: 1 });
     for (const loser of owners) {
       this.stats.conflicts++;
       audit.append({
@@ -343,7 +345,7 @@ export class Reclaims {
       this.#kept(state, request, outcome.events);
       return true;
     }
-    this.#o.apply(engine.liftReservation(now, request.name));
+    if (!reserved) this.#o.apply(engine.liftReservation(now, request.name));
     return false;
   }
 
