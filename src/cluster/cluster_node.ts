@@ -38,7 +38,8 @@ import {
 import type { AuditLog } from "../log/audit.ts";
 import { log } from "../log/diagnostic.ts";
 import { notLeaderError, type WireError } from "../service/wire_errors.ts";
-import type { LeadershipGate } from "../service/leadership_gate.ts";
+import type { ClusterVoidReason, LeadershipGate } from "../service/leadership_gate.ts";
+import { randomTicketKey, Tickets } from "../security/tickets.ts";
 import type { LockService } from "../service/lock_service.ts";
 import { ClusterTokens } from "./cluster_tokens.ts";
 import type { EndpointHealth, Etcd } from "./etcd.ts";
@@ -247,6 +248,18 @@ export class ClusterNode implements LeadershipGate {
   mayDecide(): boolean {
     return this.serving;
   }
+
+  // ---- OwnershipGate: milestone 1's behaviour until the records and the window are wired:
+  // no records, no reclaim across terms (RESUMED `none`), a per-process ticket key.
+  readonly tickets: Tickets = new Tickets(randomTicketKey(), "");
+  readonly reclaimWindowMs = 0;
+  reclaimWindowLeftMs = (): number => 0;
+  reclaimCheck = (): ClusterVoidReason | null => "window";
+  beforeDeliver = (): Promise<void> | null => null;
+  ended(): void {}
+  idle(): void {}
+  busy(): void {}
+  reclaimsDone(): void {}
 
   // ---- hand-over and stop --------------------------------------------------------
 

@@ -8,7 +8,15 @@
  */
 
 import type { Claim, EngineState, LockState } from "./lock_state.ts";
-import type { EngineStats, GrantBlock, HolderView, LockView, WaiterView } from "./types.ts";
+import type {
+  EngineStats,
+  GrantBlock,
+  HolderView,
+  LockView,
+  Peer,
+  SessionClaimView,
+  WaiterView,
+} from "./types.ts";
 
 /** What `pageLocks` can sort by. */
 export type LockSort = "name" | "held_for" | "waiters";
@@ -130,6 +138,12 @@ export class LockQueries {
     return holders;
   }
 
+  /** Whether a lock has no owner and no waiter (true when it is not stored), in O(1). */
+  isIdle(name: string): boolean {
+    const lock = this.#state.locks.get(name);
+    return lock === undefined || (lock.ownerCount === 0 && lock.queueLength === 0);
+  }
+
   /** How many claims wait for a lock (0 when idle or unknown). */
   queueLengthOf(name: string): number {
     return this.#state.locks.get(name)?.queueLength ?? 0;
@@ -166,6 +180,28 @@ export class LockQueries {
   /** Ids of all open sessions (for shutdown). */
   sessionIds(): number[] {
     return [...this.#state.sessions.keys()];
+  }
+
+  /** Who an open session is (undefined: no such session). */
+  sessionPeer(sessionId: number): Peer | undefined {
+    return this.#state.sessions.get(sessionId)?.peer;
+  }
+
+  /** How many claims (owned or queued) a session has (0 for no such session). */
+  claimCountOf(sessionId: number): number {
+    return this.#state.sessions.get(sessionId)?.claims.size ?? 0;
+  }
+
+  /** Every claim of a session, in the order it made them (empty for no such session). */
+  sessionClaims(sessionId: number): SessionClaimView[] {
+    const claims = this.#state.sessions.get(sessionId)?.claims.values() ?? [];
+    return [...claims].map(sessionClaimView);
+  }
+
+  /** The claim a session has on lock `name`, or undefined; a queued one's position costs O(it). */
+  sessionClaim(sessionId: number, name: string): SessionClaimView | undefined {
+    const claim = this.#state.sessions.get(sessionId)?.claims.get(name);
+    return claim === undefined ? undefined : sessionClaimView(claim);
   }
 
   /**
@@ -275,6 +311,26 @@ function holderView(owner: Claim): HolderView {
     slot: owner.slot,
     writeGeneration: owner.writeGeneration,
     value: owner.value,
+  };
+}
+
+function sessionClaimView(claim: Claim): SessionClaimView {
+  const owned = claim.state === "owned";
+  let position = 0;
+  if (!owned) { for (let at: Claim | null = claim; at !== null; at = at.prev) position++; }
+  return {
+    name: claim.lock.name,
+    state: owned ? "owned" : "queued",
+    requestId: claim.requestId,
+    token: owned ? claim.token : 0,
+    leaseMs: claim.leaseMs,
+    mode: claim.mode,
+    limit: claim.lock.limit,
+    slot: owned ? claim.slot : 0,
+    writeGeneration: owned ? claim.writeGeneration : 0,
+    orderTerm: claim.orderTerm,
+    orderSeq: claim.orderSeq,
+    position,
   };
 }
 

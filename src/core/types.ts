@@ -362,6 +362,29 @@ export interface WaiterView {
   readonly orderSeq: number;
 }
 
+/** One claim of a session (a same-term RESUME moves them; a hand-over lists their sessions). */
+export interface SessionClaimView {
+  readonly name: string;
+  readonly state: "owned" | "queued";
+  /** The ACQUIRE's request id. */
+  readonly requestId: number;
+  /** Owned: its token; queued: 0. */
+  readonly token: number;
+  readonly leaseMs: number;
+  readonly mode: ClaimMode;
+  /** Its lock's limit: N for a semaphore of N, else 1. */
+  readonly limit: number;
+  /** Owned: its semaphore slot (0 for the other kinds); queued: 0. */
+  readonly slot: number;
+  /** Shared owners: the write generation of their grant; else 0. */
+  readonly writeGeneration: number;
+  /** Its order key, kept once it is granted. */
+  readonly orderTerm: number;
+  readonly orderSeq: number;
+  /** Queued: its place in its queue (1 = head); owned: 0. */
+  readonly position: number;
+}
+
 /** Counters and gauges the engine keeps exact; `/metrics` reads them at scrape time. */
 export interface EngineStats {
   sessionsOpen: number;

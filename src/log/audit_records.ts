@@ -127,6 +127,46 @@ export interface AclDenyRecord extends CommonFields<"acl_deny"> {
 }
 
 /**
+ * Protocol version 2: a RECLAIM carried a claim of an earlier session over to this one (after a
+ * fail-over, or a same-term move of a silent connection's claims). An owned claim keeps its token
+ * (its ownership goes on: it has this record instead of a second `acquire`); a queued one keeps
+ * its place (`token` null; its grant, later, is an `acquire`). The fields are the new session's.
+ */
+export interface ReclaimRecord extends CommonFields<"reclaim"> {
+  client_name: string;
+  /** `owned` or `queued`. */
+  claim: "owned" | "queued";
+  /** The session and the term the claim was made in (the RESUME's). */
+  prev_session: number;
+  prev_term: number;
+}
+
+/**
+ * Protocol version 2: a RECLAIM's claim was not carried over (CLAIM_VOID for an owned claim; a
+ * queued one joined the tail unless the ACL refused it). `token`: the owned claim's, else null.
+ */
+export interface ReclaimVoidRecord extends CommonFields<"reclaim_void"> {
+  client_name: string;
+  claim: "owned" | "queued";
+  prev_session: number;
+  prev_term: number;
+  /** `ticket`, `term`, `window`, `floor`, `regranted`, `acl` or `limit` (docs/protocol.md). */
+  reason: string;
+}
+
+/**
+ * Protocol version 2: two reclaims kept ownerships of one lock; the higher token won and the
+ * lower ownership is ended (its session closed, as by a force-release). The common fields are the
+ * lower owner's; only a misbehaving client (one that reclaims a lock it released) causes this.
+ */
+export interface ReclaimConflictRecord extends CommonFields<"reclaim_conflict"> {
+  token: number;
+  /** The higher token that won, and its session. */
+  winner_token: number;
+  winner_session: number;
+}
+
+/**
  * Cluster mode: this node became the leader (`lock` "", `session` 0: `remote_addr` is its own
  * advertised address).
  */
@@ -154,6 +194,9 @@ export type AuditRecord =
   | ForceReleaseRecord
   | KickWaiterRecord
   | AclDenyRecord
+  | ReclaimRecord
+  | ReclaimVoidRecord
+  | ReclaimConflictRecord
   | LeaderElectedRecord
   | SteppedDownRecord;
 
@@ -187,6 +230,9 @@ export const AUDIT_EVENT_FIELDS = {
   force_release: ["actor"],
   kick_waiter: ["actor"],
   acl_deny: [],
+  reclaim: ["client_name", "claim", "prev_session", "prev_term"],
+  reclaim_void: ["client_name", "claim", "prev_session", "prev_term", "reason"],
+  reclaim_conflict: ["winner_token", "winner_session"],
   leader_elected: ["node", "term"],
   stepped_down: ["reason", "node", "term"],
 } as const satisfies { [E in AuditEvent]: readonly ExtraFieldOf<E>[] };
@@ -204,6 +250,9 @@ export const AUDIT_OPTIONAL_FIELDS = {
   force_release: [],
   kick_waiter: [],
   acl_deny: ["action"],
+  reclaim: [],
+  reclaim_void: [],
+  reclaim_conflict: [],
   leader_elected: [],
   stepped_down: [],
 } as const satisfies { [E in AuditEvent]: readonly ExtraFieldOf<E>[] };

@@ -18,6 +18,7 @@ import type { ServerView } from "../server/view.ts";
 import { clusterFamilies } from "./cluster_metrics.ts";
 import { LIMIT_NAMES } from "../counters.ts";
 import { listenerFamilies } from "./listener_metrics.ts";
+import { reclaimFamilies } from "./reclaim_metrics.ts";
 import type { MetricFamily } from "./prometheus.ts";
 import type { RuntimeSample } from "./runtime.ts";
 
@@ -61,6 +62,7 @@ export function collectMetrics({ server, runtime }: MetricsSource): MetricFamily
     ...(server.cluster === null
       ? []
       : clusterFamilies(server.cluster, server.scheduler.monotonicMs())),
+    ...(server.cluster === null ? [] : reclaimFamilies(server)),
     {
       name: "lockd_build_info",
       help: "Build information; the value is always 1.",

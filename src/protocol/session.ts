@@ -1,7 +1,6 @@
 import type { Scheduler, Timer } from "../clock.ts";
 import type { CloseCause, Peer } from "../core/types.ts";
 import {
-  CLIENT_NAME_BYTES_MAX,
   HELD_REQUESTS_PER_SESSION_MAX,
   LOCK_NAME_BYTES_MAX,
   PARTIAL_FRAME_STALL_MS,
@@ -20,27 +19,20 @@ import { ProtocolError, WIRE_CODES, wireCodeInfo } from "../wire/codes.ts";
 import { errorFrame, SESSION_ERRORS, type WireError } from "../service/wire_errors.ts";
 import { cutUtf8, FrameWriter } from "../wire/frame.ts";
 import { type FrameBudget, FrameReader } from "../wire/frame_reader.ts";
-import {
-  type ClientRequest,
-  type DecodedMessage,
-  type ErrorMessage,
-  type Message,
-  type ServerMessage,
-  WAIT_FOREVER,
+import type {
+  DecodedClientRequest,
+  DecodedMessage,
+  ErrorMessage,
+  Message,
+  ServerMessage,
 } from "../wire/messages.ts";
+import { peerClosedCause, RequestDispatch, unreachable } from "./dispatch.ts";
+import { helloRefusal, welcomeFor } from "./handshake.ts";
 import { ReplyOrder } from "./reply_order.ts";
 import type { Transport } from "./transport.ts";
 import { errorText } from "../error_text.ts";
 
 const logger = log("protocol");
-
-/**
- * The protocol versions a HELLO may ask for; any other gets UNSUPPORTED_VERSION. The codec
- * speaks versions 1 and 2 (src/wire/messages.ts), but version-2 sessions are served only once
- * their session handling lands (issues 20, 22, 23): until then a version-2 client falls back
- * to version 1 (docs/protocol.md, "Versioning").
- */
-const SESSION_PROTOCOL_VERSIONS: readonly number[] = [1];
 
 /** What a session needs from the server around it. */
 export interface SessionHost {
@@ -92,6 +84,10 @@ export class Session implements SessionPort, StallWatched {
   readonly #host: SessionHost;
   #state: SessionState = "handshake";
   #peer: Peer | null = null;
+  /** The protocol version of the session: 1 until a HELLO asking for another passed its checks. */
+  #version = 1;
+  /** The open session's requests (null before WELCOME). */
+  #dispatch: RequestDispatch | null = null;
   readonly #reader: FrameReader;
   readonly #writer: FrameWriter;
   #writing = false;
@@ -148,6 +144,11 @@ export class Session implements SessionPort, StallWatched {
     return this.#peer;
   }
 
+  /** The protocol version the session speaks (1 until its HELLO asked for another). */
+  get version(): number {
+    return this.#version;
+  }
+
   get remoteAddr(): string {
     return this.transport.remoteAddr;
   }
@@ -190,7 +191,7 @@ export class Session implements SessionPort, StallWatched {
           return;
         }
         if (n === null) {
-          this.#peerLeft("client_closed");
+          this.#peerLeft(peerClosedCause(this.#version));
           return;
         }
         if (this.#state !== "handshake" && this.#state !== "open") return;
@@ -403,9 +404,7 @@ export class Session implements SessionPort, StallWatched {
       case "acquire":
       case "release":
       case "heartbeat":
-        if (this.#state === "handshake") this.#unexpected(message);
-        else this.#request(message);
-        return;
+      // Version 2 only: the reader of a version-1 session never decodes these (unknown types).
       case "resume":
       case "reclaim":
       case "goodbye":
@@ -413,9 +412,8 @@ export class Session implements SessionPort, StallWatched {
       case "query":
       case "watch":
       case "unwatch":
-        // Version 2 only: the reader of a version-1 session never decodes these (an unknown
-        // type). The server does not open version-2 sessions yet (SESSION_PROTOCOL_VERSIONS).
-        this.#unexpected(message);
+        if (this.#state === "handshake") this.#unexpected(message);
+        else this.#dispatch!.apply(message as DecodedClientRequest);
         return;
       case "welcome":
       case "queued":
@@ -446,26 +444,14 @@ export class Session implements SessionPort, StallWatched {
     );
   }
 
-  /** A request of the open session: one service command. */
-  #request(message: ClientRequest): void {
-    if (message.requestId === 0) {
-      const name = "name" in message ? message.name : "";
-      this.send(errorFrame(0, name, SESSION_ERRORS.requestIdZero()));
-      return;
-    }
-    applyRequest(this.#host.service, this.#peer!, message);
-  }
-
   #hello(version: number, clientName: string): void {
     this.#clearHandshakeTimer();
-    if (new TextEncoder().encode(clientName).length > CLIENT_NAME_BYTES_MAX) {
-      this.#refuse(SESSION_ERRORS.clientNameTooLong(CLIENT_NAME_BYTES_MAX));
+    const refusal = helloRefusal(version, clientName);
+    if (refusal !== null) {
+      this.#refuse(refusal);
       return;
     }
-    if (!SESSION_PROTOCOL_VERSIONS.includes(version)) {
-      this.#refuse(SESSION_ERRORS.unsupportedVersion(version, SESSION_PROTOCOL_VERSIONS[0]));
-      return;
-    }
+    this.#version = version;
     const verdict = this.#host.service.admit();
     if (verdict instanceof Promise) {
       // Cluster mode: the answer waits (an election is under way); frames after the HELLO
@@ -513,15 +499,14 @@ export class Session implements SessionPort, StallWatched {
       remote_addr: opened.remoteAddr,
       identity: opened.identity,
     });
-    this.send({
-      type: "welcome",
-      version: SESSION_PROTOCOL_VERSIONS[0],
-      serverVersion: this.#host.serverVersion,
-      sessionId: opened.sessionId,
-      ioTimeoutMs: this.#host.ioTimeoutMs,
-      leaseDefaultMs: this.#host.leaseDefaultMs,
-      leaseMaxMs: this.#host.leaseMaxMs,
-    });
+    this.#writer.version = this.#version;
+    this.#dispatch = new RequestDispatch(
+      this.#host.service,
+      opened,
+      this.#version,
+      (message) => this.send(message),
+    );
+    this.send(welcomeFor(this.#version, opened, this.#host, this.#host.service));
   }
 
   /** Malformed input: ERROR MALFORMED_FRAME (after the release records), then close; ownerships end as io_timeout. */
@@ -643,41 +628,4 @@ export class Session implements SessionPort, StallWatched {
     this.#handshakeTimer?.cancel();
     this.#handshakeTimer = undefined;
   }
-}
-
-/** A request of a session that has said HELLO, as the service command it stands for. */
-export function applyRequest(service: LockService, peer: Peer, message: ClientRequest): void {
-  switch (message.type) {
-    case "acquire":
-      service.acquire(
-        peer,
-        message.requestId,
-        message.name,
-        message.leaseMs,
-        message.waitMs === WAIT_FOREVER ? null : message.waitMs,
-      );
-      return;
-    case "release":
-      service.release(peer, message.requestId, message.name, message.token);
-      return;
-    case "heartbeat":
-      service.heartbeat(peer, message.requestId);
-      return;
-    case "resume":
-    case "reclaim":
-    case "goodbye":
-    case "set_value":
-    case "query":
-    case "watch":
-    case "unwatch":
-      // A version-1 session never decodes them, and no version-2 session is opened yet.
-      throw new Error(`${message.type.toUpperCase()} is not served yet (protocol version 2)`);
-    default:
-      return unreachable(message);
-  }
-}
-
-/** The `never` check of an exhaustive switch: a new message type fails to compile until handled. */
-function unreachable(message: never): never {
-  throw new Error(`unhandled message type ${(message as { type: string }).type}`);
 }

@@ -156,6 +156,7 @@ function serverContext(parts: Parts, listenAddr: string, shutdown: Shutdown): Se
       return shutdown.live && engine.grantBlock === null && (cluster === null || cluster.serving);
     },
     cluster,
+    reclaims: parts.service.reclaimStats,
   };
 }
 

@@ -13,6 +13,7 @@ import type { LockEngineView } from "../core/lock_queries.ts";
 import type { AuditLog } from "../log/audit.ts";
 import type { ServerCounters } from "../counters.ts";
 import type { LockService } from "../service/lock_service.ts";
+import type { ReclaimStats } from "../service/reclaims.ts";
 
 /**
  * The operator's actions (admin API): each goes through `LockService`, which writes its audit
@@ -58,4 +59,6 @@ export interface ServerView {
   readonly ready: boolean;
   /** Cluster mode (`-cluster-etcd`): this node's leadership, tokens and etcd; null on a single node. */
   readonly cluster: ClusterView | null;
+  /** RESUME and RECLAIM decisions (protocol version 2) so far. */
+  readonly reclaims: Readonly<ReclaimStats>;
 }

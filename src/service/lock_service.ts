@@ -31,35 +31,33 @@ import type {
   GrantBlock,
   HolderView,
   Instant,
-  LockKind,
   Peer,
   WaiterView,
 } from "../core/types.ts";
 import { TOKEN_RETRY_MS_MAX, TOKEN_RETRY_MS_MIN } from "../limits.ts";
 import type { AuditLog } from "../log/audit.ts";
-import { type Actor, type AuditRecord, valueDigest } from "../log/audit_records.ts";
+import type { Actor } from "../log/audit_records.ts";
 import { log } from "../log/diagnostic.ts";
 import type { ServerCounters } from "../counters.ts";
 import {
   aclDeniedError,
   aclReadDeniedError,
-  cancelledError,
   errorFrame,
-  leaseExpiredError,
   notLeaderError,
-  rejectionError,
   SESSION_ERRORS,
-  sessionClosedError,
   SHUTTING_DOWN_ERROR,
-  waitTimeoutError,
   type WireError,
 } from "./wire_errors.ts";
 import type { ServerMessage } from "../wire/messages.ts";
 import { type Acl, ALLOW_ALL } from "../security/acl.ts";
 import { type LockRules, NO_LOCK_RULES } from "../security/lock_rules.ts";
+import { type ClaimOptions, PLAIN_CLAIM } from "./claim_options.ts";
 import { DeadlineTimer } from "./deadline_timer.ts";
-import type { LeadershipGate } from "./leadership_gate.ts";
+import { type CarriedOver, type Closing, EventCarrier } from "./event_carrier.ts";
+import type { LeadershipGate, OwnershipGate } from "./leadership_gate.ts";
+import { type ReclaimRequest, Reclaims, type ReclaimStats } from "./reclaims.ts";
 import { type SessionPort, SessionRegistry } from "./session_registry.ts";
+import { SingleNodeGate } from "./single_node_gate.ts";
 
 const logger = log("protocol");
 const serverLogger = log("server");
@@ -75,29 +73,12 @@ export interface LockServiceOptions {
   readonly lockRules?: LockRules;
   /** Cluster mode: who may promise ownership and act, and when (absent on a single node). */
   readonly gate?: LeadershipGate;
+  /**
+   * Records and reclaims (the term, tickets, W1–W3): the gate in cluster mode, else a single
+   * node's (`SingleNodeGate`); tests give their own.
+   */
+  readonly ownership?: OwnershipGate;
 }
-
-/**
- * What an ACQUIRE asks for beyond its lock, name, lease and wait. Version 1 sessions ask for
- * {@link PLAIN_CLAIM}; protocol version 2 (issues 22, 23) may ask for a mode, a limit and a value
- * (see `AcquireOptions` in src/core/types.ts for their meaning).
- */
-export interface ClaimOptions {
-  readonly mode: ClaimMode;
-  /** 0: no opinion (the lock's or a rule's limit, else 1); 1: a plain lock; N ≥ 2: a semaphore. */
-  readonly limit: number;
-  readonly value: Uint8Array | null;
-}
-
-/**
- * A version-1 ACQUIRE: a plain lock (limit 1, exclusive, no value). It never joins a semaphore or
- * shares a lock with readers, so "acquired" keeps meaning "alone" for its clients.
- */
-export const PLAIN_CLAIM: ClaimOptions = Object.freeze({
-  mode: "exclusive",
-  limit: 1,
-  value: null,
-});
 
 /** Outcome of a force-release (admin API). */
 export type ForceReleaseResult =
@@ -133,15 +114,6 @@ export type KickWaiterResult =
   | { readonly status: "lock_not_found" }
   | { readonly status: "waiter_not_found" };
 
-/** A session's end requested by its own connection, with the final ERROR to send (if any). */
-interface Closing {
-  readonly sessionId: number;
-  readonly finalError: WireError | null;
-}
-
-/** The engine event of one type. */
-type EventOf<T extends EngineEvent["type"]> = Extract<EngineEvent, { readonly type: T }>;
-
 export class LockService {
   readonly #engine: LockEngine;
   readonly #audit: AuditLog;
@@ -150,6 +122,9 @@ export class LockService {
   readonly #sessions = new SessionRegistry();
   readonly #deadlines: DeadlineTimer;
   readonly #gate: LeadershipGate | undefined;
+  readonly #ownership: OwnershipGate;
+  readonly #carrier: EventCarrier;
+  readonly #reclaims: Reclaims;
   #acl: Acl;
   #lockRules: LockRules = NO_LOCK_RULES;
   #tokenRetry: Timer | undefined;
@@ -174,6 +149,28 @@ export class LockService {
     this.#counters = options.counters;
     this.#acl = options.acl ?? ALLOW_ALL;
     this.#gate = options.gate;
+    this.#ownership = options.ownership ?? options.gate ??
+      new SingleNodeGate(this.#engine.ioTimeoutMs);
+    this.#reclaims = new Reclaims({
+      engine: this.#engine,
+      audit: this.#audit,
+      sessions: this.#sessions,
+      ownership: this.#ownership,
+      acl: () => this.#acl,
+      now: () => this.now(),
+      apply: (events, carried) => this.#apply(events, undefined, carried),
+      closeSession: (sessionId, cause) => this.closeSession(sessionId, cause),
+    });
+    this.#carrier = new EventCarrier({
+      engine: this.#engine,
+      audit: this.#audit,
+      counters: this.#counters,
+      sessions: this.#sessions,
+      gate: this.#gate,
+      ownership: this.#ownership,
+      sessionEnded: (sessionId) => this.#reclaims.sessionEnded(sessionId),
+      ownershipEnded: (name, token) => this.#reclaims.ownershipEnded(name, token),
+    });
     this.#deadlines = new DeadlineTimer(this.#scheduler, () => this.tick());
     if (options.lockRules !== undefined) this.setLockRules(options.lockRules);
   }
@@ -390,7 +387,11 @@ export class LockService {
       return;
     }
     // The gate may answer later: keep the ACK's place in the session's reply order.
-    this.#promiseOwnership(port.hold(), ack, this.#engine.view.ownedLeaseMaxMs(peer.sessionId));
+    this.#carrier.promiseOwnership(
+      port.hold(),
+      ack,
+      this.#engine.view.ownedLeaseMaxMs(peer.sessionId),
+    );
   }
 
   /**
@@ -411,6 +412,63 @@ export class LockService {
       sessionId,
       finalError,
     });
+  }
+
+  // ---- protocol version 2: reclaims and GOODBYE -------------------------------
+
+  /** The term this node serves (0 on a single node): WELCOME's `term` in version 2. */
+  get term(): number {
+    return this.#ownership.term;
+  }
+
+  /** WELCOME's `reclaimWindowMs` in version 2 (see `OwnershipGate.reclaimWindowMs`). */
+  get reclaimWindowMs(): number {
+    return this.#ownership.reclaimWindowMs;
+  }
+
+  /** RESUME and RECLAIM decisions so far (`/metrics`). */
+  get reclaimStats(): Readonly<ReclaimStats> {
+    return this.#reclaims.stats;
+  }
+
+  /**
+   * RESUME, the session's first request (the session checks that): its outcome (RESUMED),
+   * `moved`, `reclaim` or `none`, for the RECLAIMs that follow (see reclaims.ts).
+   */
+  resume(peer: Peer, requestId: number, prevTerm: number, prevSessionId: number): void {
+    if (this.#deferRequest(peer, () => this.resume(peer, requestId, prevTerm, prevSessionId))) {
+      return;
+    }
+    this.#reclaims.resume(peer, requestId, prevTerm, prevSessionId);
+  }
+
+  /**
+   * RECLAIM: one claim of the session's RESUME, carried over (ACQUIRED, QUEUED) or void
+   * (CLAIM_VOID; a queued one joins the tail). `last`: the RESUME announced no more.
+   */
+  reclaim(peer: Peer, request: ReclaimRequest, last: boolean): void {
+    if (this.#deferRequest(peer, () => this.reclaim(peer, request, last))) return;
+    this.#reclaims.reclaim(peer, request, last);
+  }
+
+  /** The session sent another request before every RECLAIM its RESUME announced. */
+  reclaimsDone(peer: Peer): void {
+    if (this.#deferRequest(peer, () => this.reclaimsDone(peer))) return;
+    this.#reclaims.done(peer);
+  }
+
+  /** GOODBYE: the session ends gracefully (as a clean close of version 1) and is closed. */
+  goodbye(peer: Peer): void {
+    this.closeSession(peer.sessionId, "client_closed");
+  }
+
+  /**
+   * The sessions that have claims (owned or queued), for a planned hand-over's list: their
+   * clients will RESUME at the next leader.
+   */
+  sessionsWithClaims(): number[] {
+    const view = this.#engine.view;
+    return view.sessionIds().filter((sessionId) => view.claimCountOf(sessionId) > 0);
   }
 
   // ---- operators (the admin API) -------------------------------------------
@@ -568,8 +626,13 @@ export class LockService {
     this.#engine.blockGrants("not_leader");
   }
 
-  /** Cluster mode: the node serves a new term: grants go ahead. */
+  /**
+   * Cluster mode: the node serves a new term: grants go ahead, and new claims take the term as
+   * the first part of their order key (restored waiters of earlier terms go ahead of them).
+   */
   leading(): void {
+    const term = this.#ownership.term;
+    if (term > this.#engine.orderTerm) this.#engine.setOrderTerm(term);
     this.#deferred.set(
       "leading",
       () => this.#apply(this.#engine.unblockGrants(this.now(), "not_leader")),
@@ -668,233 +731,13 @@ export class LockService {
 
   // ---- carrying out engine events ---------------------------------------------
 
-  /** Carries out engine events in order, then re-arms the deadline timer. */
-  #apply(events: EngineEvent[], closing?: Closing): void {
-    for (const event of events) this.#applyOne(event, closing);
+  /** Carries out engine events in order (`EventCarrier`), then re-arms the deadline timer. */
+  #apply(events: EngineEvent[], closing?: Closing, carried?: CarriedOver): void {
+    for (const event of events) this.#carrier.carry(event, closing, carried);
     this.#deadlines.arm(this.#engine.nextDeadlineMs());
     if (this.#engine.isBlocked("token_store_unavailable") && !this.#inTokenRetry) {
       this.#retryTokenStoreLater();
     }
-  }
-
-  #applyOne(event: EngineEvent, closing: Closing | undefined): void {
-    const port = this.#sessions.get(event.peer.sessionId);
-    switch (event.type) {
-      case "granted":
-        return this.#granted(event, port);
-      case "queued":
-        port?.send({
-          type: "queued",
-          requestId: event.requestId,
-          name: event.name,
-          position: event.position,
-        });
-        return;
-      case "ended":
-        return this.#ended(event, port);
-      case "value_changed":
-        return this.#valueChanged(event, port);
-      case "mode_changed":
-        return this.#modeChanged(event, port);
-      case "wait_ended":
-        return this.#waitEnded(event, port);
-      case "rejected":
-        return this.#rejected(event, port);
-      case "session_closed":
-        return this.#sessionClosed(event, port, closing);
-    }
-  }
-
-  /** A grant: its audit record, then ACQUIRED in the session's reply order. */
-  #granted(event: EventOf<"granted">, port: SessionPort | undefined): void {
-    const peer = event.peer;
-    this.#record(
-      {
-        event: "acquire",
-        lock: event.name,
-        token: event.token,
-        identity: peer.identity,
-        remote_addr: peer.remoteAddr,
-        session: peer.sessionId,
-        client_name: peer.clientName,
-        waited_ms: Math.round(event.waitedMs),
-        ...kindFields(event),
-        ...(event.value === null ? {} : valueDigest(event.value)),
-      },
-      port,
-      {
-        type: "acquired",
-        requestId: event.requestId,
-        name: event.name,
-        token: event.token,
-        leaseMs: event.leaseMs,
-      },
-    );
-  }
-
-  /** An ownership ended: its audit record, then RELEASED or LEASE_EXPIRED (or nothing). */
-  #ended(event: EventOf<"ended">, port: SessionPort | undefined): void {
-    const peer = event.peer;
-    const reply: ServerMessage | null = event.releaseRequestId !== 0
-      ? { type: "released", requestId: event.releaseRequestId, name: event.name }
-      : event.reason === "expired"
-      ? errorFrame(
-        event.acquireRequestId,
-        event.name,
-        leaseExpiredError(event.name, event.token),
-      )
-      : null;
-    this.#record(
-      {
-        event: "release",
-        lock: event.name,
-        token: event.token,
-        identity: peer.identity,
-        remote_addr: peer.remoteAddr,
-        session: peer.sessionId,
-        client_name: peer.clientName,
-        reason: event.reason,
-        held_ms: Math.round(event.heldMs),
-        ...kindFields(event),
-      },
-      port,
-      reply,
-    );
-    if (event.reason === "expired") {
-      logger.info("lease expired", {
-        lock: event.name,
-        session: peer.sessionId,
-        remote_addr: peer.remoteAddr,
-        token: event.token,
-      });
-    }
-  }
-
-  /** A holder replaced its value: the record alone (the VALUE_SET reply comes with version 2). */
-  #valueChanged(event: EventOf<"value_changed">, port: SessionPort | undefined): void {
-    const peer = event.peer;
-    this.#record(
-      {
-        event: "value_set",
-        lock: event.name,
-        token: event.token,
-        identity: peer.identity,
-        remote_addr: peer.remoteAddr,
-        session: peer.sessionId,
-        client_name: peer.clientName,
-        ...valueDigest(event.value),
-      },
-      port,
-      null,
-    );
-  }
-
-  /** A holder downgraded to shared; a request for the mode it already has records nothing. */
-  #modeChanged(event: EventOf<"mode_changed">, port: SessionPort | undefined): void {
-    if (!event.changed) return;
-    const peer = event.peer;
-    this.#record(
-      {
-        event: "downgrade",
-        lock: event.name,
-        token: event.token,
-        identity: peer.identity,
-        remote_addr: peer.remoteAddr,
-        session: peer.sessionId,
-        client_name: peer.clientName,
-        write_generation: event.writeGeneration,
-      },
-      port,
-      null,
-    );
-  }
-
-  /** A wait ended without a grant: timed out, or cancelled by a RELEASE. */
-  #waitEnded(event: EventOf<"wait_ended">, port: SessionPort | undefined): void {
-    if (event.cause === "timeout") {
-      port?.send(
-        errorFrame(event.requestId, event.name, waitTimeoutError(event.name, event.waitedMs)),
-      );
-    } else if (event.cause === "cancelled") {
-      port?.send(errorFrame(event.requestId, event.name, cancelledError(event.name)));
-      port?.send({ type: "released", requestId: event.releaseRequestId, name: event.name });
-    }
-  }
-
-  /** A refused request: its error, and a limit reached counted and logged. */
-  #rejected(event: EventOf<"rejected">, port: SessionPort | undefined): void {
-    port?.send(
-      errorFrame(event.requestId, event.name, rejectionError(event.name, event.rejection)),
-    );
-    if (event.rejection.reason === "limit_exceeded") {
-      this.#counters.limitRefusals[event.rejection.limit]++;
-      logger.warn("limit reached", {
-        session: event.peer.sessionId,
-        remote_addr: event.peer.remoteAddr,
-        lock: event.name,
-        limit: event.rejection.limit,
-      });
-    }
-  }
-
-  /** A session ended: out of the registry, and its final frame (if any) behind the rest. */
-  #sessionClosed(
-    event: EventOf<"session_closed">,
-    port: SessionPort | undefined,
-    closing: Closing | undefined,
-  ): void {
-    const peer = event.peer;
-    this.#sessions.remove(peer.sessionId);
-    if (event.cause === "io_timeout") {
-      logger.info("session timed out", {
-        session: peer.sessionId,
-        remote_addr: peer.remoteAddr,
-      });
-    }
-    const finalError = closing?.sessionId === peer.sessionId && closing.finalError !== null
-      ? closing.finalError
-      : sessionClosedError(event.cause, event.name, this.#engine.ioTimeoutMs);
-    port?.terminate(finalError === null ? null : errorFrame(0, event.name, finalError));
-  }
-
-  /**
-   * Writes an audit record; the reply that depends on it (or, for `null`, the session's
-   * later frames) waits for the write.
-   *
-   * Cluster seam: a change that must be committed (e.g. to etcd) before anyone hears of
-   * it is committed here, before the hold is released.
-   */
-  #record(record: AuditRecord, port: SessionPort | undefined, reply: ServerMessage | null): void {
-    if (port === undefined) {
-      this.#audit.append(record);
-      return;
-    }
-    const place = port.hold();
-    this.#audit.append(
-      record,
-      reply !== null && reply.type === "acquired"
-        ? () => this.#promiseOwnership(place, reply, reply.leaseMs)
-        : () => place(reply),
-    );
-  }
-
-  /**
-   * Sends a frame that promises ownership for `leaseMs` (ACQUIRED, HEARTBEAT_ACK) into its
-   * place in the session's reply order.
-   *
-   * Cluster seam: the gate checks leadership right here, before the promise leaves; a node
-   * that stepped down fills the place with nothing (its sessions are being closed).
-   */
-  #promiseOwnership(
-    place: (message: ServerMessage | null) => void,
-    message: ServerMessage,
-    leaseMs: number,
-  ): void {
-    if (this.#gate === undefined) {
-      place(message);
-      return;
-    }
-    this.#gate.promise(leaseMs, () => place(message), () => place(null));
   }
 
   /** Tries the token store again with exponential back-off until a reservation succeeds. */
@@ -930,15 +773,4 @@ export class LockService {
       }
     }, this.#tokenRetryDelayMs);
   }
-}
-
-/**
- * The kind fields of an `acquire` or `release` record: only for shared and semaphore locks, so
- * the records of plain exclusive locks stay as they were before kinds existed.
- */
-function kindFields(
-  event: { kind: LockKind; limit: number; mode: ClaimMode; slot: number },
-): { kind?: string; limit?: number; mode?: string; slot?: number } {
-  if (event.kind === "exclusive") return {};
-  return { kind: event.kind, limit: event.limit, mode: event.mode, slot: event.slot };
 }

@@ -5,6 +5,11 @@ import type { ErrorMessage, ServerMessage } from "../wire/messages.ts";
  * decides them (docs/architecture.md, "Reply order").
  */
 export interface SessionPort {
+  /**
+   * The protocol version of the session (absent: 1). Version 2 gets reclaim tickets and the
+   * fields version 2 added to ACQUIRED and QUEUED.
+   */
+  readonly version?: number;
   /** Queues a frame after every frame decided before it. */
   send(message: ServerMessage): void;
   /**

@@ -7,6 +7,7 @@
  */
 
 import type { CloseCause, GrantBlock, Rejection } from "../core/types.ts";
+import type { ReclaimVoidReason } from "./void_reasons.ts";
 import { WIRE_CODES, type WireCodeName } from "../wire/codes.ts";
 import type { ErrorMessage } from "../wire/messages.ts";
 
@@ -119,6 +120,25 @@ export function aclReadDeniedError(name: string, identity: string): WireError {
   };
 }
 
+/** Why a RECLAIM's claim is not carried over, as the clause of CLAIM_VOID's message. */
+const VOID_CLAUSES: Readonly<Record<ReclaimVoidReason, string>> = {
+  ticket: "its ticket is not one this server issued for this claim, session and identity",
+  term: "it was made in a term whose claims this leader does not take",
+  window: "the reclaim window is closed (the session that held it is gone)",
+  floor: "the ownership ended before this reclaim (it expired or its session ended)",
+  regranted: "the lock has another owner now",
+  acl: "the ACL no longer allows this identity to acquire it",
+  limit: "a server limit (claims per session, claims) refused it",
+};
+
+/** A RECLAIM's owned claim could not be carried over (protocol version 2; the session stays). */
+export function claimVoidError(name: string, reason: ReclaimVoidReason): WireError {
+  return {
+    code: "CLAIM_VOID",
+    message: `Cannot reclaim lock "${name}": ${VOID_CLAUSES[reason]}`,
+  };
+}
+
 /** The final ERROR of a session the server closes, by cause (none when the peer already left). */
 export function sessionClosedError(
   cause: CloseCause,
@@ -176,9 +196,11 @@ export const SESSION_ERRORS = {
     code: "INVALID_ARGUMENT",
     message: `Client name is longer than ${bytesMax} bytes`,
   }),
-  unsupportedVersion: (asked: number, spoken: number): WireError => ({
+  unsupportedVersion: (asked: number, spoken: readonly number[]): WireError => ({
     code: "UNSUPPORTED_VERSION",
-    message: `Protocol version ${asked} is not supported; this server speaks ${spoken}`,
+    message: `Protocol version ${asked} is not supported; this server speaks ${
+      spoken.join(" and ")
+    }`,
   }),
   sessionLimit: (): WireError => ({
     code: "LIMIT_EXCEEDED",
@@ -190,6 +212,20 @@ export const SESSION_ERRORS = {
       "this one waited longest",
   }),
   malformed: (reason: string): WireError => ({ code: "MALFORMED_FRAME", message: reason }),
+  resumeNotFirst: (): WireError => ({
+    code: "INVALID_ARGUMENT",
+    message: "RESUME must be the first request after WELCOME",
+  }),
+  reclaimWithoutResume: (name: string): WireError => ({
+    code: "INVALID_ARGUMENT",
+    message: `Cannot reclaim lock "${name}": a RECLAIM must follow a RESUME, ` +
+      "no more of them than it announced and before any other request",
+  }),
+  claimKind: (name: string, kind: number | string): WireError => ({
+    code: "INVALID_ARGUMENT",
+    message:
+      `Cannot reclaim lock "${name}": claim kind ${kind} is neither 1 (owned) nor 2 (queued)`,
+  }),
 } as const;
 
 /**

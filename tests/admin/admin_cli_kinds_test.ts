@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { adminCommand } from "../../src/cli/admin.ts";
 import type { Peer } from "../../src/core/types.ts";
 import { parseLockRules } from "../../src/security/lock_rules.ts";
-import type { ClaimOptions } from "../../src/service/lock_service.ts";
+import type { ClaimOptions } from "../../src/service/claim_options.ts";
 import { FramePort, settle } from "../service/service_harness.ts";
 import { START, start } from "./admin_helpers.ts";
 

@@ -11,9 +11,10 @@ import assert from "node:assert/strict";
 import type { Peer } from "../../src/core/types.ts";
 import { lockJson, valueJson } from "../../src/admin/views.ts";
 import { parseLockRules } from "../../src/security/lock_rules.ts";
-import type { ClaimOptions } from "../../src/service/lock_service.ts";
+import type { ClaimOptions } from "../../src/service/claim_options.ts";
 import { FramePort, settle } from "../service/service_harness.ts";
-import { http, problemText, START, start, START_WALL_MS } from "./admin_helpers.ts";
+import { http, START, start, START_WALL_MS } from "./admin_helpers.ts";
+import { problemText } from "../helpers/problem.ts";
 
 const encoder = new TextEncoder();
 

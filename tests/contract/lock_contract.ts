@@ -18,12 +18,18 @@ import { eventually, TEST_ACTOR } from "../helpers/start_server.ts";
 
 /** One session of the server under test, after HELLO/WELCOME. */
 export interface ContractClient {
+  /** WELCOME's session id. */
+  readonly sessionId: number;
+  /** The protocol version the session speaks. */
+  readonly version: number;
   /** Sends requests (one write on a socket). */
   send(...messages: ClientMessage[]): Promise<void>;
   /** The next frame from the server; null once the server has closed the session. */
   next(): Promise<ServerMessage | null>;
-  /** Ends the session from the client's side (a clean close). */
+  /** Ends the session from the client's side (a clean close; version 2: GOODBYE first). */
   close(): Promise<void>;
+  /** Ends the connection without a word (version 2: without GOODBYE; version 1: as `close`). */
+  drop(): Promise<void>;
 }
 
 /** A server under test with a manual clock. */
@@ -45,9 +51,10 @@ export interface ContractServer {
   close(): Promise<void>;
 }
 
-/** A way to reach the server: the service directly, TCP, TLS, mTLS. */
+/** A way to reach the server: the service directly, TCP, TLS, mTLS; at one protocol version. */
 export interface ContractTransport {
   readonly name: string;
+  readonly version: number;
   start(config: Partial<ServerConfig>): Promise<ContractServer>;
 }
 
@@ -59,10 +66,10 @@ export interface ContractCase {
 
 // ---- helpers ------------------------------------------------------------------
 
-const LEASE_MS = 1_000;
+export const LEASE_MS = 1_000;
 
 /** ACQUIRE and its first answer. */
-async function acquire(
+export async function acquire(
   client: ContractClient,
   requestId: number,
   name: string,
@@ -72,7 +79,7 @@ async function acquire(
   return await client.next();
 }
 
-async function release(
+export async function release(
   client: ContractClient,
   requestId: number,
   name: string,
@@ -82,14 +89,18 @@ async function release(
   return await client.next();
 }
 
-function expectAcquired(message: ServerMessage | null, requestId: number, name: string): number {
+export function expectAcquired(
+  message: ServerMessage | null,
+  requestId: number,
+  name: string,
+): number {
   assert.ok(message?.type === "acquired", `expected ACQUIRED, got ${JSON.stringify(message)}`);
   assert.equal(message.requestId, requestId);
   assert.equal(message.name, name);
   return message.token;
 }
 
-function expectError(
+export function expectError(
   message: ServerMessage | null,
   code: WireCodeName,
   requestId: number,
@@ -101,14 +112,18 @@ function expectError(
   if (name !== undefined) assert.equal(message.name, name);
 }
 
-function expectQueued(message: ServerMessage | null, requestId: number, position: number): void {
+export function expectQueued(
+  message: ServerMessage | null,
+  requestId: number,
+  position: number,
+): void {
   assert.ok(message?.type === "queued", `expected QUEUED, got ${JSON.stringify(message)}`);
   assert.equal(message.requestId, requestId);
   assert.equal(message.position, position);
 }
 
 /** Waits until the audit log holds `count` records (writes are asynchronous). */
-async function auditCount(server: ContractServer, count: number) {
+export async function auditCount(server: ContractServer, count: number) {
   await eventually(() => server.auditRecords().length >= count, `${count} audit records`);
   return server.auditRecords();
 }

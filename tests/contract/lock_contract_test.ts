@@ -1,19 +1,21 @@
 /**
  * Runs the lock contract (`lock_contract.ts`) against every way of reaching the engine: the
- * LockService directly (no sockets, no codec), plain TCP, TLS and mutual TLS. Every server has
- * a manual scheduler, so leases, wait bounds and I/O timeouts move only when a case says so.
+ * LockService directly (no sockets, no codec), plain TCP, TLS and mutual TLS, each with sessions
+ * of protocol version 1 and of version 2; and the reclaim contract (`reclaim_contract.ts`)
+ * against the same four with version 2. Every server has a manual scheduler, so leases, wait
+ * bounds and I/O timeouts move only when a case says so.
  */
 
 import { ManualScheduler } from "../../src/clock.ts";
 import { DEFAULT_CONFIG, type ServerConfig } from "../../src/config.ts";
 import { LockEngine } from "../../src/core/engine.ts";
-import type { Peer } from "../../src/core/types.ts";
+import type { CloseCause, Peer } from "../../src/core/types.ts";
 import { AuditLog } from "../../src/log/audit.ts";
 import { ServerCounters } from "../../src/counters.ts";
 import { errorFrame } from "../../src/service/wire_errors.ts";
-import type { ClientMessage, ServerMessage } from "../../src/wire/messages.ts";
+import { type ClientMessage, type ServerMessage, withNeutral } from "../../src/wire/messages.ts";
 import { ReplyOrder } from "../../src/protocol/reply_order.ts";
-import { applyRequest } from "../../src/protocol/session.ts";
+import { peerClosedCause, RequestDispatch } from "../../src/protocol/dispatch.ts";
 import { LockService } from "../../src/service/lock_service.ts";
 import type { SessionPort } from "../../src/service/session_registry.ts";
 import { openTokenIssuer } from "../../src/storage/token_store.ts";
@@ -22,6 +24,7 @@ import { MemorySink } from "../helpers/memory_sink.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 import { startTestServer } from "../helpers/start_server.ts";
 import { type ContractClient, type ContractTransport, LOCK_CONTRACT } from "./lock_contract.ts";
+import { RECLAIM_CONTRACT } from "./reclaim_contract.ts";
 
 /** How long a case waits for a frame before it fails (real time: only I/O is awaited). */
 const FRAME_WAIT_MS = 5_000;
@@ -36,6 +39,7 @@ const CLOSED = Symbol("closed");
  * server's own reply order.
  */
 class ServicePort implements SessionPort {
+  readonly version: number;
   readonly #delivered: (ServerMessage | null)[] = [];
   readonly #order = new ReplyOrder<ServerMessage | typeof CLOSED>({
     deliver: (frame) => {
@@ -45,6 +49,10 @@ class ServicePort implements SessionPort {
   });
   #wake: (() => void) | null = null;
   closed = false;
+
+  constructor(version: number) {
+    this.version = version;
+  }
 
   send(message: ServerMessage): void {
     this.#order.send(message);
@@ -80,36 +88,52 @@ class ServicePort implements SessionPort {
 }
 
 /** A client of the service: each request is the service command a session would call. */
-function serviceClient(service: LockService, peer: Peer, port: ServicePort): ContractClient {
+function serviceClient(
+  service: LockService,
+  peer: Peer,
+  port: ServicePort,
+  version: number,
+): ContractClient {
+  const dispatch = new RequestDispatch(service, peer, version, (message) => port.send(message));
   const request = (message: ClientMessage) => {
     service.touch(peer.sessionId);
     if (message.type === "hello") throw new Error("not a request: hello");
-    applyRequest(service, peer, message);
+    dispatch.apply(withNeutral(message));
+  };
+  const leave = (cause: CloseCause) => {
+    if (!port.closed) {
+      port.closed = true;
+      service.closeSession(peer.sessionId, cause);
+    }
   };
   return {
+    sessionId: peer.sessionId,
+    version,
     send(...messages) {
       for (const message of messages) request(message);
       return Promise.resolve();
     },
     next: () => port.next(),
     close() {
-      if (!port.closed) {
-        port.closed = true;
-        service.closeSession(peer.sessionId, "client_closed");
-      }
+      if (version >= 2 && !port.closed) request({ type: "goodbye", requestId: 0xffff_fff0 });
+      leave(peerClosedCause(version));
+      return Promise.resolve();
+    },
+    drop() {
+      leave(peerClosedCause(version));
       return Promise.resolve();
     },
   };
 }
 
 function isServerMessage(value: { type: string }): value is ServerMessage {
-  return ["welcome", "queued", "acquired", "released", "heartbeat_ack", "error"].includes(
-    value.type,
-  );
+  return ["welcome", "queued", "acquired", "released", "heartbeat_ack", "resumed", "error"]
+    .includes(value.type);
 }
 
-const serviceTransport: ContractTransport = {
-  name: "service",
+const serviceTransport = (version: number): ContractTransport => ({
+  name: version === 1 ? "service" : `service v${version}`,
+  version,
   start(overrides) {
     const config: ServerConfig = { ...DEFAULT_CONFIG, ...overrides };
     const scheduler = new ManualScheduler();
@@ -128,12 +152,12 @@ const serviceTransport: ContractTransport = {
     audit.onHealthChange = (failure) => service.auditHealthChanged(failure);
     let nextPort = 40_000;
     const open = (): ContractClient | ServerMessage => {
-      const port = new ServicePort();
+      const port = new ServicePort(version);
       const opened = service.openSession("", `127.0.0.1:${nextPort++}`, port);
       if ("code" in opened) {
         return errorFrame(0, "", opened);
       }
-      return serviceClient(service, opened, port);
+      return serviceClient(service, opened, port, version);
     };
     return Promise.resolve({
       identity: "",
@@ -159,7 +183,7 @@ const serviceTransport: ContractTransport = {
       },
     });
   },
-};
+});
 
 // ---- real servers over sockets ------------------------------------------------
 
@@ -169,14 +193,28 @@ function socketTransport(
   tlsConfig: Partial<ServerConfig>,
   identity: string,
   connect: (addr: string) => Promise<RawClient>,
+  version: number,
 ): ContractTransport {
   return {
-    name,
+    name: version === 1 ? name : `${name} v${version}`,
+    version,
     async start(config) {
       const scheduler = new ManualScheduler();
       const t = await startTestServer({ ...tlsConfig, ...config }, { scheduler });
       const clients: RawClient[] = [];
+      const gone = async (raw: RawClient) => {
+        await raw[Symbol.asyncDispose]();
+        // The server has handled the close once the session is gone from the engine.
+        const deadline = performance.now() + FRAME_WAIT_MS;
+        while (t.server.context.connections.size > clients.filter((c) => c !== raw).length) {
+          if (performance.now() > deadline) break;
+          await new Promise((resolve) => setTimeout(resolve, 2));
+        }
+        clients.splice(clients.indexOf(raw), 1);
+      };
       const wrap = (raw: RawClient): ContractClient => ({
+        sessionId: raw.welcome!.sessionId,
+        version,
         send: (...messages) => raw.send(...messages),
         next: async () => {
           const message = await raw.next(FRAME_WAIT_MS);
@@ -186,28 +224,26 @@ function socketTransport(
           return message as ServerMessage | null;
         },
         close: async () => {
-          await raw[Symbol.asyncDispose]();
-          // The server has handled the close once the session is gone from the engine.
-          const deadline = performance.now() + FRAME_WAIT_MS;
-          while (t.server.context.connections.size > clients.filter((c) => c !== raw).length) {
-            if (performance.now() > deadline) break;
-            await new Promise((resolve) => setTimeout(resolve, 2));
+          // A version-2 client says GOODBYE, and the server closes.
+          if (version >= 2 && clients.includes(raw)) {
+            await raw.send({ type: "goodbye", requestId: 0xffff_fff0 }).catch(() => {});
           }
-          clients.splice(clients.indexOf(raw), 1);
+          await gone(raw);
         },
+        drop: () => gone(raw),
       });
       return {
         identity,
         engine: t.server.context.engine,
         service: t.server.context.service,
         async open() {
-          const raw = await (await connect(t.addr)).hello();
+          const raw = await (await connect(t.addr)).hello("contract", version);
           clients.push(raw);
           return wrap(raw);
         },
         async openRefused() {
           await using raw = await connect(t.addr);
-          await raw.send({ type: "hello", version: 1, clientName: "refused" });
+          await raw.send({ type: "hello", version, clientName: "refused" });
           const refusal = await raw.next(FRAME_WAIT_MS);
           return refusal as ServerMessage | null;
         },
@@ -225,14 +261,15 @@ function socketTransport(
 
 const caCerts = [certPem("ca")];
 
-const TRANSPORTS: readonly ContractTransport[] = [
-  serviceTransport,
-  socketTransport("tcp", {}, "", (addr) => RawClient.connect(addr)),
+const transports = (version: number): ContractTransport[] => [
+  serviceTransport(version),
+  socketTransport("tcp", {}, "", (addr) => RawClient.connect(addr), version),
   socketTransport(
     "tls",
     serverTlsConfig(false),
     "",
     (addr) => RawClient.connectTls(addr, { caCerts }),
+    version,
   ),
   socketTransport(
     "mtls",
@@ -244,11 +281,20 @@ const TRANSPORTS: readonly ContractTransport[] = [
         cert: certPem("client-uri"),
         key: keyPem("client-uri"),
       }),
+    version,
   ),
 ];
 
-for (const transport of TRANSPORTS) {
-  for (const c of LOCK_CONTRACT) {
+const RUNS = [
+  ...transports(1).map((transport) => ({ transport, cases: LOCK_CONTRACT })),
+  ...transports(2).map((transport) => ({
+    transport,
+    cases: [...LOCK_CONTRACT, ...RECLAIM_CONTRACT],
+  })),
+];
+
+for (const { transport, cases } of RUNS) {
+  for (const c of cases) {
     Deno.test(`${transport.name}: ${c.name}`, async () => {
       const server = await transport.start({ listen: "127.0.0.1:0", ...c.config });
       try {

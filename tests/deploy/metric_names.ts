@@ -74,6 +74,11 @@ export const CLUSTER_FAMILIES: readonly string[] = [
   "lockd_cluster_token_high_water",
   "lockd_etcd_request_seconds",
   "lockd_etcd_request_failures_total",
+  // reclaims (issue 20, protocol version 2)
+  "lockd_cluster_reclaims_total",
+  "lockd_cluster_reclaim_void_total",
+  "lockd_cluster_reclaim_conflicts_total",
+  "lockd_reclaims_total",
 ];
 
 /** Label values of the cluster families the kit relies on. */
@@ -83,6 +88,9 @@ export const CLUSTER_LABEL_VALUES: Readonly<Record<string, Readonly<Record<strin
     reason: ["lease_expired", "key_lost", "deposed", "etcd_unreachable", "shutdown"],
   },
   lockd_etcd_request_failures_total: { op: ["grant", "keepalive", "revoke", "get", "txn"] },
+  lockd_cluster_reclaim_void_total: {
+    reason: ["window", "floor", "regranted", "ticket", "acl", "limit", "term"],
+  },
   // A single node exposes exactly the operator spec's label values; cluster mode adds
   // `failover` and 0x11 (NOT_LEADER).
   lockd_releases_total: { reason: ["graceful", "expired", "io_timeout", "force", "failover"] },

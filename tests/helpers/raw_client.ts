@@ -1,7 +1,12 @@
 import { parseHostPort } from "../../src/host_port.ts";
 import { FrameWriter } from "../../src/wire/frame.ts";
 import { FrameReader } from "../../src/wire/frame_reader.ts";
-import { type ClientMessage, type Message, PROTOCOL_VERSION } from "../../src/wire/messages.ts";
+import {
+  type ClientMessage,
+  type Message,
+  PROTOCOL_VERSION,
+  type Welcome,
+} from "../../src/wire/messages.ts";
 
 /** A bare protocol peer for tests: sends exact frames or bytes, reads messages one by one. */
 export class RawClient implements AsyncDisposable {
@@ -10,6 +15,10 @@ export class RawClient implements AsyncDisposable {
   readonly #buffer = new Uint8Array(64 * 1024);
   #closed = false;
   #pendingRead: Promise<number | null> | null = null;
+  /** The session's version: frames are sent in its layouts (1 until a WELCOME says otherwise). */
+  version = 1;
+  /** The WELCOME of `hello`, once it came. */
+  welcome: Welcome | null = null;
 
   private constructor(conn: Deno.TcpConn | Deno.TlsConn) {
     this.conn = conn;
@@ -31,13 +40,15 @@ export class RawClient implements AsyncDisposable {
     return new RawClient(conn);
   }
 
-  /** Completes HELLO/WELCOME on a connected client. */
-  async hello(clientName = "raw"): Promise<this> {
-    await this.send({ type: "hello", version: PROTOCOL_VERSION, clientName });
+  /** Completes HELLO/WELCOME on a connected client, asking for protocol `version`. */
+  async hello(clientName = "raw", version = PROTOCOL_VERSION): Promise<this> {
+    await this.send({ type: "hello", version, clientName });
     const welcome = await this.next();
     if (welcome?.type !== "welcome") {
       throw new Error(`expected WELCOME, got ${JSON.stringify(welcome)}`);
     }
+    this.welcome = welcome;
+    this.version = welcome.version;
     return this;
   }
 
@@ -48,13 +59,13 @@ export class RawClient implements AsyncDisposable {
     return new RawClient(conn);
   }
 
-  /** Connects and completes HELLO/WELCOME. */
-  static async session(addr: string): Promise<RawClient> {
-    return await (await RawClient.connect(addr)).hello();
+  /** Connects and completes HELLO/WELCOME (at protocol `version`). */
+  static async session(addr: string, version = PROTOCOL_VERSION): Promise<RawClient> {
+    return await (await RawClient.connect(addr)).hello("raw", version);
   }
 
   async send(...messages: ClientMessage[]): Promise<void> {
-    const writer = new FrameWriter({ maxFrameBytes: 1 << 20 });
+    const writer = new FrameWriter({ maxFrameBytes: 1 << 20, version: this.version });
     for (const message of messages) writer.push(message);
     await this.sendBytes(writer.take());
   }

@@ -1,8 +1,8 @@
 /**
- * Protocol versions against a real server (docs/protocol.md, "Versioning"): the codec speaks
- * versions 1 and 2, the server serves version 1 only until version-2 session handling lands, so
- * a version-2 HELLO gets UNSUPPORTED_VERSION (the client's cue to retry with 1), also when
- * version-2 requests follow it in the same write; and a version-1 session refuses the types and
+ * Protocol versions against a real server (docs/protocol.md, "Versioning"): the server serves
+ * versions 1 and 2 and answers each HELLO with WELCOME of that same version (version 2 with its
+ * fields); any other version gets UNSUPPORTED_VERSION; requests sent right behind a HELLO of
+ * version 2 are read in version 2's layouts; and a version-1 session refuses the types and
  * layouts of version 2 as malformed frames.
  */
 import assert from "node:assert/strict";
@@ -40,19 +40,54 @@ async function stillServes(addr: string): Promise<void> {
   assert.equal(granted.ticket, EMPTY_TICKET, "a version-1 ACQUIRED decodes with no ticket");
 }
 
-Deno.test("HELLO version 2 gets UNSUPPORTED_VERSION until the server serves version-2 sessions", async () => {
-  await using t = await startTestServer();
+Deno.test("HELLO version 2 gets WELCOME version 2 with its term, reclaim window and value limit", async () => {
+  await using t = await startTestServer({ ioTimeoutMs: 20_000 });
   await using raw = await RawClient.connect(t.addr);
   await raw.send({ type: "hello", version: 2, clientName: "v2" });
-  expectClosingError(
-    await raw.drainUntilClosed(),
-    WIRE_CODES.UNSUPPORTED_VERSION.code,
-    /Protocol version 2 is not supported; this server speaks 1/,
+  const welcome = await raw.next();
+  assert.ok(welcome?.type === "welcome", JSON.stringify(welcome));
+  assert.deepEqual(
+    [welcome.version, welcome.term, welcome.reclaimWindowMs, welcome.valueBytesMax],
+    [2, 0, 20_000, 0],
+    "a single node: term 0, reclaim while a silent session lives (its I/O timeout), no values",
   );
   await stillServes(t.addr);
 });
 
-Deno.test("version-2 requests sent right behind HELLO version 2 get nothing but UNSUPPORTED_VERSION", async () => {
+Deno.test("HELLO version 1 gets WELCOME version 1, byte for byte as before version 2", async () => {
+  await using t = await startTestServer();
+  await using raw = await RawClient.connect(t.addr);
+  await raw.send({ type: "hello", version: 1, clientName: "v1" });
+  const welcome = await raw.next();
+  assert.ok(welcome?.type === "welcome");
+  assert.equal(welcome.version, 1);
+  assert.deepEqual(
+    encodeFrame(welcome),
+    encodeFrame({
+      type: "welcome",
+      version: 1,
+      serverVersion: welcome.serverVersion,
+      sessionId: welcome.sessionId,
+      ioTimeoutMs: welcome.ioTimeoutMs,
+      leaseDefaultMs: welcome.leaseDefaultMs,
+      leaseMaxMs: welcome.leaseMaxMs,
+    }),
+  );
+});
+
+Deno.test("HELLO version 3 gets UNSUPPORTED_VERSION naming the versions this server speaks", async () => {
+  await using t = await startTestServer();
+  await using raw = await RawClient.connect(t.addr);
+  await raw.send({ type: "hello", version: 3, clientName: "v3" });
+  expectClosingError(
+    await raw.drainUntilClosed(),
+    WIRE_CODES.UNSUPPORTED_VERSION.code,
+    /Protocol version 3 is not supported; this server speaks 1 and 2/,
+  );
+  await stillServes(t.addr);
+});
+
+Deno.test("version-2 requests sent right behind HELLO version 2 are read in version 2's layouts", async () => {
   await using t = await startTestServer();
   await using raw = await RawClient.connect(t.addr);
   await raw.sendBytes(concat([
@@ -68,18 +103,25 @@ Deno.test("version-2 requests sent right behind HELLO version 2 get nothing but 
       value: new TextEncoder().encode("10.0.0.7:8080"),
     }, 2),
     encodeFrame({ type: "query", requestId: 2, name: "v2/lock" }, 2),
-    encodeFrame({ type: "goodbye", requestId: 3 }, 2),
+    encodeFrame({ type: "acquire", requestId: 3, name: "v2/plain", leaseMs: 0, waitMs: 0 }, 2),
+    encodeFrame({ type: "goodbye", requestId: 4 }, 2),
   ]));
-  expectClosingError(
-    await raw.drainUntilClosed(),
-    WIRE_CODES.UNSUPPORTED_VERSION.code,
-    /Protocol version 2/,
+  const frames = await raw.drainUntilClosed();
+  assert.deepEqual(
+    frames.map((
+      f,
+    ) => [f.type, "requestId" in f ? f.requestId : 0, f.type === "error" ? f.code : 0]),
+    [
+      ["welcome", 0, 0],
+      ["error", 1, WIRE_CODES.INVALID_ARGUMENT.code],
+      ["error", 2, WIRE_CODES.INVALID_ARGUMENT.code],
+      ["acquired", 3, 0],
+    ],
+    "GOODBYE closes the session after the replies",
   );
+  // Nothing of the refused ACQUIRE was stored; the plain one ended with GOODBYE.
+  assert.equal(t.server.context.engine.lockCount, 0);
   await stillServes(t.addr);
-  // Nothing was acquired: the lock is free for a try-lock.
-  await using other = await RawClient.session(t.addr);
-  await other.send({ type: "acquire", requestId: 1, name: "v2/lock", leaseMs: 0, waitMs: 0 });
-  assert.equal((await other.next())?.type, "acquired");
 });
 
 const v2OnV1: [string, Uint8Array, RegExp][] = [
