@@ -166,9 +166,9 @@ export const RECLAIM_MISFITS: {
         : kept(m),
   },
   {
-    name: "an ERROR answering RESUME",
+    name: "a LEASE_EXPIRED answering RESUME",
     answer: (m) =>
-      m.type === "resume" ? [error(m.requestId, WIRE_CODES.INVALID_ARGUMENT.code, "")] : kept(m),
+      m.type === "resume" ? [error(m.requestId, WIRE_CODES.LEASE_EXPIRED.code, "")] : kept(m),
   },
   {
     name: "a RESUMED whose outcome names nothing",

@@ -11,6 +11,7 @@ its "Writing a client" section. ``lockd.sync`` wraps the same client for threade
 """
 
 from ._client import (
+    CONNECT_TIMEOUT_MS_CLUSTER_DEFAULT,
     CONNECT_TIMEOUT_MS_DEFAULT,
     VERSION,
     Client,
@@ -57,6 +58,7 @@ from .errors import (
 __version__ = VERSION
 
 __all__ = [
+    "CONNECT_TIMEOUT_MS_CLUSTER_DEFAULT",
     "CONNECT_TIMEOUT_MS_DEFAULT",
     "ERROR_CLASSES",
     "LOST_REASONS",

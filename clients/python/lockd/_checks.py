@@ -9,10 +9,10 @@ connection.ts), documented in docs/protocol.md ("Requests in flight", "Several n
 - a NOT_LEADER's name must be a plain ``host:port``, and is followed to an address outside the
   client's list only with TLS (where the node reached must present a certificate from the CA);
 - version 2 (docs/protocol.md, "Version 2"): a WELCOME has the HELLO's version and a reclaim window
-  in bounds; a QUEUED's order term is not above the session's term; an ACQUIRED is an exclusive
-  grant (what this client asks for) and re-confirms an owned RECLAIM with the claim's own token;
-  RESUMED answers the RESUME only, with an outcome that names something; CLAIM_VOID answers an
-  owned RECLAIM only.
+  in bounds; a QUEUED's order term is not above the session's term; an ACQUIRED grants a plain
+  lock (exclusive, limit 1: what this client asks for) and re-confirms an owned RECLAIM with the
+  claim's own token; RESUMED answers the RESUME only, with an outcome that names something;
+  CLAIM_VOID answers an owned RECLAIM only.
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ class _Heartbeat:
 
 @dataclass
 class _Resume:
-    pass
+    name: str = ""  # an ERROR answering it names no lock
 
 
 _Expected = Union[_Acquire, _Release, _Heartbeat, _Resume]
@@ -308,13 +308,12 @@ class ReplyLedger:
             return f"{what} with token {message.token}"
         if expected.reclaim == "owned" and message.token != expected.token:
             return f"{what} with token {message.token}, but that RECLAIM carried the claim's token {expected.token}"
-        # This client asks for exclusive locks only (mode 0, no value): anything else is not its grant.
-        if message.mode != "exclusive":
-            return f"{what} with mode {message.mode!r}, for an exclusive claim"
-        if not 1 <= message.limit or not message.slot < message.limit:
-            return f"{what} with slot {message.slot} of limit {message.limit}"
-        if message.write_generation != 0:
-            return f"{what} with writeGeneration {message.write_generation}, for an exclusive grant"
+        # Version 2: this client asks for plain locks (exclusive, limit 1), as version 1 has them.
+        if (message.mode, message.limit, message.slot, message.write_generation) != ("exclusive", 1, 0, 0):
+            return (
+                f"{what} with mode {message.mode}, limit {message.limit}, slot {message.slot} and write "
+                f"generation {message.write_generation}, but it asked for a plain lock (exclusive, limit 1)"
+            )
         expected.phase = "owned"
         return None
 
@@ -324,8 +323,16 @@ class ReplyLedger:
         request_id = message.request_id
         if isinstance(expected, _Heartbeat):
             return f"{code_text}: a HEARTBEAT has no error answer"
+        if code == CLAIM_VOID and not (isinstance(expected, _Acquire) and expected.reclaim == "owned"):
+            return f"{code_text}: CLAIM_VOID answers an owned RECLAIM only"
         if isinstance(expected, _Resume):
-            return f"{code_text}: a RESUME is answered RESUMED"
+            # RESUMED, or a refusal of the request (INVALID_ARGUMENT: not the first request).
+            if code in (LEASE_EXPIRED, NOT_OWNER) or code in _CLOSING_CODES:
+                return f"{code_text}: a RESUME is answered RESUMED (or refused)"
+            if message.name != "":
+                return self._wrong_name(what, message.name, "RESUME", "")
+            del self._expected[message.request_id]
+            return None
         if not self._name_fits(message.name, expected.name):
             kind = "RELEASE" if isinstance(expected, _Release) else self._kind(expected)
             return self._wrong_name(what, message.name, kind, expected.name)
@@ -339,8 +346,6 @@ class ReplyLedger:
                 return f"{code_text} for {self._a(expected)} that owns its lock"
             del self._expected[request_id]
             return None
-        if code == CLAIM_VOID and expected.reclaim != "owned":
-            return f"{code_text}: CLAIM_VOID answers an owned RECLAIM only"
         if code in (LEASE_EXPIRED, NOT_OWNER) or code in _CLOSING_CODES:
             return f"{code_text} for {self._a(expected)} still waiting"
         del self._expected[request_id]

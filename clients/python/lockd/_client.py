@@ -47,6 +47,7 @@ from .errors import (
     LockdError,
     NotLeaderError,
     ServerProtocolError,
+    ShuttingDownError,
     UnsupportedVersionError,
     WaitTimeoutError,
 )
@@ -65,9 +66,14 @@ __all__ = [
 ]
 
 VERSION = "0.1.0"
-#: Dial + TLS + HELLO/WELCOME bound (docs/protocol.md, "Connection states"); with several
-#: addresses, also the bound of the first connect's rounds over them.
+#: Dial + TLS + HELLO/WELCOME bound (docs/protocol.md, "Connection states").
 CONNECT_TIMEOUT_MS_DEFAULT = 5_000
+#: The same bound with several addresses (a cluster): a first connect goes round the list again
+#: with back-off until it passes, so that a client started during a fail-over is held rather than
+#: refused. A killed leader's successor serves about TTL + 0.5 s later (2.5 s at the default 2 s
+#: TTL) and a standby holds a HELLO up to 4 s meanwhile: twice that leaves room for a frozen first
+#: node (1 s before the next is tried) and a slow election. The TypeScript client's too.
+CONNECT_TIMEOUT_MS_CLUSTER_DEFAULT = 10_000
 #: Full-jitter back-off bounds (docs/protocol.md, "Reconnecting").
 RECONNECT_BACKOFF_MS_MIN = 50
 RECONNECT_BACKOFF_MS_MAX = 5_000
@@ -92,8 +98,8 @@ RECLAIMS_PER_RESUME_MAX = 0xFFFF
 
 #: Codes that always end the session (docs/protocol.md, "Error codes": "closes connection").
 _CLOSING = frozenset((0x01, 0x02, 0x03, 0x0A, 0x0D, 0x0E, 0x11))
-#: Closing codes after which the server has ended the ownerships itself: nothing to carry over.
-_ENDS_OWNERSHIPS = frozenset((ClosedByAdminError.code, IoTimeoutError.code))
+#: Closing ERRORs of a leader that stopped leading: its claims are carried over to the next one.
+_LEADER_GONE = frozenset((NotLeaderError.code, ShuttingDownError.code))
 
 logger = logging.getLogger("lockd")
 logger.addHandler(logging.NullHandler())  # the application decides where lockd's log goes
@@ -158,7 +164,7 @@ class Client:
         client_name: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
-        connect_timeout_ms: float = CONNECT_TIMEOUT_MS_DEFAULT,
+        connect_timeout_ms: float | None = None,
         reconnect: bool = True,
         reclaim: bool = True,
         on_protocol_error: Callable[[ServerProtocolError], None] | None = None,
@@ -167,6 +173,9 @@ class Client:
         self.addrs = list(addrs) if addrs else [addr]
         for each in self.addrs:
             parse_addr(each)
+        if connect_timeout_ms is None:
+            several = len(self.addrs) > 1
+            connect_timeout_ms = CONNECT_TIMEOUT_MS_CLUSTER_DEFAULT if several else CONNECT_TIMEOUT_MS_DEFAULT
         if not connect_timeout_ms > 0:
             raise ValueError(f"connect_timeout_ms must be above 0, not {connect_timeout_ms!r}")
         #: The address of the current (or last) session.
@@ -349,8 +358,8 @@ class Client:
             except (LockdError, LockdConnectionError) as error:
                 if not isinstance(error, ConnectTimeoutError):
                     informative = error
-                if not error.retryable:
-                    raise
+                if not error.retryable or getattr(error, "lockd_final", False):
+                    raise  # no retry mends it
                 delay_ms = min(backoff_delay_ms(attempt), end_ms - now_ms(loop))
                 attempt += 1
                 if delay_ms > 0:
@@ -378,6 +387,8 @@ class Client:
         attempts: dict[asyncio.Task[object], str] = {}
         redirects = 0
         last: BaseException | None = None
+        #: A NOT_LEADER of this round that was not followed: the round fails with it.
+        refused: BaseException | None = None
 
         def start_next() -> None:
             while order and node_key(order[0]) in tried:
@@ -406,15 +417,20 @@ class Client:
                             if node_key(follow) not in tried and redirects < REDIRECTS_PER_ROUND_MAX:
                                 redirects += 1
                                 order.insert(0, follow)
-                        elif why == "invalid":
-                            # A redirect that is no address: that node failed; the list goes on.
-                            last = ServerProtocolError(addr, refused_redirect_text(addr, error.leader, "invalid"))
-                            last.__cause__ = error
-                        elif why == "outside_list":
-                            last = LockdConnectionError(
-                                "Cannot connect to lockd: " + refused_redirect_text(addr, error.leader, "outside_list")
+                        elif why is not None and why != "no_leader":
+                            # A redirect that is not followed: that node failed; the list goes on.
+                            # A configuration to fix, not a moment: a first connect ends with it.
+                            refused = (
+                                ServerProtocolError(addr, refused_redirect_text(addr, error.leader, "invalid"))
+                                if why == "invalid"
+                                else LockdConnectionError(
+                                    "Cannot connect to lockd: "
+                                    + refused_redirect_text(addr, error.leader, "outside_list")
+                                )
                             )
-                            last.__cause__ = error
+                            refused.__cause__ = error
+                            refused.lockd_final = True  # type: ignore[attr-defined]
+                            last = refused
                         continue
                     except (LockdError, LockdConnectionError) as error:
                         last = error
@@ -439,7 +455,7 @@ class Client:
                     late = await task
                     late.writer.close()  # type: ignore[attr-defined]
         assert last is not None
-        raise last
+        raise refused or last
 
     def _attach(self, session: Session) -> None:
         loop = self._running_loop()
@@ -509,22 +525,25 @@ class Client:
 
     # -- carrying claims over (protocol version 2) -------------------------------------------
 
+    def _takes_reclaims(self, session: Session) -> bool:
+        """Claims of ``session`` can be carried over (this client reclaims, its server takes them)."""
+        return self._reclaim and self._reconnect and session.takes_reclaims
+
     def _carries_over(self, session: Session, close_code: int | None, abandoned: bool) -> bool:
         """Whether the claims of ``session``, which just ended, are carried over to the next
-        connection. Only where a new server may still honour them: a version-2 session of a
-        server that takes reclaims, ended neither by the client (close, protocol error) nor by a
-        server that ended the ownerships itself (CLOSED_BY_ADMIN, IO_TIMEOUT). On a single node
-        (term 0) only a connection the client gave up itself (silent): a server that closed it has
-        ended its ownerships, and a restarted one remembers none."""
-        return (
-            self._reclaim
-            and self._reconnect
-            and not self._closed
-            and not session.violated
-            and session.takes_reclaims
-            and close_code not in _ENDS_OWNERSHIPS
-            and (abandoned or session.welcome.term > 0)
-        )
+        connection: only when the server that had them may not have ended them on purpose. The
+        client gave the connection up as silent (a frozen or cut-off server, a stalled path: the
+        server may still hold the session, and a single node moves it); or, in cluster mode (a
+        term above 0), it closed without an ERROR (a leader that died, a reset) or with
+        NOT_LEADER or SHUTTING_DOWN (a leader that stopped leading). Not after CLOSED_BY_ADMIN,
+        IO_TIMEOUT or another closing ERROR, a protocol error, or on a single node whose
+        connection closed: a server that still serves has ended those ownerships (and may grant
+        the locks again at once), and a restarted one remembers none."""
+        if self._closed or session.violated or not self._takes_reclaims(session):
+            return False
+        if abandoned:
+            return True
+        return session.welcome.term > 0 and (close_code is None or close_code in _LEADER_GONE)
 
     def _resume(self, session: Session) -> None:
         """After WELCOME: RESUME and a RECLAIM per claim of the newest carry; the others, and all
@@ -539,13 +558,19 @@ class Client:
             self._holding_acquires = False
 
     def _resume_carry(self, session: Session) -> None:
-        chosen = max(self._carries, key=lambda c: c.lost_ms) if self._reclaim and session.takes_reclaims else None
+        # One RESUME names one earlier session: the one most claims were made on (an owned lock
+        # counts double: losing it costs more than a place in a queue), the newest on a tie.
+        chosen = (
+            max(self._carries, key=lambda c: (2 * len(c.locks) + len(c.queued), c.term, c.lost_ms))
+            if self._takes_reclaims(session)
+            else None
+        )
         for carry in list(self._carries):
             if carry is not chosen:
                 self._give_up_carry(carry, "failover")
         if chosen is None:
             return
-        locks = [lock for lock in chosen.locks if lock._reclaim_session is None and not lock._released]
+        locks = [lock for lock in chosen.locks if lock._reclaim_session is None]
         queued = [p for p in chosen.queued if not p.abandoned and not p.future.done()]
         for lock in locks[RECLAIMS_PER_RESUME_MAX:]:
             self._carried_lost(lock, "failover")
@@ -585,7 +610,7 @@ class Client:
             session,
             wire.Reclaim(
                 request_id, "owned", lock.token, 0, 0, lock.lease_ms, 0, lock._ticket,
-                "exclusive", lock._limit, lock._slot, lock.name, wire.EMPTY_VALUE,
+                "exclusive", 1, 0, lock.name, wire.EMPTY_VALUE,
             ),
         )
 
@@ -595,7 +620,7 @@ class Client:
             session,
             wire.Reclaim(
                 pending.request_id, "queued", 0, pending.order_term, pending.order_seq, pending.lease_ms,
-                self._wait_left(pending), pending.ticket, "exclusive", 0, 0, pending.name, wire.EMPTY_VALUE,
+                self._wait_left(pending), pending.ticket, "exclusive", 1, 0, pending.name, wire.EMPTY_VALUE,
             ),
         )
 
@@ -619,14 +644,19 @@ class Client:
                 carry.kept = None
 
     def _carry_window_ended(self, carry: Carry) -> None:
+        """The lost connection's reclaim window has passed: its suspended locks are lost
+        (``failover``) and its kept socket is closed. Held locks still being carried over go on
+        until their deadlines (the new leader holds their locks back at least that long), waiting
+        claims until the server says where they stand."""
         carry.timer = None
-        if carry in self._carries:
-            logger.warning(
-                "lockd: the reclaim window of session %d ended; %d claim(s) not carried over",
-                carry.session_id,
-                len(carry),
-            )
-            self._give_up_carry(carry, "failover")
+        carry.window_over = True
+        for lock in list(carry.locks):
+            if lock._phase == "suspended":
+                logger.warning("lockd lock %r lost: not carried over within the reclaim window", lock.name)
+                self._carried_lost(lock, "failover")
+        if carry.kept is not None:
+            self._retire(carry.kept)
+            carry.kept = None
 
     def _give_up_carry(self, carry: Carry, reason: str) -> None:
         """Nothing more of ``carry`` is reclaimed: its locks are lost with ``reason`` (one whose
@@ -754,7 +784,9 @@ class Client:
         wait_ms = self._wait_left(pending)
         pending.forget_ticket()  # a new place at the tail
         self._register_request(session, pending, reclaim=False)
-        self._send(session, wire.Acquire(pending.request_id, pending.lease_ms, wait_ms, pending.name))
+        # Version 2: a plain lock (exclusive, limit 1), as version 1 has them; limit 0 is version 1's neutral.
+        limit = 1 if session.version == 2 else 0
+        self._send(session, wire.Acquire(pending.request_id, pending.lease_ms, wait_ms, pending.name, limit=limit))
 
     def _wait_bound_passed(self, pending: PendingAcquire) -> None:
         pending.wait_handle = None
@@ -793,13 +825,11 @@ class Client:
         being carried over is never reclaimed after this; one whose RECLAIM is on its way is handed
         back if that RECLAIM is kept."""
         if lock._phase != "held":
-            self._out_of_carry(lock)
-            lock._cancel_deadline()
-            reclaim_session = lock._reclaim_session
-            if reclaim_session is not None and not reclaim_session.ended:
-                future: asyncio.Future[None] = self._running_loop().create_future()
-                lock._release_future = future
-                await future
+            # Being carried over (no RELEASE can be sent): done at once. Its RECLAIM still goes
+            # out while its deadline runs, and what it confirms is released, so the lock is free
+            # at once rather than held back by the new leader until the window's end.
+            if lock._phase == "suspended":
+                self._out_of_carry(lock)
             return
         session = lock._session
         if session.owned.get(lock._acquire_id) is not lock:
@@ -869,19 +899,22 @@ class Client:
             lock._arm_deadline(loop)
             return
         if lock._phase == "reclaiming":
-            if lock._suspend and not final:
+            carry = lock._carry
+            if lock._suspend and not lock._released and not (carry is not None and carry.window_over):
                 logger.warning("lockd lock %r suspended: not confirmed by a new leader in time", lock.name)
                 lock._set_suspended(True)
             else:
-                logger.warning("lockd lock %r lost: not carried over before its local deadline", lock.name)
-                self._carried_lost(lock, "lease_unconfirmed")
+                if not lock._released:
+                    logger.warning("lockd lock %r lost: not carried over before its local deadline", lock.name)
+                self._carried_lost(lock, "failover" if lock._suspend else "lease_unconfirmed")
             return
         session = lock._session
         releasing = lock._release_future is not None
-        if not releasing and not final and lock._suspend and lock._ticket and self._carries_over(session, None, True):
-            # The connection is silent: given up now, so the lock is carried over (suspended).
-            logger.warning("lockd connection to %s unconfirmed past a lock's deadline; reconnecting", session.addr)
-            self._leave_silent(session)
+        if not releasing and lock._suspend and not final:
+            # Suspended, not lost: an acknowledged heartbeat (no LEASE_EXPIRED before it) or a
+            # kept reclaim confirms it again.
+            logger.warning("lockd lock %r suspended: lease not confirmed by the server in time", lock.name)
+            lock._set_suspended(True)
             return
         if not releasing:
             logger.warning("lockd lock %r lost: lease not confirmed by the server in time", lock.name)
@@ -930,8 +963,10 @@ class Client:
 
     def _silence_ms(self, session: Session) -> float:
         silence_ms = float(session.welcome.io_timeout_ms)
-        if len(self.addrs) > 1:
-            # A frozen or cut-off cluster leader: another node takes over meanwhile.
+        if len(self.addrs) > 1 or self._takes_reclaims(session):
+            # A frozen or cut-off cluster leader: another node takes over meanwhile; and claims
+            # are carried over to a new connection (a single node moves them) well before the
+            # deadlines of long leases.
             silence_ms = min(silence_ms, CLUSTER_SILENCE_MS)
         return silence_ms
 
@@ -1069,30 +1104,31 @@ class Client:
         sent_ms = lock._reclaim_sent_ms
         lock._reclaim_session, lock._reclaim_id = None, 0
         self._out_of_carry(lock)
+        if lock._lost.reason is not None or lock._released:
+            # Reported lost meanwhile (never revived), or released while carried over: hand it back.
+            self._send_release(session, message.token, message.name, message.request_id)
+            return
         lock._session = session
         lock._acquire_id = message.request_id
         session.owned[message.request_id] = lock
-        if lock._lost.reason is not None or lock._released:
-            # Reported lost meanwhile (never revived), or released: hand it back.
-            request_id = self._send_release(session, message.token, message.name, message.request_id)
-            if lock._released and lock._release_future is not None:
-                session.releases[request_id] = lock
-            else:
-                del session.owned[message.request_id]
-            return
         self._take_grant(session, lock, message)
         lock.lease_ms = message.lease_ms
         lock._confirmed_send_ms = max(sent_ms, session.last_acked_heartbeat_send_ms)
         was_suspended = lock._phase == "suspended"
-        lock._phase = "held"
-        if now_ms(loop) >= lock.deadline_ms:
-            self._ownership_over(session, lock, "lease_unconfirmed")
-            self._send_release(session, lock.token, lock.name, lock._acquire_id)
-        else:
+        lock._phase = "suspended" if was_suspended else "held"
+        logger.info("lockd lock %r carried over to %s (token %d)", lock.name, session.addr, lock.token)
+        if now_ms(loop) < lock.deadline_ms:
+            lock._phase = "held"
             lock._arm_deadline(loop)
-            logger.info("lockd lock %r carried over to %s (token %d)", lock.name, session.addr, lock.token)
             if was_suspended:
                 lock._set_suspended(False)
+        elif lock._suspend:
+            # Kept, but confirmed too late to count as held: suspended until a heartbeat confirms it.
+            if not was_suspended:
+                lock._set_suspended(True)
+        else:
+            self._ownership_over(session, lock, "lease_unconfirmed")
+            self._send_release(session, lock.token, lock.name, lock._acquire_id)
         self._schedule_heartbeat(session)
 
     def _on_queued(self, session: Session, message: wire.Queued) -> None:
@@ -1119,9 +1155,17 @@ class Client:
         for request_id in [rid for rid, at in session.heartbeats.items() if at < sent_ms]:
             del session.heartbeats[request_id]
         session.last_acked_heartbeat_send_ms = max(session.last_acked_heartbeat_send_ms, sent_ms)
-        for lock in session.owned.values():
-            if sent_ms > lock._confirmed_send_ms:
-                lock._confirmed_send_ms = sent_ms
+        now = now_ms(loop)
+        for lock in list(session.owned.values()):
+            if sent_ms <= lock._confirmed_send_ms:
+                continue
+            lock._confirmed_send_ms = sent_ms
+            if lock._phase != "suspended":
+                lock._arm_deadline(loop)
+            elif now < lock.deadline_ms and lock._lost.reason is None and not lock._released:
+                # No LEASE_EXPIRED came before this ACK (reply order): the lease ran on without a
+                # break, and this heartbeat renewed it in time.
+                lock._set_suspended(False)
                 lock._arm_deadline(loop)
 
     def _on_resumed(self, session: Session, message: wire.Resumed) -> None:
@@ -1166,6 +1210,11 @@ class Client:
                 self._schedule_heartbeat(session)
             return
         error = LockdError.from_wire(message.code, message.name, message.message)
+        if message.request_id == session.resume_id and session.resume_id != 0:
+            # RESUME refused (INVALID_ARGUMENT): nothing is moved; each RECLAIM gets its own answer.
+            logger.warning("lockd at %s refused RESUME: %s", session.addr, message.message)
+            self._on_resumed(session, wire.Resumed(message.request_id, "none", 0))
+            return
         reclaimed = session.reclaims.pop(message.request_id, None)
         if reclaimed is not None:
             # CLAIM_VOID (or another refusal): the lock could not be carried over.
@@ -1255,7 +1304,8 @@ class Client:
         for lock in list(session.owned.values()):
             if carry is not None and lock._release_future is None and lock._ticket and lock._lost.reason is None:
                 del session.owned[lock._acquire_id]
-                lock._phase = "reclaiming"
+                if lock._phase != "suspended":
+                    lock._phase = "reclaiming"
                 lock._carry = carry
                 carry.locks.append(lock)
                 if now >= lock.deadline_ms:
@@ -1345,7 +1395,7 @@ def connect(
     client_name: str | None = None,
     ssl_context: ssl.SSLContext | None = None,
     server_hostname: str | None = None,
-    connect_timeout_ms: float = CONNECT_TIMEOUT_MS_DEFAULT,
+    connect_timeout_ms: float | None = None,
     reconnect: bool = True,
     reclaim: bool = True,
     on_protocol_error: Callable[[ServerProtocolError], None] | None = None,
@@ -1353,7 +1403,8 @@ def connect(
     """Connects to a lockd server: ``client = await connect(...)`` or ``async with connect(...) as client``.
 
     ``ssl_context`` turns TLS on (see ``lockd.tls_context`` for mutual TLS). ``connect_timeout_ms``
-    bounds dial + TLS + HELLO/WELCOME, here and on every reconnect. With ``reconnect`` (default),
+    bounds dial + TLS + HELLO/WELCOME, here and on every reconnect (default 5000 ms; 10000 ms with
+    several addresses). With ``reconnect`` (default),
     a lost connection is re-dialled with full-jitter back-off and waiting acquires are re-sent.
     ``addrs`` lists the nodes of a lockd cluster (docs/cluster.md): they are tried in order, a
     NOT_LEADER naming the leader is followed at once, and the first connect goes on over the list

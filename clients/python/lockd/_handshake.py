@@ -85,14 +85,16 @@ class Dialer:
                         if not data:
                             cause = None if first_bytes_seen else self._handshake_close_cause(None)
                             if cause is not None:
-                                raise LockdConnectionError(f"Cannot connect to lockd at {addr}: {cause}")
+                                raise _final(LockdConnectionError(f"Cannot connect to lockd at {addr}: {cause}"))
                             raise LockdConnectionError(f"{addr}: the server closed the connection before WELCOME")
                         if not first_bytes_seen:
                             first_bytes_seen = True
                             if self.ssl_context is None and _is_tls_record(data):
-                                raise LockdConnectionError(
-                                    f"Cannot connect to lockd at {addr}: the server expects TLS (it answered "
-                                    "with a TLS record); connect with ssl_context=lockd.tls_context(ca_file=...)"
+                                raise _final(
+                                    LockdConnectionError(
+                                        f"Cannot connect to lockd at {addr}: the server expects TLS (it answered "
+                                        "with a TLS record); connect with ssl_context=lockd.tls_context(ca_file=...)"
+                                    )
                                 )
                         frames.push(data)
                         continue
@@ -115,10 +117,12 @@ class Dialer:
                     f"Cannot connect to lockd at {addr}: no WELCOME within {bound_ms:g} ms"
                 ) from error
             if isinstance(error, ssl.SSLError) and _is_not_tls(error):
-                raise LockdConnectionError(
-                    f"Cannot connect to lockd at {addr}: the server does not speak TLS (its answer is not "
-                    f"a TLS record: {error}); it listens without -tls-cert, so connect without "
-                    "ssl_context, or point at the TLS listener"
+                raise _final(
+                    LockdConnectionError(
+                        f"Cannot connect to lockd at {addr}: the server does not speak TLS (its answer is not "
+                        f"a TLS record: {error}); it listens without -tls-cert, so connect without "
+                        "ssl_context, or point at the TLS listener"
+                    )
                 ) from error
             if isinstance(error, wire.MalformedFrame):
                 raise ServerProtocolError(addr, f"a malformed frame: {error}") from error
@@ -126,7 +130,9 @@ class Dialer:
                 # The TLS handshake was done, and the server closed before any lockd byte.
                 cause = self._handshake_close_cause(error)
                 if cause is not None:
-                    raise LockdConnectionError(f"Cannot connect to lockd at {addr}: {cause}") from error
+                    raise _final(LockdConnectionError(f"Cannot connect to lockd at {addr}: {cause}")) from error
+            if isinstance(error, ssl.SSLCertVerificationError):
+                raise _final(LockdConnectionError(f"Cannot connect to lockd at {addr}: {error}")) from error
             if isinstance(error, (OSError, ssl.SSLError, ValueError)):
                 raise LockdConnectionError(f"Cannot connect to lockd at {addr}: {error}") from error
             raise
@@ -162,6 +168,13 @@ class Dialer:
             "requires a client certificate (mutual TLS), or did not accept the one given (is it signed by "
             "a CA the server trusts, its -tls-client-ca, and still valid?)"
         )
+
+
+def _final(error: LockdConnectionError) -> LockdConnectionError:
+    """Marks a failure no retry mends (another protocol on that port, a TLS certificate refused):
+    a first connect over several addresses ends with it at once instead of going round again."""
+    error.lockd_final = True  # type: ignore[attr-defined]
+    return error
 
 
 def _parse(addr: str) -> tuple[str, int]:

@@ -353,6 +353,8 @@ class Carry:
     locks: list[Lock] = field(default_factory=list)
     queued: list[PendingAcquire] = field(default_factory=list)
     timer: asyncio.TimerHandle | None = None
+    #: The window has passed: a suspended lock of it is lost (``failover``).
+    window_over: bool = False
 
     def __len__(self) -> int:
         return len(self.locks) + len(self.queued)

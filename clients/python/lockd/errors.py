@@ -257,7 +257,7 @@ _LOSS_TEXT = {
     "io_timeout": "the server timed the session out",
     "disconnected": "the connection to the server was lost",
     "lease_unconfirmed": "no heartbeat was acknowledged in time to be sure the lease still runs",
-    "failover": "the cluster node stopped leading (fail-over)",
+    "failover": "the cluster's leader changed and the lock could not be carried over to the new one (fail-over)",
 }
 
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
-from ._client import CONNECT_TIMEOUT_MS_DEFAULT, Client, Lock
+from ._client import Client, Lock
 from .errors import LockLostError
 
 __all__ = ["SyncClient", "SyncLock", "SyncLostEvent", "connect"]
@@ -94,7 +94,7 @@ class SyncLock:
     def _defers_to_suspend(self) -> bool:
         """A ``suspend=True`` lock that can be carried over: past its deadline it is suspended, not lost."""
         lock = self._lock
-        return lock._suspend and lock._tracked() and (lock._phase == "reclaiming" or lock._session.takes_reclaims)
+        return lock._suspend and lock._tracked()
 
     def add_suspend_callback(self, callback: Callable[[bool], None]) -> None:
         """Calls ``callback(True)`` when the lock is suspended and ``callback(False)`` when it is
@@ -225,7 +225,7 @@ class SyncClient:
 def connect(
     addr: str = "127.0.0.1:7400",
     *,
-    connect_timeout_ms: float = CONNECT_TIMEOUT_MS_DEFAULT,
+    connect_timeout_ms: float | None = None,
     **options: Any,
 ) -> SyncClient:
     """Connects (blocking) and returns a ``SyncClient``; options as ``lockd.connect``."""

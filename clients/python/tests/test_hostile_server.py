@@ -177,7 +177,7 @@ class SharedScenariosV2(unittest.IsolatedAsyncioTestCase):
             "a QUEUED answering an owned RECLAIM": "which is not an ACQUIRE or queued RECLAIM",
             "a CLAIM_VOID answering a queued RECLAIM": "CLAIM_VOID answers an owned RECLAIM only",
             "a LEASE_EXPIRED for a queued RECLAIM still waiting": "for a RECLAIM still waiting",
-            "an ERROR answering RESUME": "a RESUME is answered RESUMED",
+            "a LEASE_EXPIRED answering RESUME": "a RESUME is answered RESUMED (or refused)",
             "a RESUMED whose outcome names nothing": "with outcome 7, which names nothing",
             "a second RESUMED": "never sent or had its last answer to already",
             "a RESUMED answering a RECLAIM": "which is not a RESUME",
