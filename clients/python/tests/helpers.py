@@ -98,6 +98,12 @@ class LockdServer:
             raise RuntimeError("lockd did not start:\n" + "".join(self.log_lines[-20:]))
         return self
 
+    def kill(self) -> None:
+        """SIGKILL by PID (a crash: no hand-over, no shutdown); ``stop()`` cleans up after it."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(10)
+
     def stop(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
@@ -219,6 +225,8 @@ class StallProxy:
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
+        #: Each open connection's own gates (upstream, downstream), for ``stall_open``.
+        self._connection_gates: list[tuple[asyncio.Event, asyncio.Event]] = []
 
     async def start(self) -> StallProxy:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
@@ -232,23 +240,39 @@ class StallProxy:
         if downstream:
             self._downstream_open.clear()
 
+    def stall_open(self) -> None:
+        """Stalls the connections open now, both ways, and lets later ones pass: a client's old
+        path dies silently while its reconnect gets through."""
+        for upstream, downstream in self._connection_gates:
+            upstream.clear()
+            downstream.clear()
+
     def resume(self) -> None:
         self._upstream_open.set()
         self._downstream_open.set()
+        for upstream, downstream in self._connection_gates:
+            upstream.set()
+            downstream.set()
 
     async def _accept(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         host, _, port = self.target.rpartition(":")
         server_reader, server_writer = await asyncio.open_connection(host, int(port))
         self._writers.update((client_writer, server_writer))
+        gates = (asyncio.Event(), asyncio.Event())
+        for gate in gates:
+            gate.set()
+        self._connection_gates.append(gates)
         for pump in (
-            self._pump(client_reader, server_writer, self._upstream_open),
-            self._pump(server_reader, client_writer, self._downstream_open),
+            self._pump(client_reader, server_writer, (self._upstream_open, gates[0])),
+            self._pump(server_reader, client_writer, (self._downstream_open, gates[1])),
         ):
             task = asyncio.get_running_loop().create_task(pump)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, open_: asyncio.Event) -> None:
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gates: tuple[asyncio.Event, ...]
+    ) -> None:
         held = bytearray()
         try:
             while True:
@@ -256,7 +280,8 @@ class StallProxy:
                 if not data:
                     break
                 held += data
-                await open_.wait()  # a stalled direction keeps what it read
+                for gate in gates:
+                    await gate.wait()  # a stalled direction keeps what it read
                 writer.write(bytes(held))
                 held.clear()
                 await writer.drain()

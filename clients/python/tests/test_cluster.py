@@ -1,9 +1,14 @@
-"""The client against lockd in cluster mode (docs/cluster.md): two nodes on a one-member etcd."""
+"""The client against lockd in cluster mode (docs/cluster.md): two nodes on a one-member etcd.
+
+Cluster milestone 2 (protocol version 2): a holder keeps its lock and its token across a leader
+kill (RESUME and RECLAIM at the new leader), and a client started during a fail-over is held until
+the new leader serves rather than refused."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import time
 import unittest
 
 import lockd
@@ -18,17 +23,34 @@ def dead_addr() -> str:
         return "127.0.0.1:%d" % sock.getsockname()[1]
 
 
+def holder(server: LockdServer, name: str) -> dict[str, object]:
+    status, body = server.admin("GET", server.lock_path(name))
+    if status != 200 or not isinstance(body, dict) or not isinstance(body.get("holder"), dict):
+        return {}
+    return body["holder"]
+
+
+def carries_locks_over(server: LockdServer) -> bool:
+    """Whether the server's cluster mode carries locks over a fail-over (its /api/info reports the
+    ownership records of milestone 2)."""
+    status, info = server.admin("GET", "/api/info")
+    return status == 200 and isinstance(info, dict) and "records" in (info.get("cluster") or {})
+
+
 def serving(server: LockdServer) -> bool:
     status, info = server.admin("GET", "/api/info")
     return status == 200 and isinstance(info, dict) and bool(info["cluster"]["serving"])
 
 
-@unittest.skipIf(SKIP_WITHOUT_ETCD, "no etcd here (CI sets LOCKD_REQUIRE_ETCD)")
-class Cluster(unittest.IsolatedAsyncioTestCase):
+class TwoNodes(unittest.IsolatedAsyncioTestCase):
+    """A leader and a standby on a one-member etcd, with ``flags`` more."""
+
+    flags: tuple[str, ...] = ()
+
     async def asyncSetUp(self) -> None:
         self.etcd = EtcdServer().start()
         self.addCleanup(self.etcd.stop)
-        flags = ("-cluster-etcd", self.etcd.url, "-cluster", "py")
+        flags = ("-cluster-etcd", self.etcd.url, "-cluster", "py", *self.flags)
         # The first node starts alone, so it is the leader; the second one stands by.
         self.leader = LockdServer(*flags).start()
         self.addCleanup(self.leader.stop)
@@ -39,6 +61,10 @@ class Cluster(unittest.IsolatedAsyncioTestCase):
             lambda: self.standby.admin("GET", "/api/info")[1]["cluster"]["leader"] is not None,  # type: ignore[index]
             "the standby knows the leader",
         )
+
+
+@unittest.skipIf(SKIP_WITHOUT_ETCD, "no etcd here (CI sets LOCKD_REQUIRE_ETCD)")
+class Cluster(TwoNodes):
 
     async def test_an_address_list_with_a_dead_first_entry_reaches_the_leader_through_not_leader(self) -> None:
         # Without TLS a NOT_LEADER is followed to a listed address only (docs/protocol.md).
@@ -69,6 +95,50 @@ class Cluster(unittest.IsolatedAsyncioTestCase):
         self.assertGreater(granted.token, lock.token)
         self.assertEqual(waiter.addr, self.standby.addr)
         await granted.release()
+
+    async def test_a_rider_keeps_its_lock_and_its_token_across_a_leader_kill(self) -> None:
+        if not carries_locks_over(self.leader):
+            self.skipTest("this server's cluster mode does not carry locks over yet (milestone 2)")
+        client = await lockd.connect(addrs=[self.leader.addr, self.standby.addr])
+        self.addAsyncCleanup(client.close)
+        lock = await client.acquire("py/rider", lease_ms=10_000)
+        lost: list[str] = []
+        lock.add_lost_callback(lost.append)
+        await asyncio.to_thread(self.leader.kill)  # SIGKILL: no hand-over
+        await eventually(lambda: client.addr == self.standby.addr and client.connected, "at the new leader", 15)
+        await eventually(
+            lambda: holder(self.standby, "py/rider").get("token") == lock.token, "carried over to the new leader", 15
+        )
+        self.assertEqual((lock.state, lost), ("held", []))
+        self.assertEqual(holder(self.standby, "py/rider").get("session"), client.session_id)
+        other = await lockd.connect(addrs=[self.standby.addr])
+        self.addAsyncCleanup(other.close)
+        self.assertIsNone(await other.try_acquire("py/rider"), "still held: by the rider")
+        await lock.release()
+        self.assertEqual(lost, [])
+
+
+
+@unittest.skipIf(SKIP_WITHOUT_ETCD, "no etcd here (CI sets LOCKD_REQUIRE_ETCD)")
+class SlowElection(TwoNodes):
+    """TTL 6 s: a successor serves about 6.5 s after a leader dies, longer than a standby holds a
+    HELLO (4 s at most), so a first round over the list ends in refusals."""
+
+    flags = ("-cluster-ttl", "6s")
+
+    async def test_a_client_started_half_a_second_after_a_leader_kill_gets_its_lock(self) -> None:
+        await asyncio.to_thread(self.leader.kill)  # SIGKILL: the successor waits out the TTL
+        await asyncio.sleep(0.5)
+        started = time.monotonic()
+        # The killed node refuses, the standby holds the HELLO, then answers NOT_LEADER naming no
+        # leader: the first connect goes on over the list until its bound (10 s with several).
+        client = await lockd.connect(addrs=[self.leader.addr, self.standby.addr])
+        self.addAsyncCleanup(client.close)
+        lock = await client.acquire("py/new-client", lease_ms=2_000, wait_ms=10_000)
+        self.assertEqual(client.addr, self.standby.addr)
+        self.assertGreater(lock.token, 2**32)
+        self.assertLess(time.monotonic() - started, 10)
+        await lock.release()
 
 
 if __name__ == "__main__":
