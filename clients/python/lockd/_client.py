@@ -822,9 +822,16 @@ class Client:
 
     async def _release(self, lock: Lock) -> None:
         """Sends RELEASE; the lock stays owned (heartbeats, deadline) until the answer comes. A lock
-        being carried over is never reclaimed after this; one whose RECLAIM is on its way is handed
-        back if that RECLAIM is kept."""
-        if lock._phase != "held":
+        whose RECLAIM is on its way is released once that is answered (kept; done if void); one
+        waiting to be carried over is done at once, and what its RECLAIM confirms is released."""
+        future: asyncio.Future[None]
+        if lock._phase != "held" or lock._reclaim_session is not None:
+            reclaim_session = lock._reclaim_session
+            if reclaim_session is not None and not reclaim_session.ended:
+                future = self._running_loop().create_future()
+                lock._release_future = future
+                await future
+                return
             # Being carried over (no RELEASE can be sent): done at once. Its RECLAIM still goes
             # out while its deadline runs, and what it confirms is released, so the lock is free
             # at once rather than held back by the new leader until the window's end.
@@ -1106,7 +1113,13 @@ class Client:
         self._out_of_carry(lock)
         if lock._lost.reason is not None or lock._released:
             # Reported lost meanwhile (never revived), or released while carried over: hand it back.
-            self._send_release(session, message.token, message.name, message.request_id)
+            request_id = self._send_release(session, message.token, message.name, message.request_id)
+            future = lock._release_future
+            if lock._released and future is not None and not future.done():
+                # release() waits for this: it resolves on RELEASED.
+                lock._session, lock._acquire_id = session, message.request_id
+                session.owned[message.request_id] = lock
+                session.releases[request_id] = lock
             return
         lock._session = session
         lock._acquire_id = message.request_id

@@ -408,6 +408,20 @@ class Reclaim(unittest.IsolatedAsyncioTestCase):
                 )
                 self.assertEqual(lock.lost.reason, "lease_unconfirmed", "never revived")
 
+    async def test_a_lock_lost_before_the_next_connection_is_not_reclaimed(self) -> None:
+        async with (
+            FakeServer(leader_a, term=7, reclaim_window_ms=WINDOW_MS) as a,
+            FakeServer(lambda m, s: acks(m, s), term=8, reclaim_window_ms=WINDOW_MS, hold_hello_s=0.6) as b,
+        ):
+            async with lockd.connect(addrs=[a.addr, b.addr]) as client:
+                lock = await client.acquire("x", lease_ms=300)
+                await kill(a)
+                await asyncio.wait_for(lock.lost.wait(), 5)  # before B answers the HELLO
+                self.assertEqual(lock.lost.reason, "lease_unconfirmed")
+                await eventually(lambda: client.connected, "at B")
+                await asyncio.sleep(0.05)
+            self.assertFalse(any(isinstance(m, (wire.Resume, wire.Reclaim)) for m in b.received))
+
     async def test_a_suspend_lock_is_suspended_past_its_deadline_and_held_again_when_reclaimed(self) -> None:
         answers: list[tuple[wire.Reclaim, object]] = []
 
@@ -601,6 +615,37 @@ class Reclaim(unittest.IsolatedAsyncioTestCase):
                 await eventually(lambda: any(isinstance(m, wire.Acquire) and m.name == "y" for m in b.received), "y")
                 waiting.cancel()
             self.assertFalse(any(isinstance(m, (wire.Resume, wire.Reclaim)) for m in b.received))
+
+    async def test_release_while_the_locks_reclaim_is_in_flight_waits_for_its_answer_then_releases(self) -> None:
+        answers: list[tuple[wire.Reclaim, object]] = []
+
+        def leader_b(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
+            if acks(message, send):
+                return
+            if isinstance(message, wire.Resume):
+                send(wire.Resumed(message.request_id, "reclaim", 4_000))
+            elif isinstance(message, wire.Reclaim):
+                answers.append((message, send))
+
+        async with (
+            FakeServer(leader_a, term=7, reclaim_window_ms=WINDOW_MS) as a,
+            FakeServer(leader_b, term=8, reclaim_window_ms=WINDOW_MS) as b,
+        ):
+            async with lockd.connect(addrs=[a.addr, b.addr]) as client:
+                lock = await client.acquire("x", lease_ms=10_000)
+                await kill(a)
+                await eventually(lambda: bool(answers), "RECLAIM sent")
+                releasing = asyncio.ensure_future(lock.release())
+                await asyncio.sleep(0.05)
+                self.assertFalse(releasing.done(), "waits for the RECLAIM's answer")
+                self.assertEqual(lock.state, "releasing")
+                self.assertFalse(any(isinstance(m, wire.Release) for m in b.received), "no RELEASE before it")
+                reclaim, send = answers[0]
+                send(wire.Acquired(reclaim.request_id, reclaim.token, 10_000, "x", TICKET_B))  # type: ignore[operator]
+                await asyncio.wait_for(releasing, 5)  # on RELEASED
+                self.assertEqual(lock.state, "released")
+                self.assertEqual([(m.name, m.token) for m in b.received if isinstance(m, wire.Release)], [("x", TOKEN)])
+                self.assertEqual((client.protocol_errors, lock.lost.is_set()), (0, False))
 
     async def test_a_new_leader_of_before_version_2_gets_no_reclaims(self) -> None:
         async with (
