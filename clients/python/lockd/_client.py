@@ -674,13 +674,13 @@ class Client:
             self._retire(carry.kept)
             carry.kept = None
 
-    def _carried_lost(self, lock: Lock, reason: str) -> None:
+    def _carried_lost(self, lock: Lock, reason: str, cause: BaseException | None = None) -> None:
         """A lock being carried over is lost (or, released meanwhile, done)."""
         self._out_of_carry(lock)
         if lock._released:
             self._release_done(lock)
         else:
-            lock._mark_lost(reason)
+            lock._mark_lost(reason, cause)
 
     def _uncarry(self, pending: PendingAcquire) -> None:
         """A waiting claim leaves its carry: it joins the tail with a new ACQUIRE (unless its queued
@@ -1233,7 +1233,7 @@ class Client:
             # CLAIM_VOID (or another refusal): the lock could not be carried over.
             reclaimed._reclaim_session, reclaimed._reclaim_id = None, 0
             logger.warning("lockd lock %r not carried over: %s", reclaimed.name, message.message)
-            self._carried_lost(reclaimed, "failover")
+            self._carried_lost(reclaimed, "failover", error)
             self._schedule_heartbeat(session)
             return
         pending = session.pending.pop(message.request_id, None)

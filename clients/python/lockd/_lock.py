@@ -235,13 +235,14 @@ class Lock:
             self._deadline_handle.cancel()
             self._deadline_handle = None
 
-    def _mark_lost(self, reason: str) -> None:
+    def _mark_lost(self, reason: str, cause: BaseException | None = None) -> None:
         self._cancel_deadline()
         lost = self._lost
         if self._released or lost.reason is not None:
             return
         lost.reason = reason
         lost.error = LockLostError(self.name, self.token, reason)
+        lost.error.__cause__ = cause  # e.g. the ClaimVoidError a new leader answered
         lost.set()
         callbacks, self._lost_callbacks = self._lost_callbacks, []
         self._suspend_callbacks.clear()

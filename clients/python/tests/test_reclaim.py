@@ -352,6 +352,11 @@ class Reclaim(unittest.IsolatedAsyncioTestCase):
                 await asyncio.wait_for(lock.lost.wait(), 5)
                 self.assertEqual(lock.lost.reason, "failover")
                 self.assertIsInstance(lock.lost.error, lockd.LockLostError)
+                self.assertIn("could not be carried over", str(lock.lost.error))
+                cause = lock.lost.error.__cause__  # type: ignore[union-attr]
+                self.assertIsInstance(cause, lockd.ClaimVoidError)
+                self.assertEqual((cause.code, cause.retryable, cause.lock_name), (0x12, False, "x"))  # type: ignore[union-attr]
+                self.assertIn("another holder", str(cause))
                 self.assertTrue(client.connected, "CLAIM_VOID keeps the session")
                 self.assertEqual(client.protocol_errors, 0)
 
