@@ -112,6 +112,17 @@ class Versions(unittest.IsolatedAsyncioTestCase):
             self.assertEqual(lock.lost.reason, "disconnected", "no reclaim on a version-1 session")
             self.assertFalse(any(isinstance(m, wire.Goodbye) for m in fake.received))
 
+    async def test_the_fallback_to_version_1_stays_within_the_connect_bound(self) -> None:
+        # Each HELLO is answered after 0.4 s: the refusal of version 2, then the WELCOME of
+        # version 1 would come 0.8 s after the start, past the 0.6 s bound of the one attempt.
+        async with FakeServer(lambda m, s: None, versions=(1,), hold_hello_s=0.4) as fake:
+            started = time.monotonic()
+            with self.assertRaises(lockd.ConnectTimeoutError) as raised:
+                await lockd.connect(fake.addr, connect_timeout_ms=600)
+            self.assertLess(time.monotonic() - started, 0.75)
+            self.assertIn("no WELCOME within 600 ms", str(raised.exception))
+            self.assertEqual(fake.hello_versions, [2, 1])
+
     async def test_a_version_2_session_says_goodbye_at_close(self) -> None:
         def script(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
             if isinstance(message, wire.Acquire):
