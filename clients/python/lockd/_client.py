@@ -201,6 +201,8 @@ class Client:
         self._holding_acquires = False
         #: Claims of lost connections, oldest first, for the next connection to reclaim.
         self._carries: list[Carry] = []
+        #: (term, session id) of the version-2 session that ended last: the next one resumes it.
+        self._previous: tuple[int, int] | None = None
         self._next_request_id = 1
         self._closed = False
         #: The connection ended and ``reconnect`` is off: the client is of no more use.
@@ -546,18 +548,27 @@ class Client:
         return session.welcome.term > 0 and (close_code is None or close_code in _LEADER_GONE)
 
     def _resume(self, session: Session) -> None:
-        """After WELCOME: RESUME and a RECLAIM per claim of the newest carry; the others, and all
-        of them when this server takes no reclaims, are given up."""
-        if not self._carries:
-            return
-        # Claims given up here go out after the RECLAIMs, with the new ACQUIREs.
-        self._holding_acquires = True
-        try:
-            self._resume_carry(session)
-        finally:
-            self._holding_acquires = False
+        """After WELCOME: RESUME and a RECLAIM per claim of one carry; the others, and all of them
+        when this server takes no reclaims, are given up. With nothing to carry over, a RESUME of
+        no claims still names the version-2 session that ended: a new leader after a planned
+        hand-over ends its reclaim window early once every session it lists is back."""
+        previous, self._previous = self._previous, None
+        resumed = False
+        if self._carries:
+            # Claims given up here go out after the RECLAIMs, with the new ACQUIREs.
+            self._holding_acquires = True
+            try:
+                resumed = self._resume_carry(session)
+            finally:
+                self._holding_acquires = False
+        if not resumed and previous is not None and session.takes_reclaims:
+            request_id = self._new_request_id(session)
+            session.resume_id = request_id
+            session.ledger.resume_sent(request_id)
+            self._send(session, wire.Resume(request_id, previous[0], previous[1], 0))
 
-    def _resume_carry(self, session: Session) -> None:
+    def _resume_carry(self, session: Session) -> bool:
+        """RESUME and the RECLAIMs of the carry chosen; False when none was sent."""
         # One RESUME names one earlier session: the one most claims were made on (an owned lock
         # counts double: losing it costs more than a place in a queue), the newest on a tie.
         chosen = (
@@ -569,7 +580,7 @@ class Client:
             if carry is not chosen:
                 self._give_up_carry(carry, "failover")
         if chosen is None:
-            return
+            return False
         locks = [lock for lock in chosen.locks if lock._reclaim_session is None]
         queued = [p for p in chosen.queued if not p.abandoned and not p.future.done()]
         for lock in locks[RECLAIMS_PER_RESUME_MAX:]:
@@ -580,7 +591,7 @@ class Client:
         queued = queued[: RECLAIMS_PER_RESUME_MAX - len(locks)]
         if not locks and not queued:
             self._give_up_carry(chosen, "failover")
-            return
+            return False
         request_id = self._new_request_id(session)
         session.resume_id = request_id
         session.ledger.resume_sent(request_id)
@@ -597,6 +608,7 @@ class Client:
             self._send_owned_reclaim(session, lock)
         for pending in queued:
             self._send_queued_reclaim(session, pending)
+        return True
 
     def _send_owned_reclaim(self, session: Session, lock: Lock) -> None:
         request_id = self._new_request_id(session)
@@ -1280,6 +1292,8 @@ class Client:
         loop = self._running_loop()
         now = now_ms(loop)
         welcome = session.welcome
+        if session.version == 2 and not session.violated:
+            self._previous = (welcome.term, welcome.session_id)
         carry: Carry | None = None
         if self._carries_over(session, close_code, abandoned):
             carry = Carry(

@@ -59,6 +59,12 @@ def requests(fake: FakeServer, conn: int | None = None) -> list[wire.Message]:
     ]
 
 
+def assert_nothing_reclaimed(test: unittest.TestCase, fake: FakeServer) -> None:
+    """No RECLAIM, and a RESUME (if any) announcing none: it only names the session that ended."""
+    test.assertFalse(any(isinstance(m, wire.Reclaim) for m in fake.received))
+    test.assertTrue(all(m.claims == 0 for m in fake.received if isinstance(m, wire.Resume)))
+
+
 def dead_addr() -> str:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -344,6 +350,22 @@ class Reclaim(unittest.IsolatedAsyncioTestCase):
             self.assertEqual((reclaim.kind, reclaim.name, reclaim.ticket), ("owned", "z", TICKET_B))
             self.assertEqual((type(acquire), acquire.name), (wire.Acquire, "y"))
 
+    async def test_a_reconnect_with_nothing_to_carry_over_still_resumes_the_session_that_ended(self) -> None:
+        # A new leader after a planned hand-over ends its window early once every session it
+        # lists has come back: a client holding nothing still says which session it was.
+        async with (
+            FakeServer(leader_a, term=7, reclaim_window_ms=WINDOW_MS) as a,
+            FakeServer(leader_a, term=8, reclaim_window_ms=WINDOW_MS) as b,
+        ):
+            async with lockd.connect(addrs=[a.addr, b.addr]) as client:
+                await kill(a)
+                await eventually(lambda: client.connected and client.addr == b.addr, "at B")
+                lock = await asyncio.wait_for(client.acquire("z"), 5)
+                self.assertEqual(lock.token, TOKEN)
+            resume, acquire = requests(b, 1)[:2]
+            self.assertEqual(resume, wire.Resume(resume.request_id, 7, 1, 0))
+            self.assertEqual((type(acquire), acquire.name), (wire.Acquire, "z"))
+
     async def test_claim_void_loses_the_lock_with_reason_failover(self) -> None:
         def leader_b(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
             if acks(message, send):
@@ -436,7 +458,7 @@ class Reclaim(unittest.IsolatedAsyncioTestCase):
                 self.assertEqual(lock.lost.reason, "lease_unconfirmed")
                 await eventually(lambda: client.connected, "at B")
                 await asyncio.sleep(0.05)
-            self.assertFalse(any(isinstance(m, (wire.Resume, wire.Reclaim)) for m in b.received))
+            assert_nothing_reclaimed(self, b)
 
     async def test_a_suspend_lock_is_suspended_past_its_deadline_and_held_again_when_reclaimed(self) -> None:
         answers: list[tuple[wire.Reclaim, object]] = []
@@ -612,7 +634,7 @@ class Reclaim(unittest.IsolatedAsyncioTestCase):
                         self.assertEqual(lock.lost.reason, reason)
                         await eventually(lambda: client.connected, "reconnected")
                         await asyncio.sleep(0.05)
-                    self.assertFalse(any(isinstance(m, (wire.Resume, wire.Reclaim)) for m in b.received))
+                    assert_nothing_reclaimed(self, b)
 
     async def test_without_reclaim_a_fail_over_loses_the_locks(self) -> None:
         async with (
@@ -630,7 +652,7 @@ class Reclaim(unittest.IsolatedAsyncioTestCase):
                 self.assertEqual(lock.lost.reason, "disconnected")
                 await eventually(lambda: any(isinstance(m, wire.Acquire) and m.name == "y" for m in b.received), "y")
                 waiting.cancel()
-            self.assertFalse(any(isinstance(m, (wire.Resume, wire.Reclaim)) for m in b.received))
+            assert_nothing_reclaimed(self, b)
 
     async def test_release_while_the_locks_reclaim_is_in_flight_waits_for_its_answer_then_releases(self) -> None:
         answers: list[tuple[wire.Reclaim, object]] = []
@@ -679,7 +701,7 @@ class Reclaim(unittest.IsolatedAsyncioTestCase):
                 await eventually(lambda: any(isinstance(m, wire.Acquire) and m.name == "y" for m in b.received), "y")
                 waiting.cancel()
             self.assertEqual(b.hello_versions, [2, 1])
-            self.assertFalse(any(isinstance(m, (wire.Resume, wire.Reclaim)) for m in b.received))
+            assert_nothing_reclaimed(self, b)
 
 
 class SuspendOnALiveConnection(unittest.IsolatedAsyncioTestCase):
@@ -743,7 +765,7 @@ class SingleNode(unittest.IsolatedAsyncioTestCase):
                 self.assertEqual(lock.lost.reason, "disconnected")
                 await eventually(lambda: client.connected, "reconnected")
                 await asyncio.sleep(0.05)
-            self.assertFalse(any(isinstance(m, (wire.Resume, wire.Reclaim)) for m in fake.received))
+            assert_nothing_reclaimed(self, fake)
 
     async def test_a_silent_connection_is_given_up_kept_open_until_resumed_and_its_suspend_lock_moves(self) -> None:
         def script(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
