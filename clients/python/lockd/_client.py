@@ -1107,13 +1107,9 @@ class Client:
 
     @staticmethod
     def _take_grant(session: Session, lock: Lock, message: wire.Acquired) -> None:
-        """What a new leader checks when the claim is carried over: this grant's ticket, limit and
-        slot, and this connection's term and session id."""
-        lock._ticket = message.ticket
-        lock._ticket_term = session.welcome.term
-        lock._ticket_session_id = session.welcome.session_id
-        lock._limit = message.limit
-        lock._slot = message.slot
+        """What a new leader checks when the claim is carried over: this grant's ticket (for this
+        connection's term and session, which its carry names; none: not carried over)."""
+        lock._ticket = message.ticket if session.takes_reclaims else wire.EMPTY_TICKET
 
     def _on_reclaim_kept(self, session: Session, message: wire.Acquired) -> None:
         """ACQUIRED answering an owned RECLAIM (same token, checked): the lock is confirmed on this
@@ -1164,7 +1160,6 @@ class Client:
         self._out_of_carry(pending)
         if message.ticket:
             pending.ticket = message.ticket
-            pending.ticket_term = session.welcome.term
             pending.ticket_session_id = session.welcome.session_id
             pending.order_term = message.order_term
             pending.order_seq = message.order_seq
@@ -1304,7 +1299,6 @@ class Client:
                 kept=session if abandoned else None,
             )
         if carry is not None and carry.kept is not None:
-            session.kept_open = True
             if session.reader_task is not None and session.reader_task is not asyncio.current_task():
                 session.reader_task.cancel()  # unread from now on
         elif close_socket:

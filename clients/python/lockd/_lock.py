@@ -111,13 +111,8 @@ class Lock:
         self._release_future: asyncio.Future[None] | None = None
         self._suspend = suspend
         self._phase: Phase = "held"
-        # The claim as a new leader checks it: the ticket of its last ACQUIRED, that connection's
-        # term and session id, and the grant's limit and slot.
+        #: The ticket of its last ACQUIRED (its connection's term and session id: its ``_carry``'s).
         self._ticket = wire.EMPTY_TICKET
-        self._ticket_term = 0
-        self._ticket_session_id = 0
-        self._limit = 1
-        self._slot = 0
         #: While reclaiming or suspended: the lost connection's claims it belongs to.
         self._carry: Carry | None = None
         #: An owned RECLAIM on its way: the connection it was sent on, its request id, its send time.
@@ -278,9 +273,8 @@ class PendingAcquire:
     wait_handle: asyncio.TimerHandle | None = None
     reclaim: bool = False
     # Its place in the queue as a new leader checks it: the last QUEUED's ticket and order
-    # fields, and that connection's term and session id (no ticket: it cannot be carried over).
+    # fields, and that connection's session id (no ticket: it cannot be carried over).
     ticket: bytes = wire.EMPTY_TICKET
-    ticket_term: int = 0
     ticket_session_id: int = 0
     order_term: int = 0
     order_seq: int = 0
@@ -289,7 +283,7 @@ class PendingAcquire:
 
     def forget_ticket(self) -> None:
         self.ticket = wire.EMPTY_TICKET
-        self.ticket_term = self.ticket_session_id = self.order_term = self.order_seq = 0
+        self.ticket_session_id = self.order_term = self.order_seq = 0
 
 
 @dataclass(eq=False)
@@ -321,9 +315,7 @@ class Session:
     reader_task: asyncio.Task[None] | None = None
     close_code: int | None = None
     ended: bool = False
-    #: Given up by the client (silent) with claims to carry over: the socket stays open, unread,
-    #: until the next connection's RESUMED or the window's end, then it says GOODBYE and closes.
-    kept_open: bool = False
+    #: Closed (or being closed) by ``Client._retire``: GOODBYE, end of stream, close.
     retired: bool = False
 
     def __post_init__(self) -> None:
