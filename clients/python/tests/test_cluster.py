@@ -80,11 +80,10 @@ class Cluster(TwoNodes):
         self.assertIn(f"named {self.leader.addr} as the leader, which is not in the address list", str(raised.exception))
 
     async def test_a_hand_over_loses_the_lock_with_failover_and_the_waiter_moves_to_the_new_leader(self) -> None:
-        # Cluster milestone 1. Milestone 2 keeps the lock: the test below.
-        if carries_locks_over(self.leader):
-            self.skipTest("this server's cluster mode carries locks over (milestone 2)")
+        # A holder that does not carry its lock over (reclaim=False) loses it, as in cluster
+        # milestone 1; by default it keeps it (the test below).
         addrs = [self.leader.addr, self.standby.addr]
-        holder = await lockd.connect(addrs=addrs)
+        holder = await lockd.connect(addrs=addrs, reclaim=False)
         self.addAsyncCleanup(holder.close)
         waiter = await lockd.connect(addrs=addrs)
         self.addAsyncCleanup(waiter.close)
