@@ -121,7 +121,7 @@ function buildParts(
   const counters = new ServerCounters();
   const gate = cluster !== null ? { gate: cluster } : {};
   const service = new LockService({ engine, audit, scheduler, counters, acl, lockRules, ...gate });
-  cluster?.attach(service);
+  cluster?.attach(service, engine.view);
   // The audit log retries by itself; the service pauses grants while it cannot write.
   audit.onHealthChange = (failure) => service.auditHealthChanged(failure);
   const watchdog = new StallWatchdog(scheduler, engine.ioTimeoutMs);
