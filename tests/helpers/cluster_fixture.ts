@@ -106,8 +106,12 @@ export class FakeCluster implements AsyncDisposable {
     return t;
   }
 
+  /** Run before the servers shut down: a test mends the faults it gave their links here. */
+  readonly beforeDispose: (() => void)[] = [];
+
   async [Symbol.asyncDispose](): Promise<void> {
     for (const leadership of this.#leaderships) leadership.close();
+    for (const mend of this.beforeDispose) mend();
     // A hand-over at shutdown needs etcd.
     this.etcd.setMode("up");
     await Promise.all(this.#servers.map((t) => t.server.shutdown()));
