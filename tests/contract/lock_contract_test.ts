@@ -2,7 +2,8 @@
  * Runs the lock contract (`lock_contract.ts`) against every way of reaching the engine: the
  * LockService directly (no sockets, no codec), plain TCP, TLS and mutual TLS, each with sessions
  * of protocol version 1 and of version 2; and the reclaim contract (`reclaim_contract.ts`) and
- * the kinds and values contract (`kinds_contract.ts`) against the same four with version 2. Every server has a manual scheduler, so leases, wait
+ * the kinds and values contract (`kinds_contract.ts`) and the query and watch contract
+ * (`observe_contract.ts`) against the same four with version 2. Every server has a manual scheduler, so leases, wait
  * bounds and I/O timeouts move only when a case says so.
  */
 
@@ -25,6 +26,7 @@ import { RawClient } from "../helpers/raw_client.ts";
 import { startTestServer } from "../helpers/start_server.ts";
 import { type ContractClient, type ContractTransport, LOCK_CONTRACT } from "./lock_contract.ts";
 import { KINDS_CONTRACT } from "./kinds_contract.ts";
+import { OBSERVE_CONTRACT } from "./observe_contract.ts";
 import { RECLAIM_CONTRACT } from "./reclaim_contract.ts";
 
 /** How long a case waits for a frame before it fails (real time: only I/O is awaited). */
@@ -314,7 +316,7 @@ const RUNS = [
   ...transports(1).map((transport) => ({ transport, cases: LOCK_CONTRACT })),
   ...transports(2).map((transport) => ({
     transport,
-    cases: [...LOCK_CONTRACT, ...RECLAIM_CONTRACT, ...KINDS_CONTRACT],
+    cases: [...LOCK_CONTRACT, ...RECLAIM_CONTRACT, ...KINDS_CONTRACT, ...OBSERVE_CONTRACT],
   })),
 ];
 
