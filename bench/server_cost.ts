@@ -31,11 +31,11 @@ export class GcTrace {
   /** Lines that were not trace lines (a child's own output), the first 100. */
   readonly otherLines: string[] = [];
 
-  constructor(stdout: ReadableStream<Uint8Array>) {
+  constructor(stdout: ReadableStream<Uint8Array<ArrayBuffer>>) {
     this.done = this.#read(stdout);
   }
 
-  async #read(stdout: ReadableStream<Uint8Array>): Promise<void> {
+  async #read(stdout: ReadableStream<Uint8Array<ArrayBuffer>>): Promise<void> {
     let rest = "";
     try {
       for await (const chunk of stdout.pipeThrough(new TextDecoderStream())) {
