@@ -457,9 +457,10 @@ const FILES_OVER_CAP: Readonly<Record<string, { lines: number; reason: string }>
       "the invariants are the next part to move out",
   },
   "src/config.ts": {
-    lines: 671,
-    reason: "the one flag table (a row per flag, the docs check reads it; milestone 2 added " +
-      "-cluster-reclaim-grace and -cluster-record-linger) with its parser and validation; the " +
+    lines: 685,
+    reason: "the one flag table (a row per flag, the docs check reads it) with its parser and " +
+      "validation (raised from 642 by the row of -max-lock-value-bytes, issue 23, and those of " +
+      "-cluster-reclaim-grace and -cluster-record-linger, issue 20); the " +
       "validation is the next part to move out",
   },
   "src/cluster/ownership_records.ts": {
