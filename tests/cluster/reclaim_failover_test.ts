@@ -197,3 +197,82 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name:
+    "cluster m2: a planned hand-over (SIGTERM of the leader) keeps a 2 s lease's lock and token; the new leader's window ends as soon as the listed session resumed",
+  ...options,
+  fn: async () => {
+    await using etcd = await EtcdCluster.start({ members: 1 });
+    const flags = ["-cluster-etcd", etcd.clientUrls.join(","), "-cluster", "e2e"];
+    const nodes: LockdProc[] = [];
+    try {
+      nodes.push(await spawnLockd({ flags: [...flags, "-cluster-node", "a"], http: true }));
+      await waitFor("node a serves", async () => (await servingNode(nodes)) !== undefined, 15_000);
+      nodes.push(await spawnLockd({ flags: [...flags, "-cluster-node", "b"], http: true }));
+      const leader = (await servingNode(nodes))!;
+      const standby = nodes.find((n) => n !== leader)!;
+      await waitFor("the standby knows the leader", async () => {
+        const cluster = (await info(standby))?.cluster as { leader?: unknown } | undefined;
+        return cluster?.leader !== null && cluster?.leader !== undefined;
+      });
+
+      await using holder = await sessionAt(leader.addr);
+      const term = holder.welcome!.term!;
+      await holder.send(acquire(1, "e2e/handover", 2_000, 0));
+      const held = expectType(await holder.next(), "acquired") as Acquired;
+      const confirmedAtMs = performance.now();
+
+      const stopping = leader.stop("SIGTERM", 10_000);
+      // The old leader closes the session with NOT_LEADER: the client goes to the other node.
+      const closing = await holder.next();
+      assert.equal(closing?.type, "error", JSON.stringify(closing));
+      const stoppedAtMs = performance.now();
+      await using holder2 = await sessionAt(standby.addr);
+      await holder2.send(
+        {
+          type: "resume",
+          requestId: 1,
+          prevTerm: term,
+          prevSessionId: holder.welcome!.sessionId,
+          claims: 1,
+        },
+        {
+          type: "reclaim",
+          requestId: 2,
+          kind: "owned",
+          token: held.token,
+          orderTerm: 0,
+          orderSeq: 0,
+          leaseMs: 2_000,
+          waitMs: 0,
+          ticket: held.ticket!,
+          mode: "exclusive",
+          limit: held.limit ?? 1,
+          slot: held.slot ?? 0,
+          name: "e2e/handover",
+          value: new Uint8Array(0),
+        },
+      );
+      assert.equal(expectType(await holder2.next(), "resumed").outcome, "reclaim");
+      const kept = expectType(await holder2.next(), "acquired");
+      assert.equal(kept.token, held.token);
+      const keptAtMs = performance.now();
+      assert.ok(
+        keptAtMs - confirmedAtMs < 2_000,
+        `kept ${(keptAtMs - confirmedAtMs).toFixed(0)} ms after the last confirmation`,
+      );
+      await waitFor("the window closed early", async () => {
+        const cluster = (await info(standby))?.cluster as { window_ends_in_ms?: unknown };
+        return cluster?.window_ends_in_ms === null;
+      }, 2_000);
+      assert.equal((await stopping).code, 0);
+      console.log(
+        `holder confirmed at the new leader ${(keptAtMs - stoppedAtMs).toFixed(0)} ms after ` +
+          `its NOT_LEADER`,
+      );
+    } finally {
+      await Promise.all(nodes.map((n) => n.stop("SIGTERM", 5_000)));
+    }
+  },
+});
