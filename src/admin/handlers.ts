@@ -54,6 +54,8 @@ const OUTCOME_PROBLEMS = {
   no_owner: "lock-has-no-owner",
   /** Force-release with `?token=T` of a lock whose owner holds another token (the holder changed). */
   holder_changed: "holder-changed",
+  /** Lift-reservation of a lock that is not reserved for reclaims (any more). */
+  not_reserved: "lock-not-reserved",
   /** Cluster mode: this node does not lead right now (a paused leader, or leadership moving). */
   not_leader: "not-leader",
 } as const satisfies Record<string, ProblemSlug>;
@@ -293,6 +295,33 @@ export function forceRelease(_request: Request, { context, params, url }: AdminM
       );
     case "released": {
       const after = engine.getLock(name);
+      return jsonResponse(
+        after === undefined ? idleLockJson(name) : lockJson(after, instantOf(context.server)),
+      );
+    }
+  }
+}
+
+/**
+ * POST /api/locks/{name}/lift-reservation (cluster mode): frees a lock the new leader keeps
+ * reserved for its holder's RECLAIM after a fail-over, for an operator who knows that holder is
+ * gone. The service audits (`reservation_lifted`), then the head waiter is granted. Answers with
+ * the lock's state afterwards; 409 `lock-not-reserved` when it is not (or no longer) reserved.
+ */
+export function liftReservation(_request: Request, { context, params }: AdminMatch): Response {
+  const name = decodeLockName(params.name);
+  if (name instanceof Response) return name;
+  switch (context.operator.liftReservation(name, context.actor)) {
+    case "not_leader":
+      return fail("not_leader", notLeaderDetail(context.server));
+    case "not_reserved":
+      return fail(
+        "not_reserved",
+        `Lock "${name}" is not reserved for reclaims (the reclaim window ended, its holder ` +
+          "reclaimed it, or no fail-over left it held); nothing was changed",
+      );
+    case "lifted": {
+      const after = context.server.engine.getLock(name);
       return jsonResponse(
         after === undefined ? idleLockJson(name) : lockJson(after, instantOf(context.server)),
       );

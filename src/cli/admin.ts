@@ -34,6 +34,7 @@ import { type AdminRequest, adminRequester, type Answer, type Reply } from "./ad
 import {
   formatDurationMs,
   formatInfo,
+  formatLiftedReservation,
   formatLock,
   formatLockList,
   formatReleased,
@@ -154,6 +155,16 @@ const ADMIN_SUBCOMMANDS: Readonly<Record<string, AdminSubcommand>> = {
       }`,
     }),
     print: (body) => formatReleased(JSON.parse(body) as LockJson),
+  },
+  "lift-reservation": {
+    operands: ["NAME"],
+    flags: [],
+    summary: [
+      "cluster mode: free a lock kept for its holder's reclaim",
+      "after a fail-over (that holder is known to be gone)",
+    ],
+    request: ([name]) => ({ method: "POST", path: `${lockPath(name)}/lift-reservation` }),
+    print: (body) => formatLiftedReservation(JSON.parse(body) as LockJson),
   },
   kick: {
     operands: ["NAME", "REMOTE_ADDR"],

@@ -231,6 +231,13 @@ export function formatReleased(lock: LockJson): string {
   } with token ${lock.holder.token}, ${lock.waiters.length} waiting\n`;
 }
 
+export function formatLiftedReservation(lock: LockJson): string {
+  if (lock.holder === null) return `lifted the reservation of lock "${lock.name}"; it is free\n`;
+  return `lifted the reservation of lock "${lock.name}"; new holder ${
+    holderText(lock.holder)
+  } with token ${lock.holder.token}, ${lock.waiters.length} waiting\n`;
+}
+
 /** `1h2m3s`, `4m5s`, `6.7s`. */
 export function formatDurationMs(ms: number): string {
   if (ms < 60_000) return `${Math.round(ms / 100) / 10}s`;

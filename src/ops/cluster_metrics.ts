@@ -14,17 +14,16 @@ import type { MetricFamily } from "./prometheus.ts";
 export function clusterFamilies(cluster: ClusterView, nowMs: number): MetricFamily[] {
   return [
     ...leadershipFamilies(cluster, nowMs),
-    ...recordFamilies(cluster, nowMs),
+    ...recordFamilies(cluster),
+    ...takeoverFamilies(cluster, nowMs),
     ...etcdFamilies(cluster.stats),
   ];
 }
 
-/** Milestone 2: the ownership records, the takeover and the reclaim window. */
-function recordFamilies(cluster: ClusterView, nowMs: number): MetricFamily[] {
+/** Milestone 2: the ownership records. */
+function recordFamilies(cluster: ClusterView): MetricFamily[] {
   const ownership = cluster.ownership;
   const records = ownership.recordStats;
-  const takeover = ownership.takeoverStats;
-  const window = cluster.serving ? ownership.window : null;
   return [
     {
       name: "lockd_cluster_records",
@@ -65,6 +64,15 @@ function recordFamilies(cluster: ClusterView, nowMs: number): MetricFamily[] {
       type: "gauge",
       samples: [{ value: records.grantsWaitingCommit }],
     },
+  ];
+}
+
+/** Milestone 2: the takeover and the reclaim window. */
+function takeoverFamilies(cluster: ClusterView, nowMs: number): MetricFamily[] {
+  const ownership = cluster.ownership;
+  const takeover = ownership.takeoverStats;
+  const window = cluster.serving ? ownership.window : null;
+  return [
     {
       name: "lockd_cluster_reserved_locks",
       help: "Locks this node keeps reserved for reclaims after a fail-over.",
