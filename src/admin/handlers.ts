@@ -6,6 +6,7 @@
  * @module
  */
 
+import { clusterStatusText } from "../cluster/cluster_status.ts";
 import type { LockPageQuery, LockSort } from "../core/lock_queries.ts";
 import { escapeInvisible, lockNameProblem } from "../core/lock_name.ts";
 import { ADMIN_HISTORY_INTERVAL_MS, ADMIN_LOCKS_LIMIT_MAX } from "../limits.ts";
@@ -71,15 +72,14 @@ export function notLeaderDetail(server: ServerView): string {
   const cluster = server.cluster;
   if (cluster === null) return "This server is not in cluster mode";
   const leader = cluster.leader;
-  const role = cluster.role;
-  if (role === "paused") {
-    return "This node leads but is paused (its etcd lease is not confirmed); retry in a moment";
+  const status = cluster.status;
+  const now = `This node is ${clusterStatusText(status)}`;
+  if (status.phase === "standby" && leader !== null) {
+    return `${now} (admin API ${leader.admin ?? "not advertised"})`;
   }
-  return leader === null
-    ? `This node is a ${role}; no leader is known yet (an election may be under way)`
-    : `This node is a ${role}; the leader is ${leader.name} (admin API ${
-      leader.admin ?? "not advertised"
-    })`;
+  return status.phase === "paused" || status.phase === "taking_over"
+    ? `${now}; retry in a moment`
+    : now;
 }
 
 /** GET /api/info */
@@ -113,7 +113,10 @@ async function clusterInfo(server: ServerView): Promise<ClusterInfoJson> {
   const leader = cluster.leader;
   const safeUntilMs = leadership.safeUntilMs;
   const window = cluster.serving ? cluster.ownership.window : null;
+  const status = cluster.status;
   return {
+    status: status.phase,
+    status_text: clusterStatusText(status),
     name: server.config.cluster ?? "",
     node: cluster.node.name,
     advertise: cluster.node.advertise,

@@ -35,6 +35,7 @@ export type ClusterView = Pick<
   | "stats"
   | "health"
   | "ownership"
+  | "status"
 >;
 
 /** The audit log's figures (metrics). */

@@ -420,3 +420,22 @@ Deno.test("m2 sim: an operator lifts a reservation: audited, the head waiter is 
   assert.deepEqual(lifted.map((r) => [r.lock, r.by, r.actor]), [["a", "operator", actor]]);
   assert.equal(service.liftReservation("a", actor), "not_reserved");
 });
+
+Deno.test("m2 sim: status: the first leader of a cluster serves at once (no window); after a crash the next one says reclaiming until T, everywhere; a standby says whom it stands by", async () => {
+  await using fake = fakeCluster(WALL_MS);
+  const [n1, n2] = await twoNodes(fake);
+  assert.equal(n1.t.server.context.cluster!.status.phase, "serving");
+  assert.equal(n2.t.server.context.cluster!.status.phase, "standby");
+  await using x = await session(n1.t);
+  await x.send(acquireMsg(1, "a", 1_000, 0));
+  expect(await next(fake, x), "acquired");
+  n1.crash();
+  await untilServing(fake, n2);
+  const status = n2.t.server.context.cluster!.status;
+  assert.equal(status.phase, "reclaiming");
+  assert.equal(status.reservedLocks, 1);
+  const leftMs = status.untilWallMs! - fake.scheduler.wallMs();
+  assert.ok(leftMs > 0 && leftMs <= GRACE_MS, `the window ends in ${leftMs} ms`);
+  await fake.run(GRACE_MS);
+  assert.equal(n2.t.server.context.cluster!.status.phase, "serving");
+});
