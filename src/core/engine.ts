@@ -208,11 +208,14 @@ export class LockEngine {
     return this.#enter(now, session, options, lock, kind, mode, grantable, null);
   }
 
-  /** RELEASE: ends an ownership with its token, or cancels a queued claim (token 0). */
+  /**
+   * RELEASE: ends an ownership with its token, or cancels a queued claim (token 0). Also of an
+   * orphan: a same-term RESUME releases what its client did not carry over.
+   */
   release(now: Instant, options: ReleaseOptions): EngineEvent[] {
     const { requestId, name, token } = options;
     const events: EngineEvent[] = [];
-    const session = this.#requireSession(options.sessionId);
+    const session = this.#requireSession(options.sessionId, true);
     const claim = session.claims.get(name);
     if (claim !== undefined && claim.state === "owned" && claim.token === token) {
       this.#table.endOwnership(now, claim, "graceful", requestId, events);
