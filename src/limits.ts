@@ -419,6 +419,11 @@ export const KILL_GRACE_MS_DEFAULT = 5_000;
  * is not frozen, seldom enough for a log (6 lines a minute).
  */
 export const RUN_PROGRESS_INTERVAL_MS = 10_000;
+/**
+ * Pause between `lockd run`'s first connects while its `-wait` lasts (a cluster in the middle of
+ * a fail-over, a server restarting): each connect already goes round every address.
+ */
+export const RUN_CONNECT_RETRY_MS = 1_000;
 
 // ---- the client library -------------------------------------------------------------------
 
