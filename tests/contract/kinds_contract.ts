@@ -160,6 +160,45 @@ export const KINDS_CONTRACT: readonly ContractCase[] = [{
   },
 }, {
   name:
+    "DOWNGRADE makes a writer a reader in place (ACQUIRED, same token); readers waiting at the head join it; a stale token gets NOT_OWNER, a semaphore INVALID_ARGUMENT",
+  async run(server) {
+    const [w, r, s] = await Promise.all([server.open(), server.open(), server.open()]);
+    const gw = grantOf(await acquireKind(w, 1, "rw/down"), 1);
+    expectQueued(await acquireKind(r, 1, "rw/down", { mode: "shared" }), 1, 1);
+    await w.send({ type: "downgrade", requestId: 2, token: gw.token + 1, name: "rw/down" });
+    expectError(await w.next(), "NOT_OWNER", 2, "rw/down");
+    await w.send({ type: "downgrade", requestId: 3, token: gw.token, name: "rw/down" });
+    const down = grantOf(await w.next(), 3);
+    assert.deepEqual(
+      [down.token, down.mode, down.writeGeneration, down.limit, down.slot],
+      [gw.token, "shared", gw.token, 1, 0],
+    );
+    assert.notDeepEqual(down.ticket, gw.ticket, "a fresh ticket: it names the mode");
+    const gr = grantOf(await r.next(), 1);
+    assert.deepEqual([gr.mode, gr.writeGeneration], ["shared", gw.token]);
+    assert.deepEqual(server.engine.getLock("rw/down")?.holders.map((h) => h.mode), [
+      "shared",
+      "shared",
+    ]);
+    // Already shared: the same answer, nothing changes.
+    await w.send({ type: "downgrade", requestId: 4, token: gw.token, name: "rw/down" });
+    assert.equal(grantOf(await w.next(), 4).mode, "shared");
+    const gs = grantOf(await acquireKind(s, 1, "sem/down", { limit: 2 }), 1);
+    await s.send({ type: "downgrade", requestId: 2, token: gs.token, name: "sem/down" });
+    const refused = await s.next();
+    expectError(refused, "INVALID_ARGUMENT", 2, "sem/down");
+    assert.match(errorMessage(refused), /a semaphore with limit 2/);
+    const records = await auditCount(server, 4);
+    assert.deepEqual(
+      records.filter((rec) => rec.event === "downgrade").map((
+        rec,
+      ) => [rec.token, rec.write_generation]),
+      [[gw.token, gw.token]],
+    );
+    await closeAll(w, r, s);
+  },
+}, {
+  name:
     "leases, force-release and waiter removal on a semaphore: an expired slot passes on; force without a token ends every owner",
   async run(server) {
     const [a, b, c, d] = await Promise.all(Array.from({ length: 4 }, () => server.open()));
