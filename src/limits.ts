@@ -514,3 +514,23 @@ export const CLUSTER_RECORDS_PAGE_KEYS = 2_000;
 export const CLUSTER_RECORD_VALUE_BYTES_MAX = 65_536;
 /** Idle locks whose linger ended examined per timer run; the rest wait for the next run (0 ms). */
 export const CLUSTER_RECORD_SWEEP_MAX = 1_024;
+/**
+ * How long an idle lock's record stays in etcd before it is deleted (W3). Flag
+ * `-cluster-record-linger`. A lock reused within it costs no etcd write; 0 deletes at once (every
+ * reuse then pays a commit).
+ */
+export const CLUSTER_RECORD_LINGER_MS_DEFAULT = 2_000;
+export const CLUSTER_RECORD_LINGER_MS_MIN = 0;
+/** Past a minute idle records only fill etcd: a lock idle that long is not "reused". */
+export const CLUSTER_RECORD_LINGER_MS_MAX = 60_000;
+/**
+ * The shortest reclaim window of a new leader (flag `-cluster-reclaim-grace`): from the moment
+ * it serves, locks that may be held stay reserved for their holders' RECLAIMs at least this long
+ * (longer when the last term published a longer lease horizon). Clients reconnect within about
+ * a second of a leader being elected; 5 s leaves room for jitter, TLS and a loaded machine.
+ */
+export const CLUSTER_RECLAIM_GRACE_MS_DEFAULT = 5_000;
+/** Below a second clients racing a loaded machine lose their locks. */
+export const CLUSTER_RECLAIM_GRACE_MS_MIN = 1_000;
+/** Past a minute a dead holder's lock is kept from everyone too long after a fail-over. */
+export const CLUSTER_RECLAIM_GRACE_MS_MAX = 60_000;
