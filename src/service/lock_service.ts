@@ -374,6 +374,7 @@ export class LockService {
     if ((port?.version ?? 1) < 2) return this.closeSession(sessionId, cause);
     this.#sessions.remove(sessionId);
     this.#reclaims.sessionEnded(sessionId);
+    this.#reads.watches.sessionEnded(sessionId); // a watch lives as long as its connection
     this.#decide(
       `close:${sessionId}`,
       () => this.#apply(this.#engine.orphanSession(this.now(), sessionId, cause)),
