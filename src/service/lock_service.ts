@@ -383,10 +383,18 @@ export class LockService {
     if ((port?.version ?? 1) < 2) return this.closeSession(sessionId, cause);
     this.#sessions.remove(sessionId);
     this.#reclaims.sessionEnded(sessionId);
-    this.#decide(
-      `close:${sessionId}`,
-      () => this.#apply(this.#engine.orphanSession(this.now(), sessionId, cause)),
-    );
+    this.#decide(`close:${sessionId}`, () => {
+      this.#apply(this.#engine.orphanSession(this.now(), sessionId, cause));
+      const view = this.#engine.view;
+      const endMs = view.orphanLeaseEndMs(sessionId);
+      if (endMs === undefined) return; // it owned nothing: closed
+      logger.info("connection ended without GOODBYE; session kept for its client (orphaned)", {
+        session: sessionId,
+        remote_addr: view.sessionPeer(sessionId)?.remoteAddr ?? "",
+        ownerships: view.claimCountOf(sessionId),
+        leases_end_in_ms: Math.round(endMs - this.#scheduler.monotonicMs()),
+      });
+    });
   }
 
   // ---- protocol version 2: reclaims and GOODBYE -------------------------------
