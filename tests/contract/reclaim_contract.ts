@@ -3,8 +3,8 @@
  * `lock_contract_test.ts` against the service, TCP, TLS and mTLS with version-2 sessions:
  * tickets and order keys in ACQUIRED and QUEUED, GOODBYE against a connection that just ends
  * (orphaned: its ownerships stay until their leases end), RESUME (`moved` while the old session
- * is open or orphaned, `none` once it is gone), RECLAIMs kept and void,
- * the rules of RESUME and RECLAIM, and version 2's features this server does not serve yet.
+ * is open or orphaned, `none` once it is gone), RECLAIMs kept and void, and the rules of RESUME
+ * and RECLAIM.
  *
  * @module
  */
@@ -14,7 +14,6 @@ import { DEFAULT_CONFIG } from "../../src/config.ts";
 import {
   type Acquired,
   type ClientMessage,
-  type ClientRequest,
   type Queued,
   type Reclaim,
   type ServerMessage,
@@ -375,36 +374,5 @@ export const RECLAIM_CONTRACT: readonly ContractCase[] = [{
     await heartbeatRenews(counted, 4, 0);
     await late.close();
     await counted.close();
-  },
-}, {
-  name:
-    "version 2's features this server does not serve yet get INVALID_ARGUMENT; a plain ACQUIRE of version 2 is served",
-  async run(server) {
-    const a = await server.open();
-    const value = new TextEncoder().encode("10.0.0.7:8080");
-    const refused: ClientRequest[] = [
-      { type: "acquire", requestId: 1, name: "f/x", leaseMs: 0, waitMs: 0, mode: "shared" },
-      { type: "acquire", requestId: 2, name: "f/x", leaseMs: 0, waitMs: 0, limit: 3 },
-      { type: "acquire", requestId: 3, name: "f/x", leaseMs: 0, waitMs: 0, value },
-      { type: "query", requestId: 4, name: "f/x" },
-      { type: "watch", requestId: 5, pattern: "f/*" },
-      { type: "unwatch", requestId: 6 },
-      { type: "set_value", requestId: 7, name: "f/x", token: 1, value },
-    ];
-    for (const message of refused) {
-      await a.send(message);
-      const error = await a.next();
-      expectError(error, "INVALID_ARGUMENT", message.requestId);
-      assert.match(
-        error?.type === "error" ? error.message : "",
-        /not supported by this server yet/,
-      );
-    }
-    assert.equal(server.engine.lockCount, 0, "nothing stored");
-    const granted = await acquire(a, 8, "f/x");
-    assert.equal(acquiredOf(granted, 8).limit, 1);
-    await a.send({ type: "acquire", requestId: 9, name: "f/y", leaseMs: 0, waitMs: 0, limit: 1 });
-    acquiredOf(await a.next(), 9);
-    await a.close();
   },
 }];
