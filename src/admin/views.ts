@@ -121,6 +121,12 @@ export interface ClusterInfoJson {
   token_high_water: number;
   /** Longest lease this term promised past its own etcd lease (published in etcd). */
   lease_horizon_ms: number;
+  /** Ownership records in etcd as this node knows them (0 when it does not lead). */
+  records: number;
+  /** Locks this node keeps reserved for reclaims after a fail-over. */
+  reserved_locks: number;
+  /** Milliseconds until this node's reclaim window ends; null when none is open. */
+  window_ends_in_ms: number | null;
   etcd: { endpoint: string; healthy: boolean; took_ms: number; error?: string }[];
 }
 

@@ -144,6 +144,11 @@ export class LockQueries {
     return lock === undefined || (lock.ownerCount === 0 && lock.queueLength === 0);
   }
 
+  /** Whether a lock is reserved for reclaims now (cluster mode, after a fail-over). */
+  isReserved(name: string): boolean {
+    return (this.#state.locks.get(name)?.holds?.reservedUntilMs ?? 0) !== 0;
+  }
+
   /** How many claims wait for a lock (0 when idle or unknown). */
   queueLengthOf(name: string): number {
     return this.#state.locks.get(name)?.queueLength ?? 0;

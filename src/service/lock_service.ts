@@ -444,13 +444,26 @@ export class LockService {
     this.closeSession(peer.sessionId, "client_closed");
   }
 
+  /** Cluster mode, a takeover: the locks of `names` are reserved for reclaims (reclaims.ts). */
+  reserveForReclaims(names: Iterable<string>, untilMs: number): number {
+    return this.#reclaims.reserve(names, untilMs);
+  }
+
+  /** Cluster mode, the window ended: the reservations of `names` end (once it may decide). */
+  endReservations(names: readonly string[]): void {
+    this.#decide("reservations", () => this.#reclaims.endReservations(names));
+  }
+
   /**
    * The sessions that have claims (owned or queued), for a planned hand-over's list: their
    * clients will RESUME at the next leader.
    */
   sessionsWithClaims(): number[] {
     const view = this.#engine.view;
-    return view.sessionIds().filter((sessionId) => view.claimCountOf(sessionId) > 0);
+    // Version 1 clients never RESUME: waiting for them would only keep the window open.
+    return view.sessionIds().filter((sessionId) =>
+      view.claimCountOf(sessionId) > 0 && (this.#sessions.get(sessionId)?.version ?? 1) >= 2
+    );
   }
 
   // ---- operators (the admin API) -------------------------------------------

@@ -213,6 +213,34 @@ export class Reclaims {
     if (tokens.size === 0) this.#restored.delete(name);
   }
 
+  /**
+   * A new leader's takeover: every lock of `names` (those the last term may have left held) is
+   * reserved until `untilMs` (monotonic) or until its holder reclaimed it. Not a decision
+   * (nothing is granted): done before the term's grants begin. Returns how many.
+   */
+  reserve(names: Iterable<string>, untilMs: number): number {
+    let count = 0;
+    for (const name of names) {
+      this.#o.engine.reserve({ name, untilMs });
+      count++;
+    }
+    this.#o.apply([]);
+    return count;
+  }
+
+  /**
+   * The reclaim window ended: the reservations of `names` still in force are lifted (each
+   * queue's head is granted), and the gate hears of every lock left idle (its record may go).
+   */
+  endReservations(names: readonly string[]): void {
+    const { engine, ownership } = this.#o;
+    const now = this.#o.now();
+    for (const name of names) {
+      if (engine.view.isReserved(name)) this.#o.apply(engine.liftReservation(now, name));
+      if (engine.view.isIdle(name)) ownership.idle(name);
+    }
+  }
+
   // ---- claims of an earlier term (or none) -----------------------------------------
 
   /** Why a claim of `state`'s RESUME is void before the engine is asked, or null. */
