@@ -16,6 +16,12 @@ import {
   AUDIT_WRITE_TIMEOUT_MS_MIN,
   CLAIMS_MAX_DEFAULT,
   CLAIMS_PER_SESSION_MAX_DEFAULT,
+  CLUSTER_RECLAIM_GRACE_MS_DEFAULT,
+  CLUSTER_RECLAIM_GRACE_MS_MAX,
+  CLUSTER_RECLAIM_GRACE_MS_MIN,
+  CLUSTER_RECORD_LINGER_MS_DEFAULT,
+  CLUSTER_RECORD_LINGER_MS_MAX,
+  CLUSTER_RECORD_LINGER_MS_MIN,
   CLUSTER_TTL_MS_DEFAULT,
   CLUSTER_TTL_MS_MAX,
   CLUSTER_TTL_MS_MIN,
@@ -41,6 +47,8 @@ import {
   LEASE_MS_MAX_DEFAULT,
   LEASE_MS_MAX_MAX,
   LEASE_MS_MIN,
+  LOCK_VALUE_BYTES_MAX_DEFAULT,
+  LOCK_VALUE_BYTES_MAX_MAX,
   SESSIONS_MAX_DEFAULT,
   SHUTDOWN_GRACE_MS_DEFAULT,
   SHUTDOWN_GRACE_MS_MAX,
@@ -83,6 +91,8 @@ export interface ServerConfig {
   /** Connections that have not completed their HELLO, at once (the oldest is closed past it). */
   handshakesMax: number;
   frameBytesMax: number;
+  /** A holder's value (protocol version 2): its longest length in bytes; 0 = values off. */
+  lockValueBytesMax: number;
   /** HTTP listeners: a request must be complete this long after the accept or its first byte. */
   httpHeaderTimeoutMs: number;
   /** HTTP listeners: a connection without a byte either way this long is closed. */
@@ -121,6 +131,10 @@ export interface ServerConfig {
   clusterEtcdCert: string | null;
   /** Its private key (PEM). */
   clusterEtcdKey: string | null;
+  /** A new leader's shortest reclaim window (milestone 2; docs/cluster.md "The window"). */
+  clusterReclaimGraceMs: number;
+  /** How long an idle lock's ownership record stays in etcd (W3). */
+  clusterRecordLingerMs: number;
 }
 
 /**
@@ -149,6 +163,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = {
   claimsMax: CLAIMS_MAX_DEFAULT,
   handshakesMax: HANDSHAKES_MAX_DEFAULT,
   frameBytesMax: FRAME_BYTES_MAX_DEFAULT,
+  lockValueBytesMax: LOCK_VALUE_BYTES_MAX_DEFAULT,
   httpHeaderTimeoutMs: HTTP_HEADER_TIMEOUT_MS_DEFAULT,
   httpIdleTimeoutMs: HTTP_IDLE_TIMEOUT_MS_DEFAULT,
   httpConnectionsMax: HTTP_CONNECTIONS_MAX_DEFAULT,
@@ -171,6 +186,8 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = {
   clusterEtcdCa: null,
   clusterEtcdCert: null,
   clusterEtcdKey: null,
+  clusterReclaimGraceMs: CLUSTER_RECLAIM_GRACE_MS_DEFAULT,
+  clusterRecordLingerMs: CLUSTER_RECORD_LINGER_MS_DEFAULT,
 };
 
 /** A configuration that cannot run: one line saying which flag and why (the CLI exits 2). */
@@ -330,6 +347,15 @@ export const CONFIG_FLAGS: readonly ConfigFlag[] = [
     help: "largest frame a client may send (at least the largest frame the server sends)",
   },
   {
+    flag: "max-lock-value-bytes",
+    key: "lockValueBytesMax",
+    kind: "int",
+    min: 0,
+    max: LOCK_VALUE_BYTES_MAX_MAX,
+    help: "longest value a lock's holder may publish (protocol version 2); 0 turns values off",
+  },
+
+  {
     flag: "http-header-timeout",
     key: "httpHeaderTimeoutMs",
     kind: "duration",
@@ -476,6 +502,23 @@ export const CONFIG_FLAGS: readonly ConfigFlag[] = [
     key: "clusterEtcdKey",
     kind: "string",
     help: "private key (PEM) of -cluster-etcd-cert",
+  },
+  {
+    flag: "cluster-reclaim-grace",
+    key: "clusterReclaimGraceMs",
+    kind: "duration",
+    min: CLUSTER_RECLAIM_GRACE_MS_MIN,
+    max: CLUSTER_RECLAIM_GRACE_MS_MAX,
+    help: "how long a new leader keeps locks the last one may have granted for their holders " +
+      "to reclaim (at least)",
+  },
+  {
+    flag: "cluster-record-linger",
+    key: "clusterRecordLingerMs",
+    kind: "duration",
+    min: CLUSTER_RECORD_LINGER_MS_MIN,
+    max: CLUSTER_RECORD_LINGER_MS_MAX,
+    help: "how long an idle lock's ownership record stays in etcd before it is deleted",
   },
 ];
 

@@ -82,10 +82,11 @@ export const SEMAPHORE_LIMIT_MAX = WAITERS_PER_LOCK_MAX_DEFAULT;
  */
 export const LOCK_VALUE_BYTES_MAX_DEFAULT = 1024;
 /**
- * Largest `valueBytesMax` a version-2 WELCOME may announce (a value's length is a u16 on the
- * wire): a client takes a larger one for a protocol error.
+ * The largest `-max-lock-value-bytes`: 16 KiB, so a value with the longest lock name, client
+ * name and identity still fits in one LOCK_STATE within the 64 KiB frames clients read. 0 turns
+ * values off (WELCOME says 0; a claim with a value is refused).
  */
-export const LOCK_VALUE_BYTES_MAX_MAX = 0xffff;
+export const LOCK_VALUE_BYTES_MAX_MAX = 16 * 1024;
 /**
  * Connections that have not completed their HELLO, at once; a new one past it closes the
  * oldest (LIMIT_EXCEEDED). Correct clients send HELLO at once, so only a flood of silent or
@@ -93,6 +94,24 @@ export const LOCK_VALUE_BYTES_MAX_MAX = 0xffff;
  * such a flood cannot lock out clients that do complete their handshake. Flag `-max-handshakes`.
  */
 export const HANDSHAKES_MAX_DEFAULT = 1_024;
+
+/**
+ * WATCHes one session may have at once (protocol version 2); one more is refused with
+ * LIMIT_EXCEEDED. Each costs a little memory and a look at every change of the locks it matches.
+ */
+export const WATCHES_PER_SESSION_MAX = 16;
+/**
+ * Locks one WATCH may match at once (existing locks its glob matches, readable by the session):
+ * a watch that would match more ends with WATCH_ENDED (too many locks). It bounds the snapshot
+ * and the events that may wait for a slow reader: at most one per lock and watch.
+ */
+export const LOCKS_PER_WATCH_MAX = 1_024;
+/**
+ * Bytes of LOCK_STATE frames a session's watches hand to its connection at once: the next batch
+ * follows once these are written (a slow reader gets fewer, later, coalesced events, never a
+ * backlog), so a snapshot of many locks never fills the reply buffer (WRITE_BUFFER_BYTES_MAX).
+ */
+export const WATCH_BATCH_BYTES_MAX = 64 * 1024;
 
 // ---- time: leases, timeouts, shutdown (flags) ----------------------------------------------
 
@@ -513,3 +532,23 @@ export const CLUSTER_RECORDS_PAGE_KEYS = 2_000;
 export const CLUSTER_RECORD_VALUE_BYTES_MAX = 65_536;
 /** Idle locks whose linger ended examined per timer run; the rest wait for the next run (0 ms). */
 export const CLUSTER_RECORD_SWEEP_MAX = 1_024;
+/**
+ * How long an idle lock's record stays in etcd before it is deleted (W3). Flag
+ * `-cluster-record-linger`. A lock reused within it costs no etcd write; 0 deletes at once (every
+ * reuse then pays a commit).
+ */
+export const CLUSTER_RECORD_LINGER_MS_DEFAULT = 2_000;
+export const CLUSTER_RECORD_LINGER_MS_MIN = 0;
+/** Past a minute idle records only fill etcd: a lock idle that long is not "reused". */
+export const CLUSTER_RECORD_LINGER_MS_MAX = 60_000;
+/**
+ * The shortest reclaim window of a new leader (flag `-cluster-reclaim-grace`): from the moment
+ * it serves, locks that may be held stay reserved for their holders' RECLAIMs at least this long
+ * (longer when the last term published a longer lease horizon). Clients reconnect within about
+ * a second of a leader being elected; 5 s leaves room for jitter, TLS and a loaded machine.
+ */
+export const CLUSTER_RECLAIM_GRACE_MS_DEFAULT = 5_000;
+/** Below a second clients racing a loaded machine lose their locks. */
+export const CLUSTER_RECLAIM_GRACE_MS_MIN = 1_000;
+/** Past a minute a dead holder's lock is kept from everyone too long after a fail-over. */
+export const CLUSTER_RECLAIM_GRACE_MS_MAX = 60_000;
