@@ -10,7 +10,8 @@
  * oldest) and, shared, `write_generation`; its holder records add `mode`, `slot` (semaphores)
  * and `write_generation` (shared owners); a holder with a value adds `value` (the text when the
  * bytes are valid UTF-8, else null), `value_base64` (the exact bytes) and `value_bytes`; a lock
- * under a lock-delay or a reservation adds when it ends.
+ * under a lock-delay or a reservation adds when it ends. An orphaned session's holder record
+ * (issue 20) adds `connected: false`.
  *
  * @module
  */
@@ -53,6 +54,11 @@ export interface HolderJson {
   session: number;
   /** Milliseconds since the ownership began (monotonic clock). */
   held_for_ms: number;
+  /**
+   * Only `false`, only for an orphaned session's ownership: its version-2 connection ended
+   * without GOODBYE, and the ownership waits for its client's RESUME until its lease ends.
+   */
+  connected?: false;
   /** Shared and semaphore locks: `exclusive` or `shared`. */
   mode?: string;
   /** Semaphores: the owner's slot, 0 to limit − 1. */
@@ -176,6 +182,7 @@ function holderRecord(view: LockView, holder: HolderView, nowMs: number): Holder
     session: holder.sessionId,
     held_for_ms: Math.max(0, Math.round(nowMs - holder.sinceMs)),
   };
+  if (!holder.connected) json.connected = false;
   if (view.kind !== "exclusive") {
     json.mode = holder.mode;
     if (view.kind === "semaphore") json.slot = holder.slot;

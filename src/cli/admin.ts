@@ -29,8 +29,18 @@
 import type { InfoJson, LockJson } from "../admin/views.ts";
 import { rfc3339, type Scheduler, systemScheduler } from "../clock.ts";
 import { formatHostPort, parseHostPort } from "../host_port.ts";
-import { WATCH_INTERVAL_MS_DEFAULT, WATCH_INTERVAL_MS_MIN } from "../limits.ts";
-import { type AdminRequest, adminRequester, type Answer, type Reply } from "./admin_request.ts";
+import {
+  ADMIN_WAIT_MS_CLUSTER_DEFAULT,
+  WATCH_INTERVAL_MS_DEFAULT,
+  WATCH_INTERVAL_MS_MIN,
+} from "../limits.ts";
+import {
+  type AdminRequest,
+  adminRequester,
+  type Answer,
+  type Reply,
+  retryWhileNoLeader,
+} from "./admin_request.ts";
 import {
   formatDurationMs,
   formatInfo,
@@ -70,6 +80,12 @@ const FLAGS: readonly FlagSpec[] = [
     kind: "duration",
     help: "with -watch: time between two requests",
     defaultText: `${WATCH_INTERVAL_MS_DEFAULT / 1000}s`,
+  },
+  {
+    name: "wait",
+    kind: "duration",
+    help: "ask again while no node answers for the leader (a fail-over), until this has passed",
+    defaultText: `${ADMIN_WAIT_MS_CLUSTER_DEFAULT / 1000}s with several -admin, else 0s`,
   },
 ];
 
@@ -250,6 +266,8 @@ interface Invocation {
   readonly json: boolean;
   /** With -watch: the interval. */
   readonly watchIntervalMs: number | null;
+  /** How long a first request is asked again while no node answers for the leader. */
+  readonly waitMs: number;
   /** `-admin`, and the base URL of each address. */
   readonly adminAddrs: readonly string[];
   readonly baseUrls: readonly string[];
@@ -295,7 +313,7 @@ export async function adminCommand(
     headers,
   );
   return invocation.watchIntervalMs === null
-    ? await askOnce(out, invocation, request)
+    ? await askOnce(out, invocation, retryWhileNoLeader(out.scheduler, invocation.waitMs, request))
     : await watch(out, invocation, invocation.watchIntervalMs, request);
 }
 
@@ -369,6 +387,8 @@ function parseInvocation(
     options: { match, fencingToken },
     json: values.get("json") === true,
     watchIntervalMs: watch ? intervalMs : null,
+    waitMs: (values.get("wait") as number | undefined) ??
+      (adminAddrs.length > 1 ? ADMIN_WAIT_MS_CLUSTER_DEFAULT : 0),
     adminAddrs,
     baseUrls,
     tokenFile: values.get("token-file") as string | undefined,

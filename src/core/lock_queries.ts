@@ -192,6 +192,18 @@ export class LockQueries {
     return this.#state.sessions.get(sessionId)?.peer;
   }
 
+  /**
+   * An orphaned session (`SessionLink`): when its last lease ends (monotonic ms). Undefined for
+   * a connected session or none.
+   */
+  orphanLeaseEndMs(sessionId: number): number | undefined {
+    const session = this.#state.sessions.get(sessionId);
+    if (session?.link !== "orphaned") return undefined;
+    let endMs = 0;
+    for (const claim of session.claims.values()) endMs = Math.max(endMs, claim.leaseExpiresAtMs);
+    return endMs;
+  }
+
   /** How many claims (owned or queued) a session has (0 for no such session). */
   claimCountOf(sessionId: number): number {
     return this.#state.sessions.get(sessionId)?.claims.size ?? 0;
@@ -307,6 +319,7 @@ function holderView(owner: Claim): HolderView {
     remoteAddr: owner.session.peer.remoteAddr,
     sessionId: owner.session.peer.sessionId,
     clientName: owner.session.peer.clientName,
+    connected: owner.session.link === "connected",
     sinceWallMs: owner.sinceWallMs,
     sinceMs: owner.sinceMs,
     leaseMs: owner.leaseMs,

@@ -104,8 +104,7 @@ export class Session implements SessionPort, StallWatched {
   /** When bytes last arrived (monotonic ms), for the partial-frame stall check. */
   #lastReadMs = 0;
   #stallTimer: Timer | undefined;
-  /** Frames whose writing someone waits for (`sendObserved`). */
-  readonly #observed = new ObservedFrames();
+  readonly #observed = new ObservedFrames(); // frames whose writing someone waits for
 
   constructor(transport: Transport, host: SessionHost) {
     this.transport = transport;
@@ -416,6 +415,7 @@ export class Session implements SessionPort, StallWatched {
       case "query":
       case "watch":
       case "unwatch":
+      case "downgrade":
         if (this.#state === "handshake") this.#unexpected(message);
         else this.#dispatch!.apply(message as DecodedClientRequest);
         return;
@@ -553,12 +553,12 @@ export class Session implements SessionPort, StallWatched {
     if (this.#state === "handshake") this.#refuse(error);
   }
 
-  /** The peer closed or reset the connection: nothing more can reach it. */
+  /** The peer closed or reset the connection: nothing more can reach it (version 2: orphaned). */
   #peerLeft(cause: CloseCause): void {
     this.#closeReason ||= cause;
     if (this.#peer !== null && this.#state === "open") {
       this.#setState("closing");
-      this.#host.service.closeSession(this.#peer.sessionId, cause);
+      this.#host.service.connectionLost(this.#peer.sessionId, cause);
     }
     this.#finish();
   }

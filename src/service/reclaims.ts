@@ -5,8 +5,9 @@
  *
  * RESUME names the session (`prevSessionId`) and term (`prevTerm`) the claims were made in, and
  * how many RECLAIMs follow. Its outcome:
- * - **moved**: the same term and that session is still open here (a silent connection its client
- *   gave up on), with the same identity. The RECLAIMs are held until the last one came, then
+ * - **moved**: the same term and that session is still here, with the same identity: open (a
+ *   silent connection its client gave up on) or orphaned (a version-2 connection that ended
+ *   without GOODBYE, whose ownerships wait for their client until their leases end). The RECLAIMs are held until the last one came, then
  *   decided together: those whose ticket is valid and whose claim the old session still has move
  *   to the new session in one engine step (`moveClaims`: tokens, places and leases kept, the
  *   leases renewed); at least one valid ticket must prove the RESUME comes from that session's
@@ -142,9 +143,13 @@ export class Reclaims {
     if (prevTerm === term) {
       const old = engine.view.sessionPeer(prevSessionId);
       if (old !== undefined && prevSessionId !== peer.sessionId && old.identity === peer.identity) {
-        // The old session stays open at most this long without a frame.
+        // An open session stays at most its I/O timeout without a frame; an orphan until its
+        // last lease ends.
         outcome = "moved";
-        windowLeftMs = engine.ioTimeoutMs;
+        const orphanEndMs = engine.view.orphanLeaseEndMs(prevSessionId);
+        windowLeftMs = orphanEndMs === undefined
+          ? engine.ioTimeoutMs
+          : orphanEndMs - this.#o.now().monoMs;
       }
     } else if (prevTerm < term) {
       windowLeftMs = ownership.reclaimWindowLeftMs(prevTerm);
