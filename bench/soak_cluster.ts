@@ -33,7 +33,7 @@ import {
   checkReclaimFloors,
   type Written,
 } from "./soak_cluster_audit.ts";
-import { BenchConn } from "./bench_client.ts";
+import { FencedResource, Observer } from "./soak_cluster_parts.ts";
 import { type LockdProc, spawnLockd } from "./lockd_proc.ts";
 import { type Client, connect, type Lock, LockdError, type LockLostError } from "../mod.ts";
 import { connectWith } from "../src/client/client.ts";
@@ -95,34 +95,7 @@ const count = (what: string, n = 1) => (counts[what] = (counts[what] ?? 0) + n);
 
 // ---- the fenced resource ---------------------------------------------------------------
 
-/** Accepts a write only with a token ≥ the highest seen for its lock; refuses a commit overtaken. */
-class FencedResource {
-  readonly highest = new Map<string, number>();
-  readonly writing = new Map<string, number>();
-  accepted = 0;
-  fenced = 0;
-  async write(lock: string, token: number): Promise<boolean> {
-    if (token < (this.highest.get(lock) ?? 0)) {
-      this.fenced++;
-      return false;
-    }
-    this.highest.set(lock, token);
-    const other = this.writing.get(lock);
-    if (other !== undefined && other > token) {
-      breach(`write of token ${token} on ${lock} accepted during ${other}`);
-    }
-    this.writing.set(lock, token);
-    await sleep(Math.random() < 0.5 ? 0 : 2);
-    if (this.writing.get(lock) !== token || this.highest.get(lock) !== token) {
-      this.fenced++;
-      return false;
-    }
-    this.writing.delete(lock);
-    this.accepted++;
-    return true;
-  }
-}
-const resource = new FencedResource();
+const resource = new FencedResource(breach);
 
 // ---- etcd and the lockd nodes ------------------------------------------------------------
 
@@ -574,73 +547,6 @@ async function fetchJson(url: string): Promise<any | null> {
 
 // ---- observers of a faulted leader ---------------------------------------------------------
 
-/**
- * A raw session on the leader that heartbeats and asks for a lock, and never leaves: what
- * the leader sends it, and when, shows whether it acted on stale leadership.
- */
-class Observer {
-  /** Replies, when they came and when their request was sent. */
-  readonly frames: { type: string; atMs: number; sentAtMs: number }[] = [];
-  #conn: BenchConn | null = null;
-  #timer: ReturnType<typeof setInterval> | undefined;
-  #requests = 0;
-
-  async open(addr: string): Promise<void> {
-    this.#conn = await BenchConn.session(addr, "soak-observer");
-    const conn = this.#conn;
-    const sentAtMs = now();
-    await conn.acquire("soak/observer", LEASE_MS, 0).then((m) => this.#note(m.type, sentAtMs));
-    this.#timer = setInterval(() => {
-      const sentAtMs = now();
-      conn.heartbeat().then((m) => this.#note(m.type, sentAtMs), () => {});
-    }, 150);
-  }
-
-  /** A new ACQUIRE (sent now; a frozen leader reads it when it wakes). */
-  ask(): void {
-    const conn = this.#conn;
-    if (conn === null || conn.closed) return;
-    const sentAtMs = now();
-    conn.acquire(`soak/observer-${++this.#requests}`, LEASE_MS, 0)
-      .then((m) => this.#note(m.type, sentAtMs), () => {});
-  }
-
-  #note(type: string, sentAtMs: number): void {
-    this.frames.push({ type, atMs: now(), sentAtMs });
-  }
-
-  /**
-   * Promises (ACQUIRED, HEARTBEAT_ACK) still running when they came (a client counts a lease
-   * from its request's send time) that run past `untilMs`. A reply may leave well after it was
-   * decided, behind an earlier reply of the session that waited for an etcd commit: what counts
-   * is the promise it makes.
-   */
-  livePromisesPast(untilMs: number): { type: string; atMs: number; sentAtMs: number }[] {
-    return this.frames.filter((f) =>
-      (f.type === "acquired" || f.type === "heartbeat_ack") && f.sentAtMs + LEASE_MS > untilMs &&
-      f.atMs < f.sentAtMs + LEASE_MS
-    );
-  }
-
-  /** ACQUIRED and HEARTBEAT_ACK frames received after `fromMs`. */
-  promisesAfter(fromMs: number): number {
-    count("observer_frames", this.frames.length);
-    return this.frames.filter((f) =>
-      f.atMs > fromMs && (f.type === "acquired" || f.type === "heartbeat_ack")
-    ).length;
-  }
-
-  async close(): Promise<void> {
-    clearInterval(this.#timer);
-    const conn = this.#conn;
-    this.#conn = null;
-    if (conn !== null) {
-      conn.close();
-      await conn.done;
-    }
-  }
-}
-
 // ---- faults ----------------------------------------------------------------------------------
 
 async function leaderTerm(): Promise<number> {
@@ -686,7 +592,7 @@ async function runFault(kind: FaultKind): Promise<void> {
       break;
     }
     case "stop_leader": {
-      const observer = new Observer();
+      const observer = new Observer(LEASE_MS);
       await observer.open(leader.addr).catch(() => {});
       hit();
       leader.stopped = true;
@@ -699,6 +605,7 @@ async function runFault(kind: FaultKind): Promise<void> {
       leader.stopped = false;
       await sleep(TTL_MS);
       const late = observer.promisesAfter(contAtMs);
+      count("observer_frames", observer.frames.length);
       if (late > 0) {
         breach(
           `the frozen leader ${leader.name} sent ${late} ACQUIRED/HEARTBEAT_ACK after SIGCONT`,
@@ -708,7 +615,7 @@ async function runFault(kind: FaultKind): Promise<void> {
       break;
     }
     case "cut_leader": {
-      const observer = new Observer();
+      const observer = new Observer(LEASE_MS);
       await observer.open(leader.addr).catch(() => {});
       hit();
       leader.link.partition();
