@@ -133,15 +133,18 @@ export class ClusterNode implements LeadershipGate {
     this.#node = options.node;
     this.#audit = options.audit;
     this.#probe = options.probe;
+    // 1.5 × TTL, on to 2 × TTL while this node takes over or an election is under way.
     this.#hellos = new HelloHold(
       options.scheduler,
       Math.min(CLUSTER_HELLO_HOLD_MS_MAX, options.ttlMs * 1.5),
-      () => {
+      Math.min(CLUSTER_HELLO_HOLD_MS_MAX, options.ttlMs * 2),
+      (last) => {
         if (this.serving) return null;
         const leader = this.leadership.leader;
-        return leader !== null && !this.#isSelf(leader)
-          ? notLeaderError(leader.advertise, `standby of ${leader.name}`)
-          : notLeaderError("", "no leader serves yet");
+        if (leader === null || this.#isSelf(leader)) {
+          return last ? notLeaderError("", "no leader serves yet") : "hold";
+        }
+        return notLeaderError(leader.advertise, `standby of ${leader.name}`);
       },
     );
     this.leadership = new Leadership({
@@ -210,10 +213,6 @@ export class ClusterNode implements LeadershipGate {
 
   get node(): NodeInfo {
     return this.#node;
-  }
-
-  get endpoints(): readonly string[] {
-    return this.#etcd.endpoints;
   }
 
   /** True while this node leads, serves (not paused) and has passed its start-up steps. */
