@@ -33,6 +33,8 @@ export interface LockReadsOptions {
   readonly nowMs: () => number;
   /** The largest frame a LOCK_STATE may be (`-max-frame-bytes`): holders beyond it are left out. */
   readonly frameBytesMax: number;
+  /** The watch hub has more to send (its pacer decides when). */
+  readonly wake: () => void;
 }
 
 export class LockReads {
@@ -65,6 +67,7 @@ export class LockReads {
         return { ...last.state, requestId, event, reason };
       },
       mayRead: (peer, name) => options.acl().decide(peer.identity, name, "read").allowed,
+      wake: options.wake,
     });
   }
 
