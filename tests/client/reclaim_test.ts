@@ -38,7 +38,7 @@ const WINDOW_MS = 5_000;
 
 type Script = (conn: HostileConn, message: ClientMessage) => void;
 
-function granted(m: Acquire | Reclaim, token = TOKEN, t = TICKET_A): Acquired {
+function granted(m: Acquire | Reclaim, token = TOKEN, t: Uint8Array = TICKET_A): Acquired {
   return {
     type: "acquired",
     requestId: m.requestId,
@@ -312,6 +312,70 @@ Deno.test("reclaim: after a leader crash an owned lock stays held and is reclaim
   assert.ok(waits.waitMs > 50_000 && waits.waitMs <= 60_000, String(waits.waitMs));
   assert.deepEqual([acquire.type, "name" in acquire && acquire.name], ["acquire", "z"]);
   assert.equal(requests(b, 1).at(-1)?.type, "goodbye");
+});
+
+Deno.test("reclaim: a double fail-over reclaims with the tickets of the second leader", async () => {
+  const reclaimer = (t: Uint8Array): Script => (conn, m) => {
+    if (acks(conn, m)) return;
+    if (m.type === "resume") {
+      conn.send({
+        type: "resumed",
+        requestId: m.requestId,
+        outcome: "reclaim",
+        windowLeftMs: 4_000,
+      });
+    } else if (m.type === "reclaim") conn.send({ ...granted(m, m.token, t), leaseMs: 10_000 });
+  };
+  await using a = leader(7, leaderA);
+  await using b = leader(8, reclaimer(TICKET_B));
+  await using c = leader(9, reclaimer(TICKET_Q));
+  await using client = await connect({ addrs: [a.addr, b.addr, c.addr] });
+  const lock = await client.acquire("x", { leaseMs: 10_000 });
+  a.kill();
+  await until(() => b.sent("reclaim").length > 0, "reclaimed at B");
+  await sleep(50); // B's ACQUIRED arrives
+  b.kill();
+  await until(() => c.sent("reclaim").length > 0, "reclaimed at C");
+  await sleep(50);
+  assert.deepEqual([lock.state, lock.token], ["held", TOKEN]);
+  const [resume, reclaim] = requests(c, 1);
+  assert.ok(resume.type === "resume" && reclaim.type === "reclaim");
+  assert.deepEqual([resume.prevTerm, resume.prevSessionId, resume.claims], [8, 1, 1]);
+  assert.deepEqual([reclaim.token, reclaim.ticket], [TOKEN, TICKET_B]);
+});
+
+Deno.test("reclaim: claims no RESUME can carry rejoin the tail, after the RECLAIMs of the one it carries", async () => {
+  await using a = leader(7, leaderA);
+  // B takes the RESUME, never answers the queued RECLAIM of "y", grants "z".
+  await using b = leader(8, (conn, m) => {
+    if (acks(conn, m)) return;
+    if (m.type === "resume") {
+      conn.send({
+        type: "resumed",
+        requestId: m.requestId,
+        outcome: "reclaim",
+        windowLeftMs: 4_000,
+      });
+    } else if (m.type === "acquire") conn.send(granted(m, TOKEN + 3, TICKET_B));
+  });
+  await using c = leader(9, (conn, m) => void acks(conn, m));
+  await using client = await connect({ addrs: [a.addr, b.addr, c.addr] });
+  void background(client.acquire("y", { leaseMs: 10_000 }));
+  await until(() => a.sent("acquire").length > 0, "y queued at A");
+  await sleep(50);
+  a.kill();
+  await until(() => b.sent("reclaim").length > 0, "y reclaimed at B");
+  const z = await client.acquire("z", { leaseMs: 10_000 });
+  b.kill();
+  await until(() => requests(c, 1).length >= 3, "at C");
+  assert.equal(z.state, "held");
+  // One RESUME per connection: the newest lost connection's ("z", ticket of B); the claim still
+  // waiting on A's ticket joins the tail, after the RECLAIMs.
+  const [resume, reclaim, acquire] = requests(c, 1);
+  assert.ok(resume.type === "resume" && reclaim.type === "reclaim");
+  assert.deepEqual([resume.prevTerm, resume.claims], [8, 1]);
+  assert.deepEqual([reclaim.kind, reclaim.name, reclaim.ticket], ["owned", "z", TICKET_B]);
+  assert.deepEqual([acquire.type, "name" in acquire && acquire.name], ["acquire", "y"]);
 });
 
 Deno.test("reclaim: a reconnect with nothing to carry over still resumes the session that ended (0 claims)", async () => {
