@@ -88,6 +88,11 @@ export const LOCK_VALUE_BYTES_MAX_DEFAULT = 1024;
  */
 export const LOCK_VALUE_BYTES_MAX_MAX = 16 * 1024;
 /**
+ * Largest `valueBytesMax` a version-2 WELCOME may announce (a value's length is a u16 on the
+ * wire): a client takes a larger one for a protocol error.
+ */
+export const WELCOME_VALUE_BYTES_MAX = 0xffff;
+/**
  * Connections that have not completed their HELLO, at once; a new one past it closes the
  * oldest (LIMIT_EXCEEDED). Correct clients send HELLO at once, so only a flood of silent or
  * slow connections fills it; each costs about 7 KiB. Counted apart from `-max-sessions`, so

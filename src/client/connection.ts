@@ -17,8 +17,8 @@ import {
   IO_TIMEOUT_MS_MIN,
   LEASE_MS_MAX_MAX,
   LEASE_MS_MIN,
-  LOCK_VALUE_BYTES_MAX_MAX,
   RECLAIM_WINDOW_MS_MAX,
+  WELCOME_VALUE_BYTES_MAX,
 } from "../limits.ts";
 import { ConnectionError, LockdError, ServerProtocolError } from "./errors.ts";
 import type { ClientSocket, ClientTlsOptions, Dial } from "./transport.ts";
@@ -424,7 +424,7 @@ function welcomeOutOfBounds(welcome: Welcome, asked: number): string | null {
     ["sessionId", welcome.sessionId, 1, Number.MAX_SAFE_INTEGER],
     ["term", welcome.term ?? 0, 0, Number.MAX_SAFE_INTEGER],
     ["reclaimWindowMs", welcome.reclaimWindowMs ?? 0, 0, RECLAIM_WINDOW_MS_MAX],
-    ["valueBytesMax", welcome.valueBytesMax ?? 0, 0, LOCK_VALUE_BYTES_MAX_MAX],
+    ["valueBytesMax", welcome.valueBytesMax ?? 0, 0, WELCOME_VALUE_BYTES_MAX],
   ];
   if (welcome.version !== asked) {
     return `WELCOME for protocol version ${welcome.version}; this client asked for ${asked}`;

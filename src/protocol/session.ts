@@ -104,8 +104,7 @@ export class Session implements SessionPort, StallWatched {
   /** When bytes last arrived (monotonic ms), for the partial-frame stall check. */
   #lastReadMs = 0;
   #stallTimer: Timer | undefined;
-  /** Frames whose writing someone waits for (`sendObserved`). */
-  readonly #observed = new ObservedFrames();
+  readonly #observed = new ObservedFrames(); // frames whose writing someone waits for
 
   constructor(transport: Transport, host: SessionHost) {
     this.transport = transport;
@@ -416,6 +415,7 @@ export class Session implements SessionPort, StallWatched {
       case "query":
       case "watch":
       case "unwatch":
+      case "downgrade":
         if (this.#state === "handshake") this.#unexpected(message);
         else this.#dispatch!.apply(message as DecodedClientRequest);
         return;
