@@ -13,6 +13,8 @@ import assert from "node:assert/strict";
 import { connect, ConnectionError, type Lock, LockdError } from "../../mod.ts";
 import type { LockLostError } from "../../src/client/errors.ts";
 import { WIRE_CODES } from "../../src/wire/codes.ts";
+import { encodeFrame } from "../../src/wire/frame.ts";
+import { FrameReader } from "../../src/wire/frame_reader.ts";
 import type {
   Acquire,
   Acquired,
@@ -180,6 +182,63 @@ Deno.test("version 2: HELLO asks for 2 and falls back to 1 at a server of before
   assert.deepEqual(server.sent("hello").map((h) => h.version), [2, 1]);
   assert.equal(lostReason(lock), "disconnected");
   assert.deepEqual(server.sent("goodbye"), []);
+});
+
+Deno.test("version 2: the fallback to version 1 stays within the one connect bound", async () => {
+  // Each HELLO is answered after 0.4 s: the refusal of version 2, then the WELCOME of version 1
+  // would come 0.8 s after the start, past the 0.6 s bound of the one attempt.
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const hellos: number[] = [];
+  const conns: Deno.Conn[] = [];
+  const timers = new Set<ReturnType<typeof setTimeout>>();
+  const serving = (async () => {
+    for await (const conn of listener) {
+      conns.push(conn);
+      void (async () => {
+        const reader = new FrameReader();
+        const buffer = new Uint8Array(4096);
+        try {
+          for (let n = await conn.read(buffer); n !== null; n = await conn.read(buffer)) {
+            reader.push(buffer.subarray(0, n));
+            for (let m = reader.next(); m !== null; m = reader.next()) {
+              if (m.type !== "hello") continue;
+              hellos.push(m.version);
+              const answer: ServerMessage = m.version === 2
+                ? error(0, WIRE_CODES.UNSUPPORTED_VERSION.code, "", "version 2 is not supported")
+                : { ...GOOD_WELCOME_V2, version: 1, term: 0, reclaimWindowMs: 0 };
+              const timer = setTimeout(() => {
+                timers.delete(timer);
+                conn.write(encodeFrame(answer)).catch(() => {});
+              }, 400);
+              timers.add(timer);
+            }
+          }
+        } catch {
+          // closed
+        }
+      })();
+    }
+  })();
+  try {
+    const started = performance.now();
+    await assert.rejects(
+      connect({ addr: `127.0.0.1:${listener.addr.port}`, connectTimeoutMs: 600 }),
+      /no WELCOME within 600 ms/,
+    );
+    assert.ok(performance.now() - started < 750, "within the one bound");
+    assert.deepEqual(hellos, [2, 1]);
+  } finally {
+    for (const timer of timers) clearTimeout(timer);
+    listener.close();
+    for (const conn of conns) {
+      try {
+        conn.close();
+      } catch {
+        // closed by the client
+      }
+    }
+    await serving.catch(() => {});
+  }
 });
 
 Deno.test("version 2: close() says GOODBYE after everything else, and the locks are gone", async () => {
