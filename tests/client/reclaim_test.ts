@@ -507,6 +507,19 @@ Deno.test("reclaim: a lock whose deadline passes before the reclaim's answer is 
   assert.equal(client.protocolErrors, 0);
 });
 
+Deno.test("reclaim: a lock lost before the next connection is not reclaimed", async () => {
+  await using a = leader(7, leaderA);
+  await using b = leader(8, (conn, m) => void acks(conn, m), { holdHelloMs: 600 });
+  await using client = await connect({ addrs: [a.addr, b.addr] });
+  const lock = await client.acquire("x", { leaseMs: 300 });
+  a.kill();
+  await until(() => lock.lost.aborted, "lost before B answers the HELLO");
+  assert.equal(lostReason(lock), "lease_unconfirmed");
+  await until(() => client.sessionId !== 0, "at B");
+  await sleep(50);
+  assertNothingReclaimed(b);
+});
+
 Deno.test("reclaim: a suspend lock is suspended past its deadline and held again when reclaimed (suspend and resume events)", async () => {
   const answers: { conn: HostileConn; reclaim: Reclaim }[] = [];
   await using a = leader(7, leaderA);
