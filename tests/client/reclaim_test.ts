@@ -732,6 +732,47 @@ Deno.test("reclaim: a new leader of before version 2 gets no reclaims; the lock 
   assertNothingReclaimed(b);
 });
 
+Deno.test("reclaim: a silent connection is given up, kept open until RESUMED, and its suspend lock moves", async () => {
+  await using server = new HostileServer({
+    versions: [1, 2],
+    hello: (conn) =>
+      conn.send({
+        ...GOOD_WELCOME_V2,
+        sessionId: conn.index,
+        ioTimeoutMs: 600,
+        reclaimWindowMs: WINDOW_MS,
+      }),
+    request: (conn, m) => {
+      if (conn.index === 1) {
+        if (m.type === "acquire") conn.send(granted(m)); // then nothing more: it went silent
+        return;
+      }
+      if (acks(conn, m)) return;
+      if (m.type === "resume") {
+        conn.send({
+          type: "resumed",
+          requestId: m.requestId,
+          outcome: "moved",
+          windowLeftMs: 4_000,
+        });
+      } else if (m.type === "reclaim") conn.send(granted(m, m.token, TICKET_B));
+    },
+  });
+  await using client = await connect({ addr: server.addr });
+  const lock = await client.acquire("x", { leaseMs: 10_000, suspend: true });
+  const heard: string[] = [];
+  lock.addEventListener("suspend", () => heard.push("suspend"));
+  lock.addEventListener("resume", () => heard.push("resume"));
+  await until(() => heard.length === 2, "suspended, then moved and held again");
+  assert.deepEqual([heard, lock.state, lock.token], [["suspend", "resume"], "held", TOKEN]);
+  await until(() => server.sent("goodbye").length === 1, "GOODBYE on the old connection");
+  // Kept open (unread) while the new connection resumed; then GOODBYE.
+  const order = server.received.map((r) => `${r.conn}:${r.message.type}`);
+  assert.ok(order.indexOf("2:reclaim") < order.indexOf("1:goodbye"), order.join(" "));
+  const resume = server.sent("resume")[0];
+  assert.deepEqual([resume.prevTerm, resume.prevSessionId, resume.claims], [0, 1, 1]);
+});
+
 Deno.test("reclaim: on a single node (term 0) an end of stream loses the locks", async () => {
   await using server = leader(0, leaderA);
   await using client = await connect({ addr: server.addr });
