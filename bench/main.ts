@@ -13,6 +13,14 @@ import { ManualClock } from "../src/clock.ts";
 import { openTokenIssuer } from "../src/storage/token_store.ts";
 import { compareClusterMode, ROUNDS } from "./cluster_bench.ts";
 import { etcdAvailable } from "./etcd_proc.ts";
+import {
+  GcTrace,
+  type OpCost,
+  perOp,
+  type PhaseCost,
+  startPhase,
+  TRACE_GC_FLAG,
+} from "./server_cost.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 
@@ -66,18 +74,31 @@ const SERVER_ARGS = [
   "0s",
 ];
 
+/** The server process of a scenario, for its CPU time and (traced) allocations. */
+interface Measured {
+  readonly pid: number;
+  readonly gc: GcTrace | null;
+}
+
 async function withServer<T>(
-  fn: (addr: string, proc: LockdProc | null) => Promise<T>,
+  fn: (addr: string, proc: LockdProc | null, measured: Measured | null) => Promise<T>,
   http = false,
   extraArgs: string[] = [],
 ): Promise<T> {
-  if (TARGET_ADDR) return await fn(TARGET_ADDR, null);
-  const proc = await spawnLockd({ flags: [...SERVER_ARGS, ...extraArgs], http });
+  if (TARGET_ADDR) return await fn(TARGET_ADDR, null, null);
+  const proc = await spawnLockd({
+    flags: [...SERVER_ARGS, ...extraArgs],
+    http,
+    permissions: ["--allow-all", TRACE_GC_FLAG],
+    stdout: "piped",
+  });
+  const gc = new GcTrace(proc.child.stdout);
   if (!commands.includes(proc.command)) commands.push(proc.command);
   try {
-    return await fn(proc.addr, proc);
+    return await fn(proc.addr, proc, { pid: proc.pid, gc });
   } finally {
     await proc.stop("SIGKILL");
+    await gc.done;
   }
 }
 
@@ -85,68 +106,135 @@ async function withServer<T>(
 async function timedLoops(
   n: number,
   loop: (i: number, measuring: () => boolean, stop: () => boolean) => Promise<void>,
-): Promise<{ elapsedMs: number }> {
+  server: Measured | null = null,
+): Promise<{ elapsedMs: number; cost: PhaseCost | null }> {
   let measuring = false;
   let stopped = false;
   const loops = Array.from({ length: n }, (_, i) => loop(i, () => measuring, () => stopped));
   await sleep(WARMUP_MS);
   measuring = true;
+  const phase = server === null ? null : startPhase(server.pid, server.gc);
   const t0 = performance.now();
   await sleep(PHASE_MS);
   measuring = false;
   const elapsedMs = performance.now() - t0;
+  const cost = phase?.end() ?? null;
   stopped = true;
   await Promise.all(loops);
-  return { elapsedMs };
+  return { elapsedMs, cost };
+}
+
+/** The echo floor's concurrencies: those of scenario 1, and scenario 2's 16 clients. */
+const FLOOR_CONCURRENCY = [1, 8, 16, 64] as const;
+/** The echo floor's server cost per round trip, by the number of connections driving it. */
+const floorCosts = new Map<number, OpCost>();
+
+/**
+ * Rows for the server's cost of one request in a phase: CPU µs and its ratio to the echo floor's
+ * round trip, and bytes allocated (when the collector's trace could tell).
+ */
+function costRows(
+  scenario: string,
+  cost: PhaseCost | null,
+  requests: number,
+  floorCost: OpCost | null | undefined,
+): void {
+  if (cost === null) return;
+  const op = perOp(cost, requests);
+  const ratio = floorCost == null
+    ? ""
+    : ` (${round(op.cpuUsPerOp / floorCost.cpuUsPerOp, 2)}× floor)`;
+  row({
+    scenario,
+    metric: "server CPU per request",
+    value: `${round(op.cpuUsPerOp, 1)}${ratio}`,
+    unit: "µs",
+  });
+  if (op.bytesPerOp !== null) {
+    const bRatio = floorCost?.bytesPerOp
+      ? ` (${round(op.bytesPerOp / floorCost.bytesPerOp, 1)}× floor)`
+      : "";
+    row({
+      scenario,
+      metric: "server JS allocated per request",
+      value: `${Math.round(op.bytesPerOp)}${bRatio}`,
+      unit: "B",
+    });
+  }
 }
 
 // ---- floor ------------------------------------------------------------------
 
 async function floor(): Promise<number> {
+  const echo = await startEcho();
+  let rate64 = NaN;
+  try {
+    for (const c of FLOOR_CONCURRENCY) {
+      const conns = await Promise.all(
+        Array.from({ length: c }, () => BenchConn.connect(echo.addr)),
+      );
+      let count = 0;
+      const { elapsedMs, cost } = await timedLoops(c, async (i, measuring, stop) => {
+        while (!stop()) {
+          await conns[i].heartbeat();
+          if (measuring()) count++;
+        }
+      }, echo);
+      for (const k of conns) k.close();
+      await Promise.all(conns.map((k) => k.done));
+      const rate = (count / elapsedMs) * 1000;
+      if (c === 64) rate64 = rate;
+      row({
+        scenario: `floor C=${c}`,
+        metric: `echo round trips/s, ${c} conns`,
+        value: Math.round(rate),
+        unit: "/s",
+      });
+      if (cost !== null) floorCosts.set(c, perOp(cost, count));
+      costRows(`floor C=${c}`, cost, count, null);
+    }
+  } finally {
+    await echo.stop();
+  }
+  return rate64;
+}
+
+/** The floor's bare `Deno.listen` echo server, traced like lockd. */
+async function startEcho(): Promise<Measured & { addr: string; stop(): Promise<void> }> {
   const echo = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", `${ROOT}bench/echo_server.ts`],
+    args: ["run", "-A", TRACE_GC_FLAG, `${ROOT}bench/echo_server.ts`],
     stdout: "piped",
     stderr: "inherit",
   }).spawn();
-  commands.push(`deno run -A bench/echo_server.ts`);
-  const reader = echo.stdout.pipeThrough(new TextDecoderStream()).getReader();
-  const port = Number((await reader.read()).value!.trim());
-  reader.releaseLock();
-  const conns = await Promise.all(
-    Array.from({ length: 64 }, () => BenchConn.connect(`127.0.0.1:${port}`)),
-  );
-  let count = 0;
-  const { elapsedMs } = await timedLoops(64, async (i, measuring, stop) => {
-    while (!stop()) {
-      await conns[i].heartbeat();
-      if (measuring()) count++;
-    }
-  });
-  for (const c of conns) c.close();
-  await Promise.all(conns.map((c) => c.done));
-  echo.kill("SIGKILL");
-  await echo.status;
-  await echo.stdout.cancel().catch(() => {});
-  const rate = (count / elapsedMs) * 1000;
-  row({
-    scenario: "floor",
-    metric: "echo round trips/s, 64 conns",
-    value: Math.round(rate),
-    unit: "/s",
-  });
-  return rate;
+  const command = `deno run -A ${TRACE_GC_FLAG} bench/echo_server.ts`;
+  if (!commands.includes(command)) commands.push(command);
+  const gc = new GcTrace(echo.stdout);
+  for (let waitedMs = 0; gc.otherLines.length === 0; waitedMs += 10) {
+    if (waitedMs > 15_000) throw new Error("the echo server did not print its port");
+    await sleep(10);
+  }
+  return {
+    pid: echo.pid,
+    gc,
+    addr: `127.0.0.1:${Number(gc.otherLines[0].trim())}`,
+    async stop() {
+      echo.kill("SIGKILL");
+      await echo.status;
+      await gc.done;
+    },
+  };
 }
 
 // ---- 1. uncontended ----------------------------------------------------------
 
 async function uncontended(floorRate: number): Promise<void> {
-  await withServer(async (addr) => {
+  await withServer(async (addr, _proc, server) => {
     for (const c of [1, 8, 64]) {
       const conns = await Promise.all(Array.from({ length: c }, () => BenchConn.session(addr)));
       const acq: number[] = [];
       const rel: number[] = [];
       let cycles = 0;
-      const { elapsedMs } = await timedLoops(c, async (i, measuring, stop) => {
+      const { elapsedMs, cost } = await timedLoops(c, async (i, measuring, stop) => {
         const name = `u/${c}/${i}`;
         while (!stop()) {
           const t0 = performance.now();
@@ -161,7 +249,7 @@ async function uncontended(floorRate: number): Promise<void> {
             rel.push(t2 - t1);
           }
         }
-      });
+      }, server);
       for (const k of conns) k.close();
       await Promise.all(conns.map((k) => k.done));
       const rate = (cycles / elapsedMs) * 1000;
@@ -188,6 +276,8 @@ async function uncontended(floorRate: number): Promise<void> {
         value: `${ms(quantile(r, 0.5))} / ${ms(quantile(r, 0.99))}`,
         unit: "ms",
       });
+      // A cycle is two requests: ACQUIRE and RELEASE.
+      costRows(`1 uncontended C=${c}`, cost, cycles * 2, floorCosts.get(c));
     }
   });
 }
@@ -195,7 +285,7 @@ async function uncontended(floorRate: number): Promise<void> {
 // ---- 2. contended handoff ----------------------------------------------------
 
 async function contended(): Promise<void> {
-  await withServer(async (addr) => {
+  await withServer(async (addr, _proc, server) => {
     for (const holdMs of [0, 1]) {
       const n = 16;
       const conns = await Promise.all(Array.from({ length: n }, () => BenchConn.session(addr)));
@@ -205,7 +295,7 @@ async function contended(): Promise<void> {
       const relAt = new Map<number, number>(); // token → release returned
       const tokens: number[] = [];
       let changes = 0;
-      const { elapsedMs } = await timedLoops(n, async (i, measuring, stop) => {
+      const { elapsedMs, cost } = await timedLoops(n, async (i, measuring, stop) => {
         while (!stop()) {
           const a = await conns[i].acquire(name, 0, 0xffff_ffff);
           if (a.type !== "acquired") throw new Error(`acquire failed: ${JSON.stringify(a)}`);
@@ -220,7 +310,7 @@ async function contended(): Promise<void> {
           await conns[i].release(name, a.token);
           if (m) relAt.set(a.token, performance.now());
         }
-      });
+      }, server);
       for (const k of conns) k.close();
       await Promise.all(conns.map((k) => k.done));
       tokens.sort((x, y) => x - y);
@@ -261,6 +351,8 @@ async function contended(): Promise<void> {
         target: "≤ 1.05",
         met: fairness <= 1.05,
       });
+      // An owner change is two requests: the new owner's ACQUIRE and its RELEASE.
+      costRows(s, cost, changes * 2, floorCosts.get(n));
       if (negative > 0) {
         notes.push(
           `contended hold=${holdMs}: ${negative} of ${handoffs.length} handoffs saw the next owner's ACQUIRED processed before the previous owner's RELEASED (both in one client process); counted as 0 ms`,
@@ -322,11 +414,36 @@ function startWorker(args: string[]): Worker {
 
 // ---- 3. many sessions --------------------------------------------------------
 
+/** RSS per bare connection of the echo floor, with `n` connections open and idle. */
+async function floorBytesPerConnection(n: number): Promise<number> {
+  const echo = await startEcho();
+  try {
+    await sleep(1_000);
+    const baseline = rssBytes(echo.pid);
+    const w = startWorker(["open", echo.addr, String(n)]);
+    await w.next();
+    await sleep(2_000);
+    const loaded = rssBytes(echo.pid);
+    await w.send("quit");
+    await w.close();
+    return (loaded - baseline) / n;
+  } finally {
+    await echo.stop();
+  }
+}
+
 async function manySessions(): Promise<void> {
   if (TARGET_ADDR) {
     notes.push("many sessions: skipped with -addr (needs the server's pid for RSS and CPU)");
     return;
   }
+  const floorPerConnection = await floorBytesPerConnection(10_000);
+  row({
+    scenario: "floor (10k bare connections)",
+    metric: "echo server RSS per connection",
+    value: round(floorPerConnection / 1024, 2),
+    unit: "KiB",
+  });
   await withServer(async (addr, proc) => {
     const pid = proc!.pid;
     await sleep(1_000);
@@ -354,6 +471,15 @@ async function manySessions(): Promise<void> {
       } MiB; open ${Math.round(Number(ready.openMs))} ms)`,
       target: "≤ 8 KiB",
       met: perSession <= 8 * 1024,
+    });
+    const ownShare = perSession - floorPerConnection;
+    row({
+      scenario: "3 many sessions (10k, 1 lock each)",
+      metric: "lockd's own share per session (RSS − the floor's per connection)",
+      value: `${round(ownShare / 1024, 2)} (${round(perSession / floorPerConnection, 2)}× floor)`,
+      unit: "KiB",
+      target: "≤ 2 KiB",
+      met: ownShare <= 2 * 1024,
     });
     row({
       scenario: "3 many sessions (10k, 1 lock each)",

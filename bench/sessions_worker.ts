@@ -6,6 +6,7 @@
  *
  *   deno run -A bench/sessions_worker.ts hold  ADDR COUNT LEASE_MS HEARTBEAT_MS
  *   deno run -A bench/sessions_worker.ts queue ADDR COUNT LOCK_NAME
+ *   deno run -A bench/sessions_worker.ts open  ADDR COUNT   (bare connections: the floor's)
  */
 
 import { BenchConn } from "./bench_client.ts";
@@ -42,7 +43,16 @@ async function commands(): Promise<string[]> {
   return lines;
 }
 
-if (mode === "hold") {
+if (mode === "open") {
+  const t0 = performance.now();
+  for (let i = 0; i < count; i += OPEN_BATCH) {
+    const batch = [];
+    for (let j = i; j < Math.min(count, i + OPEN_BATCH); j++) batch.push(BenchConn.connect(addr));
+    conns.push(...(await Promise.all(batch)));
+  }
+  report({ ready: true, sessions: conns.length, openMs: performance.now() - t0 });
+  await commands();
+} else if (mode === "hold") {
   const leaseMs = Number(arg4);
   const heartbeatMs = Number(arg5);
   const t0 = performance.now();

@@ -41,6 +41,8 @@ import {
   LEASE_MS_MAX_DEFAULT,
   LEASE_MS_MAX_MAX,
   LEASE_MS_MIN,
+  LOCK_VALUE_BYTES_MAX_DEFAULT,
+  LOCK_VALUE_BYTES_MAX_MAX,
   SESSIONS_MAX_DEFAULT,
   SHUTDOWN_GRACE_MS_DEFAULT,
   SHUTDOWN_GRACE_MS_MAX,
@@ -83,6 +85,8 @@ export interface ServerConfig {
   /** Connections that have not completed their HELLO, at once (the oldest is closed past it). */
   handshakesMax: number;
   frameBytesMax: number;
+  /** A holder's value (protocol version 2): its longest length in bytes; 0 = values off. */
+  lockValueBytesMax: number;
   /** HTTP listeners: a request must be complete this long after the accept or its first byte. */
   httpHeaderTimeoutMs: number;
   /** HTTP listeners: a connection without a byte either way this long is closed. */
@@ -149,6 +153,7 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = {
   claimsMax: CLAIMS_MAX_DEFAULT,
   handshakesMax: HANDSHAKES_MAX_DEFAULT,
   frameBytesMax: FRAME_BYTES_MAX_DEFAULT,
+  lockValueBytesMax: LOCK_VALUE_BYTES_MAX_DEFAULT,
   httpHeaderTimeoutMs: HTTP_HEADER_TIMEOUT_MS_DEFAULT,
   httpIdleTimeoutMs: HTTP_IDLE_TIMEOUT_MS_DEFAULT,
   httpConnectionsMax: HTTP_CONNECTIONS_MAX_DEFAULT,
@@ -329,6 +334,15 @@ export const CONFIG_FLAGS: readonly ConfigFlag[] = [
     max: FRAME_BYTES_MAX_MAX,
     help: "largest frame a client may send (at least the largest frame the server sends)",
   },
+  {
+    flag: "max-lock-value-bytes",
+    key: "lockValueBytesMax",
+    kind: "int",
+    min: 0,
+    max: LOCK_VALUE_BYTES_MAX_MAX,
+    help: "longest value a lock's holder may publish (protocol version 2); 0 turns values off",
+  },
+
   {
     flag: "http-header-timeout",
     key: "httpHeaderTimeoutMs",

@@ -82,12 +82,36 @@ export const SEMAPHORE_LIMIT_MAX = WAITERS_PER_LOCK_MAX_DEFAULT;
  */
 export const LOCK_VALUE_BYTES_MAX_DEFAULT = 1024;
 /**
+ * The largest `-max-lock-value-bytes`: 16 KiB, so a value with the longest lock name, client
+ * name and identity still fits in one LOCK_STATE within the 64 KiB frames clients read. 0 turns
+ * values off (WELCOME says 0; a claim with a value is refused).
+ */
+export const LOCK_VALUE_BYTES_MAX_MAX = 16 * 1024;
+/**
  * Connections that have not completed their HELLO, at once; a new one past it closes the
  * oldest (LIMIT_EXCEEDED). Correct clients send HELLO at once, so only a flood of silent or
  * slow connections fills it; each costs about 7 KiB. Counted apart from `-max-sessions`, so
  * such a flood cannot lock out clients that do complete their handshake. Flag `-max-handshakes`.
  */
 export const HANDSHAKES_MAX_DEFAULT = 1_024;
+
+/**
+ * WATCHes one session may have at once (protocol version 2); one more is refused with
+ * LIMIT_EXCEEDED. Each costs a little memory and a look at every change of the locks it matches.
+ */
+export const WATCHES_PER_SESSION_MAX = 16;
+/**
+ * Locks one WATCH may match at once (existing locks its glob matches, readable by the session):
+ * a watch that would match more ends with WATCH_ENDED (too many locks). It bounds the snapshot
+ * and the events that may wait for a slow reader: at most one per lock and watch.
+ */
+export const LOCKS_PER_WATCH_MAX = 1_024;
+/**
+ * Bytes of LOCK_STATE frames a session's watches hand to its connection at once: the next batch
+ * follows once these are written (a slow reader gets fewer, later, coalesced events, never a
+ * backlog), so a snapshot of many locks never fills the reply buffer (WRITE_BUFFER_BYTES_MAX).
+ */
+export const WATCH_BATCH_BYTES_MAX = 64 * 1024;
 
 // ---- time: leases, timeouts, shutdown (flags) ----------------------------------------------
 

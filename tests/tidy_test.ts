@@ -459,9 +459,10 @@ const FILES_OVER_CAP: Readonly<Record<string, { lines: number; reason: string }>
       "the invariants are the next part to move out",
   },
   "src/config.ts": {
-    lines: 642,
+    lines: 656,
     reason: "the one flag table (a row per flag, the docs check reads it) with its parser and " +
-      "validation; the validation is the next part to move out",
+      "validation (raised from 642 by the row of -max-lock-value-bytes, issue 23); the " +
+      "validation is the next part to move out",
   },
   "src/cluster/ownership_records.ts": {
     lines: 693,

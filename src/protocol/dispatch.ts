@@ -9,16 +9,17 @@
  */
 
 import type { CloseCause, Peer } from "../core/types.ts";
-import { PLAIN_CLAIM } from "../service/claim_options.ts";
+import { type ClaimOptions, PLAIN_CLAIM } from "../service/claim_options.ts";
 import type { LockService } from "../service/lock_service.ts";
 import { errorFrame, SESSION_ERRORS, type WireError } from "../service/wire_errors.ts";
 import {
   type DecodedClientRequest,
+  type Enum,
+  type LockMode,
   type Reclaim,
   type ServerMessage,
   WAIT_FOREVER,
 } from "../wire/messages.ts";
-import { acquireClaim, featureRefusal } from "./v2_features.ts";
 
 /**
  * How a session's end by its peer (EOF after a clean close) counts: a version-1 client closes
@@ -95,14 +96,23 @@ export class RequestDispatch {
         service.goodbye(peer);
         return;
       case "set_value":
-      case "query":
-      case "watch":
-      case "unwatch":
-        return this.#refuse(
+        service.setValue(
+          peer,
           message.requestId,
-          "name" in message ? message.name : "",
-          featureRefusal(message),
+          message.name,
+          message.token,
+          message.value.length === 0 ? null : message.value,
         );
+        return;
+      case "query":
+        service.query(peer, message.requestId, message.name);
+        return;
+      case "watch":
+        service.watch(peer, message.requestId, message.pattern);
+        return;
+      case "unwatch":
+        service.unwatch(peer, message.requestId);
+        return;
       default:
         return unreachable(message);
     }
@@ -145,6 +155,36 @@ export class RequestDispatch {
   #refuse(requestId: number, name: string, error: WireError): void {
     this.#send(errorFrame(requestId, name, error));
   }
+}
+
+/**
+ * The claim a version-2 ACQUIRE or RECLAIM asks the engine for (its mode, limit and value; an
+ * empty value is none), or the INVALID_ARGUMENT that refuses a mode byte naming nothing. Every
+ * other check (a limit out of range, a value over `-max-lock-value-bytes`, a claim that
+ * disagrees with the lock's kind and limit) is the engine's. Version-1 sessions ask for
+ * `PLAIN_CLAIM`.
+ */
+function acquireClaim(
+  fields: {
+    readonly name: string;
+    readonly mode: Enum<LockMode>;
+    readonly limit: number;
+    readonly value: Uint8Array;
+  },
+  action = "acquire",
+): ClaimOptions | WireError {
+  if (typeof fields.mode === "number") {
+    return {
+      code: "INVALID_ARGUMENT",
+      message: `Cannot ${action} lock "${fields.name}": mode ${fields.mode} is neither 0 ` +
+        "(exclusive) nor 1 (shared)",
+    };
+  }
+  return {
+    mode: fields.mode,
+    limit: fields.limit,
+    value: fields.value.length === 0 ? null : fields.value,
+  };
 }
 
 /** The `never` check of an exhaustive switch: a new message type fails to compile until handled. */

@@ -13,9 +13,7 @@ import type { Welcome } from "../wire/messages.ts";
 
 /**
  * The protocol versions a HELLO may ask for; any other gets UNSUPPORTED_VERSION. A session
- * speaks the version its HELLO asked for (WELCOME confirms it): version 2's messages and fields,
- * with what of version 2's features this server does not serve yet refused one by one
- * (`v2_features.ts`).
+ * speaks the version its HELLO asked for (WELCOME confirms it): version 2's messages and fields.
  */
 const SESSION_PROTOCOL_VERSIONS: readonly number[] = [1, 2];
 
@@ -40,7 +38,7 @@ export interface WelcomeBounds {
 
 /**
  * The WELCOME of a session opened at `version`. Version 2 adds the term (0 on a single node),
- * the reclaim window, and `valueBytesMax` (0: this server takes no values yet).
+ * the reclaim window, and `valueBytesMax` (`-max-lock-value-bytes`).
  */
 export function welcomeFor(
   version: number,
@@ -60,7 +58,7 @@ export function welcomeFor(
   if (version >= 2) {
     welcome.term = service.term;
     welcome.reclaimWindowMs = service.reclaimWindowMs;
-    welcome.valueBytesMax = 0;
+    welcome.valueBytesMax = service.valueBytesMax;
   }
   return welcome;
 }

@@ -29,6 +29,7 @@ import type {
 import { peerClosedCause, RequestDispatch, unreachable } from "./dispatch.ts";
 import { helloRefusal, welcomeFor } from "./handshake.ts";
 import { ReplyOrder } from "./reply_order.ts";
+import { frameFields, heldBytes, ObservedFrames } from "./session_frames.ts";
 import type { Transport } from "./transport.ts";
 import { errorText } from "../error_text.ts";
 
@@ -63,13 +64,6 @@ export interface SessionHost {
  *   closing   → closed    (final frames flushed, or the peer is gone, or a write failed)
  */
 export type SessionState = "handshake" | "open" | "closing" | "closed";
-
-/** Rough bytes of a frame held back in the reply order, to bound what a session may queue. */
-function heldBytes(message: ServerMessage | null): number {
-  if (message === null) return 16;
-  return 32 + ("name" in message ? message.name.length : 0) +
-    (message.type === "error" ? message.message.length : 0);
-}
 
 /**
  * One client connection: reads frames and turns them into service commands;
@@ -110,6 +104,8 @@ export class Session implements SessionPort, StallWatched {
   /** When bytes last arrived (monotonic ms), for the partial-frame stall check. */
   #lastReadMs = 0;
   #stallTimer: Timer | undefined;
+  /** Frames whose writing someone waits for (`sendObserved`). */
+  readonly #observed = new ObservedFrames();
 
   constructor(transport: Transport, host: SessionHost) {
     this.transport = transport;
@@ -233,6 +229,13 @@ export class Session implements SessionPort, StallWatched {
     this.#replies.send(message);
   }
 
+  /** As `send`, and `written` runs once the frame has been written to the connection. */
+  sendObserved(message: ServerMessage, written: () => void): void {
+    if (this.#state === "closed") return;
+    this.#observed.observe(message, written);
+    this.#replies.send(message);
+  }
+
   /** Reserves the next place in the reply order; every later frame waits until it is filled. */
   hold(): (message: ServerMessage | null) => void {
     if (this.#state === "closed") return () => {};
@@ -291,6 +294,7 @@ export class Session implements SessionPort, StallWatched {
 
   #afterPush(message: ServerMessage): void {
     if (message.type === "error") this.#host.counters.countError(message.code);
+    this.#observed.pushed(message);
     if (this.#writer.byteLength > WRITE_BUFFER_BYTES_MAX) {
       // The client does not read its replies: close it as an I/O timeout, memory stays bounded.
       logger.warn("slow reader disconnected", {
@@ -566,12 +570,14 @@ export class Session implements SessionPort, StallWatched {
     try {
       while (this.#writer.byteLength > 0 && this.#state !== "closed") {
         const bytes = this.#writer.take();
+        const observed = this.#observed.takeBatch();
         this.#host.watchdog.writeStarted(this);
         let offset = 0;
         while (offset < bytes.length) {
           offset += await this.transport.write(offset === 0 ? bytes : bytes.subarray(offset));
         }
         this.#host.watchdog.writeEnded(this);
+        for (const written of observed) written();
       }
     } catch {
       this.#host.watchdog.writeEnded(this);
@@ -600,6 +606,7 @@ export class Session implements SessionPort, StallWatched {
     this.#stallTimer?.cancel();
     this.#stallTimer = undefined;
     this.#replies.clear();
+    this.#observed.clear();
     this.#host.watchdog.writeEnded(this);
     this.#host.closed(this);
     this.transport.close();
@@ -614,14 +621,7 @@ export class Session implements SessionPort, StallWatched {
 
   /** One debug line per frame: type, request id, lock. Only called when debug is on. */
   #debugFrame(what: string, message: Message): void {
-    logger.debug(what, {
-      session: this.#peer?.sessionId ?? 0,
-      remote_addr: this.transport.remoteAddr,
-      type: message.type,
-      request_id: "requestId" in message ? message.requestId : 0,
-      lock: "name" in message ? message.name : "",
-      ...(message.type === "error" ? { code: message.code } : {}),
-    });
+    logger.debug(what, frameFields(message, this.#peer?.sessionId ?? 0, this.remoteAddr));
   }
 
   #clearHandshakeTimer(): void {

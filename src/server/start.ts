@@ -120,7 +120,11 @@ function buildParts(
   const engine = newEngine(config, records.tokens);
   const counters = new ServerCounters();
   const gate = cluster !== null ? { gate: cluster } : {};
-  const service = new LockService({ engine, audit, scheduler, counters, acl, lockRules, ...gate });
+  const frameBytesMax = config.frameBytesMax;
+  const service = new LockService({
+    ...{ engine, audit, scheduler, counters, acl, lockRules, frameBytesMax },
+    ...gate,
+  });
   cluster?.attach(service);
   // The audit log retries by itself; the service pauses grants while it cannot write.
   audit.onHealthChange = (failure) => service.auditHealthChanged(failure);
@@ -179,5 +183,6 @@ function newEngine(config: ServerConfig, tokens: TokenSource): LockEngine {
     claimsPerSessionMax: config.claimsPerSessionMax,
     waitersPerLockMax: config.waitersPerLockMax,
     claimsMax: config.claimsMax,
+    valueBytesMax: config.lockValueBytesMax,
   });
 }

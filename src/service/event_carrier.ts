@@ -262,7 +262,7 @@ export class EventCarrier {
     if (this.#engine.view.isIdle(event.name)) this.#ownership.idle(event.name);
   }
 
-  /** A holder replaced its value: the record alone (the VALUE_SET reply comes with version 2). */
+  /** A holder replaced its value: its record, then VALUE_SET (SET_VALUE is version 2's). */
   #valueChanged(event: EventOf<"value_changed">, port: SessionPort | undefined): void {
     const peer = event.peer;
     this.#record(
@@ -277,7 +277,7 @@ export class EventCarrier {
         ...valueDigest(event.value),
       },
       port,
-      null,
+      { type: "value_set", requestId: event.requestId, name: event.name },
     );
   }
 

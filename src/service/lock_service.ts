@@ -34,14 +34,12 @@ import type {
   Peer,
   WaiterView,
 } from "../core/types.ts";
-import { TOKEN_RETRY_MS_MAX, TOKEN_RETRY_MS_MIN } from "../limits.ts";
+import { FRAME_BYTES_MAX_DEFAULT, TOKEN_RETRY_MS_MAX, TOKEN_RETRY_MS_MIN } from "../limits.ts";
 import type { AuditLog } from "../log/audit.ts";
 import type { Actor } from "../log/audit_records.ts";
 import { log } from "../log/diagnostic.ts";
 import type { ServerCounters } from "../counters.ts";
 import {
-  aclDeniedError,
-  aclReadDeniedError,
   errorFrame,
   notLeaderError,
   SESSION_ERRORS,
@@ -55,6 +53,8 @@ import { type ClaimOptions, PLAIN_CLAIM } from "./claim_options.ts";
 import { DeadlineTimer } from "./deadline_timer.ts";
 import { type CarriedOver, type Closing, EventCarrier } from "./event_carrier.ts";
 import type { LeadershipGate, OwnershipGate } from "./leadership_gate.ts";
+import { LockReads } from "./lock_reads.ts";
+import { lockChangeOf } from "./lock_state_frame.ts";
 import { type ReclaimRequest, Reclaims, type ReclaimStats } from "./reclaims.ts";
 import { type SessionPort, SessionRegistry } from "./session_registry.ts";
 import { SingleNodeGate } from "./single_node_gate.ts";
@@ -78,6 +78,8 @@ export interface LockServiceOptions {
    * node's (`SingleNodeGate`); tests give their own.
    */
   readonly ownership?: OwnershipGate;
+  /** `-max-frame-bytes`: a LOCK_STATE lists the holders that fit in one frame of it. */
+  readonly frameBytesMax?: number;
 }
 
 /** Outcome of a force-release (admin API). */
@@ -125,6 +127,7 @@ export class LockService {
   readonly #ownership: OwnershipGate;
   readonly #carrier: EventCarrier;
   readonly #reclaims: Reclaims;
+  readonly #reads: LockReads;
   #acl: Acl;
   #lockRules: LockRules = NO_LOCK_RULES;
   #tokenRetry: Timer | undefined;
@@ -168,8 +171,20 @@ export class LockService {
       sessions: this.#sessions,
       gate: this.#gate,
       ownership: this.#ownership,
-      sessionEnded: (sessionId) => this.#reclaims.sessionEnded(sessionId),
+      sessionEnded: (sessionId) => {
+        this.#reclaims.sessionEnded(sessionId);
+        this.#reads.watches.sessionEnded(sessionId);
+      },
       ownershipEnded: (name, token) => this.#reclaims.ownershipEnded(name, token),
+    });
+    this.#reads = new LockReads({
+      view: this.#engine.view,
+      audit: this.#audit,
+      counters: this.#counters,
+      sessions: this.#sessions,
+      acl: () => this.#acl,
+      nowMs: () => this.#scheduler.monotonicMs(),
+      frameBytesMax: options.frameBytesMax ?? FRAME_BYTES_MAX_DEFAULT,
     });
     this.#deadlines = new DeadlineTimer(this.#scheduler, () => this.tick());
     if (options.lockRules !== undefined) this.setLockRules(options.lockRules);
@@ -259,27 +274,9 @@ export class LockService {
     ) {
       return;
     }
-    const decision = this.#acl.decide(peer.identity, name, "acquire");
-    if (!decision.allowed) {
-      this.#counters.aclDenials++;
-      logger.warn("ACL denied acquire", {
-        session: peer.sessionId,
-        remote_addr: peer.remoteAddr,
-        identity: peer.identity,
-        lock: name,
-        rule_line: decision.rule?.line ?? 0,
-      });
-      this.#audit.append({
-        event: "acl_deny",
-        lock: name,
-        token: null,
-        identity: peer.identity,
-        remote_addr: peer.remoteAddr,
-        session: peer.sessionId,
-      });
-      this.#sessions.get(peer.sessionId)?.send(
-        errorFrame(requestId, name, aclDeniedError(name, peer.identity)),
-      );
+    const denied = this.#reads.checkAccess(peer, name, "acquire");
+    if (denied !== null) {
+      this.#sessions.get(peer.sessionId)?.send(errorFrame(requestId, name, denied));
       return;
     }
     this.#apply(
@@ -298,7 +295,7 @@ export class LockService {
 
   /**
    * SET_VALUE: replaces the value of the session's ownership with `token` (audited as
-   * `value_set`). The reply frame (VALUE_SET, or ERROR NOT_OWNER) belongs to protocol version 2.
+   * `value_set`, then VALUE_SET); a stale token gets NOT_OWNER, a long value INVALID_ARGUMENT.
    */
   setValue(
     peer: Peer,
@@ -337,33 +334,27 @@ export class LockService {
     );
   }
 
-  /**
-   * Whether the session may read lock `name` (QUERY, or a WATCH of that name): null when the ACL
-   * allows it, else the ERROR to answer with (ACL_DENIED) — the refusal is already counted
-   * (`lockd_acl_read_denials_total`), logged at warn and audited (`acl_deny` with
-   * `action: "read"`). Nothing else changes. The caller sends the frame with its request id.
-   */
+  /** Whether the session may read lock `name`: null, or its ACL_DENIED (`LockReads.checkAccess`). */
   checkRead(peer: Peer, name: string): WireError | null {
-    const decision = this.#acl.decide(peer.identity, name, "read");
-    if (decision.allowed) return null;
-    this.#counters.aclReadDenials++;
-    logger.warn("ACL denied read", {
-      session: peer.sessionId,
-      remote_addr: peer.remoteAddr,
-      identity: peer.identity,
-      lock: name,
-      rule_line: decision.rule?.line ?? 0,
-    });
-    this.#audit.append({
-      event: "acl_deny",
-      lock: name,
-      token: null,
-      identity: peer.identity,
-      remote_addr: peer.remoteAddr,
-      session: peer.sessionId,
-      action: "read",
-    });
-    return aclReadDeniedError(name, peer.identity);
+    return this.#reads.checkAccess(peer, name, "read");
+  }
+
+  /** QUERY: the lock's LOCK_STATE without queueing (or INVALID_ARGUMENT, ACL_DENIED). */
+  query(peer: Peer, requestId: number, name: string): void {
+    if (this.#deferRequest(peer, () => this.query(peer, requestId, name))) return;
+    this.#reads.query(peer, requestId, name);
+  }
+
+  /** WATCH: snapshots, WATCHING, then the changes of every matching lock (watch_hub.ts). */
+  watch(peer: Peer, requestId: number, pattern: string): void {
+    if (this.#deferRequest(peer, () => this.watch(peer, requestId, pattern))) return;
+    this.#reads.watch(peer, requestId, pattern);
+  }
+
+  /** UNWATCH: ends the watch (WATCH_ENDED). */
+  unwatch(peer: Peer, requestId: number): void {
+    if (this.#deferRequest(peer, () => this.unwatch(peer, requestId))) return;
+    this.#reads.watches.unwatch(peer, requestId);
   }
 
   /** RELEASE: ends an ownership (its token) or cancels a queued claim (token 0). */
@@ -419,6 +410,11 @@ export class LockService {
   /** The term this node serves (0 on a single node): WELCOME's `term` in version 2. */
   get term(): number {
     return this.#ownership.term;
+  }
+
+  /** WELCOME's `valueBytesMax` in version 2: the longest holder's value (`-max-lock-value-bytes`). */
+  get valueBytesMax(): number {
+    return this.#engine.valueBytesMax;
   }
 
   /** WELCOME's `reclaimWindowMs` in version 2 (see `OwnershipGate.reclaimWindowMs`). */
@@ -733,7 +729,11 @@ export class LockService {
 
   /** Carries out engine events in order (`EventCarrier`), then re-arms the deadline timer. */
   #apply(events: EngineEvent[], closing?: Closing, carried?: CarriedOver): void {
-    for (const event of events) this.#carrier.carry(event, closing, carried);
+    for (const event of events) {
+      this.#carrier.carry(event, closing, carried);
+      const change = lockChangeOf(event);
+      if (change !== null) this.#reads.watches.changed(change);
+    }
     this.#deadlines.arm(this.#engine.nextDeadlineMs());
     if (this.#engine.isBlocked("token_store_unavailable") && !this.#inTokenRetry) {
       this.#retryTokenStoreLater();

@@ -18,6 +18,12 @@ export interface SessionPort {
    * with the frame for that place (or null: nothing but the record was awaited).
    */
   hold(): (message: ServerMessage | null) => void;
+  /**
+   * Queues a frame as `send` does and calls `written` once it has been written to the connection
+   * (never, when the session closes first): how watches coalesce what a slow reader has not taken
+   * yet. Absent: frames count as written at once.
+   */
+  sendObserved?(message: ServerMessage, written: () => void): void;
   /** The engine closed the session: send the final ERROR (in order, when given), then close. */
   terminate(finalError: ErrorMessage | null): void;
 }

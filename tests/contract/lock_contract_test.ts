@@ -1,8 +1,9 @@
 /**
  * Runs the lock contract (`lock_contract.ts`) against every way of reaching the engine: the
  * LockService directly (no sockets, no codec), plain TCP, TLS and mutual TLS, each with sessions
- * of protocol version 1 and of version 2; and the reclaim contract (`reclaim_contract.ts`)
- * against the same four with version 2. Every server has a manual scheduler, so leases, wait
+ * of protocol version 1 and of version 2; and the reclaim contract (`reclaim_contract.ts`) and
+ * the kinds and values contract (`kinds_contract.ts`) and the query and watch contract
+ * (`observe_contract.ts`) against the same four with version 2. Every server has a manual scheduler, so leases, wait
  * bounds and I/O timeouts move only when a case says so.
  */
 
@@ -24,6 +25,8 @@ import { MemorySink } from "../helpers/memory_sink.ts";
 import { RawClient } from "../helpers/raw_client.ts";
 import { startTestServer } from "../helpers/start_server.ts";
 import { type ContractClient, type ContractTransport, LOCK_CONTRACT } from "./lock_contract.ts";
+import { KINDS_CONTRACT } from "./kinds_contract.ts";
+import { OBSERVE_CONTRACT } from "./observe_contract.ts";
 import { RECLAIM_CONTRACT } from "./reclaim_contract.ts";
 
 /** How long a case waits for a frame before it fails (real time: only I/O is awaited). */
@@ -41,9 +44,16 @@ const CLOSED = Symbol("closed");
 class ServicePort implements SessionPort {
   readonly version: number;
   readonly #delivered: (ServerMessage | null)[] = [];
+  /** Frames whose delivery a watch waits for (as a socket's write). */
+  readonly #observed = new Map<ServerMessage, () => void>();
   readonly #order = new ReplyOrder<ServerMessage | typeof CLOSED>({
     deliver: (frame) => {
       this.#delivered.push(frame === CLOSED ? null : frame);
+      const written = frame === CLOSED ? undefined : this.#observed.get(frame);
+      if (written !== undefined) {
+        this.#observed.delete(frame as ServerMessage);
+        queueMicrotask(written);
+      }
       this.#wake?.();
     },
   });
@@ -55,6 +65,11 @@ class ServicePort implements SessionPort {
   }
 
   send(message: ServerMessage): void {
+    this.#order.send(message);
+  }
+
+  sendObserved(message: ServerMessage, written: () => void): void {
+    this.#observed.set(message, written);
     this.#order.send(message);
   }
 
@@ -127,8 +142,19 @@ function serviceClient(
 }
 
 function isServerMessage(value: { type: string }): value is ServerMessage {
-  return ["welcome", "queued", "acquired", "released", "heartbeat_ack", "resumed", "error"]
-    .includes(value.type);
+  return [
+    "welcome",
+    "queued",
+    "acquired",
+    "released",
+    "heartbeat_ack",
+    "resumed",
+    "value_set",
+    "lock_state",
+    "watching",
+    "watch_ended",
+    "error",
+  ].includes(value.type);
 }
 
 const serviceTransport = (version: number): ContractTransport => ({
@@ -146,6 +172,7 @@ const serviceTransport = (version: number): ContractTransport => ({
       sessionsMax: config.sessionsMax,
       claimsPerSessionMax: config.claimsPerSessionMax,
       waitersPerLockMax: config.waitersPerLockMax,
+      valueBytesMax: config.lockValueBytesMax,
     });
     const audit = new AuditLog(sink, { scheduler });
     const service = new LockService({ engine, audit, scheduler, counters: new ServerCounters() });
@@ -289,7 +316,7 @@ const RUNS = [
   ...transports(1).map((transport) => ({ transport, cases: LOCK_CONTRACT })),
   ...transports(2).map((transport) => ({
     transport,
-    cases: [...LOCK_CONTRACT, ...RECLAIM_CONTRACT],
+    cases: [...LOCK_CONTRACT, ...RECLAIM_CONTRACT, ...KINDS_CONTRACT, ...OBSERVE_CONTRACT],
   })),
 ];
 

@@ -3,7 +3,7 @@
  * `lock_contract_test.ts` against the service, TCP, TLS and mTLS with version-2 sessions:
  * tickets and order keys in ACQUIRED and QUEUED, GOODBYE against a connection that just ends,
  * RESUME (`moved` while the old session is open, `none` once it is gone), RECLAIMs kept and void,
- * the rules of RESUME and RECLAIM, and version 2's features this server does not serve yet.
+ * and the rules of RESUME and RECLAIM.
  *
  * @module
  */
@@ -13,7 +13,6 @@ import { DEFAULT_CONFIG } from "../../src/config.ts";
 import {
   type Acquired,
   type ClientMessage,
-  type ClientRequest,
   type Queued,
   type Reclaim,
   type ServerMessage,
@@ -331,36 +330,5 @@ export const RECLAIM_CONTRACT: readonly ContractCase[] = [{
     await heartbeatRenews(counted, 4, 0);
     await late.close();
     await counted.close();
-  },
-}, {
-  name:
-    "version 2's features this server does not serve yet get INVALID_ARGUMENT; a plain ACQUIRE of version 2 is served",
-  async run(server) {
-    const a = await server.open();
-    const value = new TextEncoder().encode("10.0.0.7:8080");
-    const refused: ClientRequest[] = [
-      { type: "acquire", requestId: 1, name: "f/x", leaseMs: 0, waitMs: 0, mode: "shared" },
-      { type: "acquire", requestId: 2, name: "f/x", leaseMs: 0, waitMs: 0, limit: 3 },
-      { type: "acquire", requestId: 3, name: "f/x", leaseMs: 0, waitMs: 0, value },
-      { type: "query", requestId: 4, name: "f/x" },
-      { type: "watch", requestId: 5, pattern: "f/*" },
-      { type: "unwatch", requestId: 6 },
-      { type: "set_value", requestId: 7, name: "f/x", token: 1, value },
-    ];
-    for (const message of refused) {
-      await a.send(message);
-      const error = await a.next();
-      expectError(error, "INVALID_ARGUMENT", message.requestId);
-      assert.match(
-        error?.type === "error" ? error.message : "",
-        /not supported by this server yet/,
-      );
-    }
-    assert.equal(server.engine.lockCount, 0, "nothing stored");
-    const granted = await acquire(a, 8, "f/x");
-    assert.equal(acquiredOf(granted, 8).limit, 1);
-    await a.send({ type: "acquire", requestId: 9, name: "f/y", leaseMs: 0, waitMs: 0, limit: 1 });
-    acquiredOf(await a.next(), 9);
-    await a.close();
   },
 }];

@@ -630,22 +630,74 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
     return out;
   },
 
-  async "a version-2 ACQUIRE, SET_VALUE or QUERY of a feature this server does not serve yet"() {
+  async "a version-2 ACQUIRE whose mode, limit or value is refused (version 2)"() {
     await using t = await server();
+    await using holder = await RawClient.session(t.addr, 2);
     await using raw = await RawClient.session(t.addr, 2);
+    await holder.send({
+      type: "acquire",
+      requestId: 1,
+      name: "k/sem",
+      leaseMs: 0,
+      waitMs: 0,
+      limit: 4,
+    });
+    assert.equal((await holder.next())?.type, "acquired");
     const out: Observation[] = [];
     const requests: ClientRequest[] = [
-      { type: "acquire", requestId: 1, name: "f/a", leaseMs: 0, waitMs: 0, mode: "shared" },
-      { type: "acquire", requestId: 2, name: "f/b", leaseMs: 0, waitMs: 0, limit: 4 },
-      { type: "set_value", requestId: 3, name: "f/c", token: 1, value: new Uint8Array(2) },
-      { type: "query", requestId: 4, name: "f/d" },
+      // A claim that disagrees with the lock's kind and limit.
+      { type: "acquire", requestId: 1, name: "k/sem", leaseMs: 0, waitMs: 0, limit: 2 },
+      // A mode byte that names nothing.
+      { type: "acquire", requestId: 2, name: "k/a", leaseMs: 0, waitMs: 0, mode: 9 },
+      // A value longer than valueBytesMax.
+      {
+        type: "acquire",
+        requestId: 3,
+        name: "k/b",
+        leaseMs: 0,
+        waitMs: 0,
+        value: new Uint8Array(1025),
+      },
     ];
     for (const request of requests) {
       await raw.send(request);
       const name = "name" in request ? request.name : "";
-      out.push(await observe(raw, { requestId: request.requestId, requestName: name }));
+      out.push(await observe(raw, { acquireId: request.requestId, requestName: name }));
     }
     return out;
+  },
+
+  async "SET_VALUE with a token this session does not own, a stale one included (version 2)"() {
+    await using t = await server();
+    await using raw = await RawClient.session(t.addr, 2);
+    await raw.send({ type: "acquire", requestId: 1, name: "v/a", leaseMs: 0, waitMs: 0 });
+    const granted = await raw.next();
+    assert.ok(granted?.type === "acquired");
+    const out: Observation[] = [];
+    for (
+      const [requestId, name, token] of [[2, "v/a", granted.token + 1], [3, "v/none", 1]] as const
+    ) {
+      await raw.send({ type: "set_value", requestId, name, token, value: new Uint8Array(1) });
+      out.push(await observe(raw, { requestId, requestName: name }));
+    }
+    return out;
+  },
+
+  async "SET_VALUE with a value longer than WELCOME's `valueBytesMax` (version 2)"() {
+    await using t = await server({ lockValueBytesMax: 16 });
+    await using raw = await RawClient.session(t.addr, 2);
+    assert.equal(raw.welcome?.valueBytesMax, 16);
+    await raw.send({ type: "acquire", requestId: 1, name: "v/a", leaseMs: 0, waitMs: 0 });
+    const granted = await raw.next();
+    assert.ok(granted?.type === "acquired");
+    await raw.send({
+      type: "set_value",
+      requestId: 2,
+      name: "v/a",
+      token: granted.token,
+      value: new Uint8Array(17),
+    });
+    return [await observe(raw, { requestId: 2, requestName: "v/a" })];
   },
 
   async "the server starts shutting down (with or without a session open)"() {

@@ -48,8 +48,9 @@ Deno.test("HELLO version 2 gets WELCOME version 2 with its term, reclaim window 
   assert.ok(welcome?.type === "welcome", JSON.stringify(welcome));
   assert.deepEqual(
     [welcome.version, welcome.term, welcome.reclaimWindowMs, welcome.valueBytesMax],
-    [2, 0, 20_000, 0],
-    "a single node: term 0, reclaim while a silent session lives (its I/O timeout), no values",
+    [2, 0, 20_000, 1024],
+    "a single node: term 0, reclaim while a silent session lives (its I/O timeout), values up to " +
+      "-max-lock-value-bytes",
   );
   await stillServes(t.addr);
 });
@@ -113,8 +114,9 @@ Deno.test("version-2 requests sent right behind HELLO version 2 are read in vers
     ) => [f.type, "requestId" in f ? f.requestId : 0, f.type === "error" ? f.code : 0]),
     [
       ["welcome", 0, 0],
+      // A shared claim cannot ask for a semaphore.
       ["error", 1, WIRE_CODES.INVALID_ARGUMENT.code],
-      ["error", 2, WIRE_CODES.INVALID_ARGUMENT.code],
+      ["lock_state", 2, 0],
       ["acquired", 3, 0],
     ],
     "GOODBYE closes the session after the replies",

@@ -1,0 +1,306 @@
+/**
+ * The watches of every session (protocol version 2, issue 23: WATCH, UNWATCH): which locks each
+ * one matches, and what each session still has to be told. Pure: no timers, no I/O of its own;
+ * the service drives it with the engine's changes (`changed`) and the sessions' ports tell it
+ * when a batch of frames has been written (`SessionPort.sendObserved`).
+ *
+ * A watch first sends a LOCK_STATE (event `state`) per matching lock, then WATCHING, then one
+ * LOCK_STATE per change of a matching lock. Coalescing: a session has at most one batch of watch
+ * frames on its way to its connection (at most WATCH_BATCH_BYTES_MAX); changes that come
+ * meanwhile wait, at most one per lock and watch (a newer change replaces the waiting one, and the
+ * frame is built when it is sent, so it shows the lock's latest state). A slow reader thus gets
+ * fewer, later events, never a backlog; one that stops reading is closed by the session's
+ * slow-reader rule (its write stalls past the I/O timeout).
+ *
+ * @module
+ */
+
+import type { LockEngineView } from "../core/lock_queries.ts";
+import type { Peer } from "../core/types.ts";
+import { LOCKS_PER_WATCH_MAX, WATCH_BATCH_BYTES_MAX, WATCHES_PER_SESSION_MAX } from "../limits.ts";
+import { compileGlob, type Glob, GlobError } from "../security/glob.ts";
+import type {
+  LockEndReason,
+  LockEvent,
+  LockState,
+  ServerMessage,
+  WatchEndReason,
+} from "../wire/messages.ts";
+import { type LockChange, lockStateBytes } from "./lock_state_frame.ts";
+import type { SessionPort } from "./session_registry.ts";
+import type { WireError } from "./wire_errors.ts";
+
+/** A change that waits for its session's previous batch to be written. */
+interface Waiting {
+  event: LockEvent;
+  reason: LockEndReason;
+}
+
+/** One WATCH of a session. */
+class Watch {
+  readonly session: SessionWatches;
+  readonly requestId: number;
+  readonly glob: Glob;
+  /** A pattern without wildcards: one lock, reported even while it does not exist. */
+  readonly exact: boolean;
+  /** The locks it matches now (for a glob: existing and readable ones). */
+  readonly names = new Set<string>();
+  /** Snapshots not sent yet, in order. */
+  readonly snapshots: string[];
+  readonly snapshotCount: number;
+  /** WATCHING was sent: changes are reported from now on. */
+  watching = false;
+  /** Changes not sent yet: at most one per lock. */
+  readonly waiting = new Map<string, Waiting>();
+
+  constructor(
+    session: SessionWatches,
+    requestId: number,
+    glob: Glob,
+    exact: boolean,
+    names: string[],
+  ) {
+    this.session = session;
+    this.requestId = requestId;
+    this.glob = glob;
+    this.exact = exact;
+    for (const name of names) this.names.add(name);
+    this.snapshots = names.slice().reverse();
+    this.snapshotCount = names.length;
+  }
+}
+
+/** The watches of one session. */
+class SessionWatches {
+  readonly peer: Peer;
+  readonly watches = new Map<number, Watch>();
+  /** A batch of this session's watch frames is on its way to the connection. */
+  inFlight = false;
+
+  constructor(peer: Peer) {
+    this.peer = peer;
+  }
+}
+
+export interface WatchHubOptions {
+  readonly view: LockEngineView;
+  /** The port of an open session (undefined once it is gone). */
+  readonly port: (sessionId: number) => SessionPort | undefined;
+  /** The LOCK_STATE of a lock now (`lockStateOf`). */
+  readonly stateOf: (
+    name: string,
+    requestId: number,
+    event: LockEvent,
+    reason: LockEndReason,
+  ) => LockState;
+  /** Whether the session may read the lock (the ACL; a glob's matches are filtered silently). */
+  readonly mayRead: (peer: Peer, name: string) => boolean;
+}
+
+export class WatchHub {
+  readonly #options: WatchHubOptions;
+  readonly #sessions = new Map<number, SessionWatches>();
+  /** Watches of one lock name (exact patterns), by name. */
+  readonly #exact = new Map<string, Set<Watch>>();
+  /** Watches with wildcards. */
+  readonly #globs = new Set<Watch>();
+
+  constructor(options: WatchHubOptions) {
+    this.#options = options;
+  }
+
+  /** Watches open now, all sessions together. */
+  get size(): number {
+    let size = 0;
+    for (const session of this.#sessions.values()) size += session.watches.size;
+    return size;
+  }
+
+  /**
+   * WATCH: starts a watch with the request's id, or returns the ERROR that refuses it (a bad
+   * glob, a request id of a watch still open, too many watches). The ACL check of an exact name
+   * is the caller's. A glob that matches more than LOCKS_PER_WATCH_MAX locks ends at once with
+   * WATCH_ENDED (too many locks).
+   */
+  watch(peer: Peer, requestId: number, pattern: string): WireError | null {
+    let glob: Glob;
+    try {
+      glob = compileGlob(pattern);
+    } catch (error) {
+      if (!(error instanceof GlobError)) throw error;
+      return { code: "INVALID_ARGUMENT", message: `Cannot watch "${pattern}": ${error.message}` };
+    }
+    const session = this.#sessions.get(peer.sessionId) ?? new SessionWatches(peer);
+    if (session.watches.has(requestId)) {
+      return {
+        code: "INVALID_ARGUMENT",
+        message: `Cannot watch "${pattern}": request id ${requestId} names a watch still open`,
+      };
+    }
+    if (session.watches.size >= WATCHES_PER_SESSION_MAX) {
+      return {
+        code: "LIMIT_EXCEEDED",
+        message: `Cannot watch "${pattern}": this session has ${WATCHES_PER_SESSION_MAX} ` +
+          "watches open, the limit (UNWATCH one first)",
+      };
+    }
+    const exact = glob.literalPrefix === pattern && glob.matches(pattern);
+    const names = exact ? [pattern] : this.#matching(peer, glob);
+    if (names.length > LOCKS_PER_WATCH_MAX) {
+      this.#options.port(peer.sessionId)?.send(watchEnded(requestId, "too_many_locks"));
+      return null;
+    }
+    const watch = new Watch(session, requestId, glob, exact, names);
+    this.#sessions.set(peer.sessionId, session);
+    session.watches.set(requestId, watch);
+    if (exact) {
+      const set = this.#exact.get(pattern) ?? new Set();
+      set.add(watch);
+      this.#exact.set(pattern, set);
+    } else {
+      this.#globs.add(watch);
+    }
+    this.#flush(session);
+    return null;
+  }
+
+  /**
+   * UNWATCH: ends the watch with this request id (its waiting changes are dropped) and answers
+   * WATCH_ENDED (unwatched); an id of no open watch gets the same answer (the watch may have
+   * ended by itself meanwhile).
+   */
+  unwatch(peer: Peer, requestId: number): void {
+    const session = this.#sessions.get(peer.sessionId);
+    const watch = session?.watches.get(requestId);
+    if (session !== undefined && watch !== undefined) this.#drop(session, watch);
+    this.#options.port(peer.sessionId)?.send(watchEnded(requestId, "unwatched"));
+  }
+
+  /** The session is gone: its watches end without a word. */
+  sessionEnded(sessionId: number): void {
+    const session = this.#sessions.get(sessionId);
+    if (session === undefined) return;
+    for (const watch of [...session.watches.values()]) this.#drop(session, watch);
+    this.#sessions.delete(sessionId);
+  }
+
+  /** A lock changed: every watch that matches it hears of it (coalesced, see the module). */
+  changed(change: LockChange): void {
+    const touched = new Set<SessionWatches>();
+    for (const watch of this.#exact.get(change.name) ?? []) {
+      this.#note(watch, change);
+      touched.add(watch.session);
+    }
+    if (this.#globs.size > 0) {
+      for (const watch of [...this.#globs]) {
+        const session = watch.session;
+        if (!watch.names.has(change.name)) {
+          if (!watch.glob.matches(change.name)) continue;
+          if (!this.#options.mayRead(session.peer, change.name)) continue;
+          watch.names.add(change.name);
+          if (watch.names.size > LOCKS_PER_WATCH_MAX) {
+            this.#drop(session, watch);
+            this.#options.port(session.peer.sessionId)?.send(
+              watchEnded(watch.requestId, "too_many_locks"),
+            );
+            continue;
+          }
+        }
+        this.#note(watch, change);
+        touched.add(session);
+      }
+    }
+    for (const session of touched) this.#flush(session);
+  }
+
+  /** Records a change for a watch: a snapshot still to send shows it anyway. */
+  #note(watch: Watch, change: LockChange): void {
+    if (!watch.watching && watch.snapshots.includes(change.name)) return;
+    watch.waiting.set(change.name, { event: change.event, reason: change.reason });
+  }
+
+  /** Existing locks `glob` matches that the session may read, by name. */
+  #matching(peer: Peer, glob: Glob): string[] {
+    const names: string[] = [];
+    for (const lock of this.#options.view.listLocks({ prefix: glob.literalPrefix }, 0)) {
+      if (!glob.matches(lock.name) || !this.#options.mayRead(peer, lock.name)) continue;
+      if (lock.holders.length === 0 && lock.queueLength === 0) continue;
+      names.push(lock.name);
+      if (names.length > LOCKS_PER_WATCH_MAX) break;
+    }
+    return names;
+  }
+
+  #drop(session: SessionWatches, watch: Watch): void {
+    session.watches.delete(watch.requestId);
+    this.#globs.delete(watch);
+    const set = this.#exact.get(watch.glob.pattern);
+    if (set !== undefined) {
+      set.delete(watch);
+      if (set.size === 0) this.#exact.delete(watch.glob.pattern);
+    }
+    if (session.watches.size === 0 && !session.inFlight) {
+      this.#sessions.delete(session.peer.sessionId);
+    }
+  }
+
+  /**
+   * Hands the session's next batch of watch frames to its connection, unless one is still on its
+   * way: snapshots, WATCHING, then waiting changes, watch by watch, up to WATCH_BATCH_BYTES_MAX.
+   */
+  #flush(session: SessionWatches): void {
+    const port = this.#options.port(session.peer.sessionId);
+    if (port === undefined) return;
+    while (!session.inFlight) {
+      const batch = this.#batch(session);
+      if (batch.length === 0) return;
+      const last = batch.pop()!;
+      for (const frame of batch) port.send(frame);
+      if (port.sendObserved === undefined) {
+        port.send(last);
+        continue;
+      }
+      session.inFlight = true;
+      port.sendObserved(last, () => {
+        session.inFlight = false;
+        if (session.watches.size === 0) {
+          this.#sessions.delete(session.peer.sessionId);
+          return;
+        }
+        this.#flush(session);
+      });
+    }
+  }
+
+  #batch(session: SessionWatches): ServerMessage[] {
+    const frames: ServerMessage[] = [];
+    let bytes = 0;
+    const { stateOf, view } = this.#options;
+    for (const watch of session.watches.values()) {
+      while (watch.snapshots.length > 0 && bytes < WATCH_BATCH_BYTES_MAX) {
+        const state = stateOf(watch.snapshots.pop()!, watch.requestId, "state", "none");
+        bytes += lockStateBytes(state);
+        frames.push(state);
+      }
+      if (watch.snapshots.length > 0) return frames;
+      if (!watch.watching) {
+        watch.watching = true;
+        frames.push({ type: "watching", requestId: watch.requestId, locks: watch.snapshotCount });
+      }
+      for (const [name, waiting] of watch.waiting) {
+        if (bytes >= WATCH_BATCH_BYTES_MAX) return frames;
+        watch.waiting.delete(name);
+        const state = stateOf(name, watch.requestId, waiting.event, waiting.reason);
+        bytes += lockStateBytes(state);
+        frames.push(state);
+        // A glob stops counting a lock that is gone (it counts again when it comes back).
+        if (!watch.exact && view.getLock(name, 0) === undefined) watch.names.delete(name);
+      }
+    }
+    return frames;
+  }
+}
+
+function watchEnded(requestId: number, reason: WatchEndReason): ServerMessage {
+  return { type: "watch_ended", requestId, reason };
+}
