@@ -426,6 +426,12 @@ export const DIAGNOSTIC_LOG_FLUSH_MS = 1_000;
 
 // ---- command-line clients -----------------------------------------------------------------
 
+/**
+ * Locks one `client.observe` keeps track of (each with its last kind and at most one state
+ * waiting for the reader): far above what a server lets one WATCH match (LOCKS_PER_WATCH_MAX
+ * here, and a client may talk to another server); a server that names more breaks the protocol.
+ */
+export const CLIENT_OBSERVED_LOCKS_MAX = 65_536;
 /** How long one request of `lockd admin` may take before it gives up. */
 export const ADMIN_REQUEST_TIMEOUT_MS = 10_000;
 /** `lockd admin -watch`: time between two requests, by default and at least (no busy polling). */
