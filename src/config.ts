@@ -16,6 +16,12 @@ import {
   AUDIT_WRITE_TIMEOUT_MS_MIN,
   CLAIMS_MAX_DEFAULT,
   CLAIMS_PER_SESSION_MAX_DEFAULT,
+  CLUSTER_RECLAIM_GRACE_MS_DEFAULT,
+  CLUSTER_RECLAIM_GRACE_MS_MAX,
+  CLUSTER_RECLAIM_GRACE_MS_MIN,
+  CLUSTER_RECORD_LINGER_MS_DEFAULT,
+  CLUSTER_RECORD_LINGER_MS_MAX,
+  CLUSTER_RECORD_LINGER_MS_MIN,
   CLUSTER_TTL_MS_DEFAULT,
   CLUSTER_TTL_MS_MAX,
   CLUSTER_TTL_MS_MIN,
@@ -125,6 +131,10 @@ export interface ServerConfig {
   clusterEtcdCert: string | null;
   /** Its private key (PEM). */
   clusterEtcdKey: string | null;
+  /** A new leader's shortest reclaim window (milestone 2; docs/cluster.md "The window"). */
+  clusterReclaimGraceMs: number;
+  /** How long an idle lock's ownership record stays in etcd (W3). */
+  clusterRecordLingerMs: number;
 }
 
 /**
@@ -176,6 +186,8 @@ export const DEFAULT_CONFIG: Readonly<ServerConfig> = {
   clusterEtcdCa: null,
   clusterEtcdCert: null,
   clusterEtcdKey: null,
+  clusterReclaimGraceMs: CLUSTER_RECLAIM_GRACE_MS_DEFAULT,
+  clusterRecordLingerMs: CLUSTER_RECORD_LINGER_MS_DEFAULT,
 };
 
 /** A configuration that cannot run: one line saying which flag and why (the CLI exits 2). */
@@ -490,6 +502,23 @@ export const CONFIG_FLAGS: readonly ConfigFlag[] = [
     key: "clusterEtcdKey",
     kind: "string",
     help: "private key (PEM) of -cluster-etcd-cert",
+  },
+  {
+    flag: "cluster-reclaim-grace",
+    key: "clusterReclaimGraceMs",
+    kind: "duration",
+    min: CLUSTER_RECLAIM_GRACE_MS_MIN,
+    max: CLUSTER_RECLAIM_GRACE_MS_MAX,
+    help: "how long a new leader keeps locks the last one may have granted for their holders " +
+      "to reclaim (at least)",
+  },
+  {
+    flag: "cluster-record-linger",
+    key: "clusterRecordLingerMs",
+    kind: "duration",
+    min: CLUSTER_RECORD_LINGER_MS_MIN,
+    max: CLUSTER_RECORD_LINGER_MS_MAX,
+    help: "how long an idle lock's ownership record stays in etcd before it is deleted",
   },
 ];
 

@@ -88,6 +88,11 @@ export const LOCK_VALUE_BYTES_MAX_DEFAULT = 1024;
  */
 export const LOCK_VALUE_BYTES_MAX_MAX = 16 * 1024;
 /**
+ * Largest `valueBytesMax` a version-2 WELCOME may announce (a value's length is a u16 on the
+ * wire): a client takes a larger one for a protocol error.
+ */
+export const WELCOME_VALUE_BYTES_MAX = 0xffff;
+/**
  * Connections that have not completed their HELLO, at once; a new one past it closes the
  * oldest (LIMIT_EXCEEDED). Correct clients send HELLO at once, so only a flood of silent or
  * slow connections fills it; each costs about 7 KiB. Counted apart from `-max-sessions`, so
@@ -438,6 +443,11 @@ export const KILL_GRACE_MS_DEFAULT = 5_000;
  * is not frozen, seldom enough for a log (6 lines a minute).
  */
 export const RUN_PROGRESS_INTERVAL_MS = 10_000;
+/**
+ * Pause between `lockd run`'s first connects while its `-wait` lasts (a cluster in the middle of
+ * a fail-over, a server restarting): each connect already goes round every address.
+ */
+export const RUN_CONNECT_RETRY_MS = 1_000;
 
 // ---- the client library -------------------------------------------------------------------
 
@@ -495,6 +505,19 @@ export const CLUSTER_PROBE_CACHE_MS = 250;
  * pauses an etcd leader election causes (up to about 2 s), so those do not move clients.
  */
 export const CLUSTER_CLIENT_SILENCE_MS = 3_000;
+/**
+ * Largest `reclaimWindowMs` a version-2 WELCOME may announce (ten minutes: 1.5 × the longest TTL
+ * plus the HELLO hold and the grace stays far below): a client takes a larger one for a protocol
+ * error rather than keep claims and sockets that long.
+ */
+export const RECLAIM_WINDOW_MS_MAX = 600_000;
+/**
+ * A client's first connect with several addresses (a cluster) goes round the list again, with
+ * back-off, until this bound (option `connectTimeoutMs`), so a client started during a fail-over
+ * is held rather than refused: a killed leader's successor serves about TTL + 0.5 s later and a
+ * standby holds a HELLO up to CLUSTER_HELLO_HOLD_MS_MAX meanwhile.
+ */
+export const CONNECT_TIMEOUT_MS_CLUSTER_DEFAULT = 10_000;
 
 // ---- Cluster mode, milestone 2: ownership records (src/cluster/ownership_records.ts) --------
 
@@ -514,3 +537,23 @@ export const CLUSTER_RECORDS_PAGE_KEYS = 2_000;
 export const CLUSTER_RECORD_VALUE_BYTES_MAX = 65_536;
 /** Idle locks whose linger ended examined per timer run; the rest wait for the next run (0 ms). */
 export const CLUSTER_RECORD_SWEEP_MAX = 1_024;
+/**
+ * How long an idle lock's record stays in etcd before it is deleted (W3). Flag
+ * `-cluster-record-linger`. A lock reused within it costs no etcd write; 0 deletes at once (every
+ * reuse then pays a commit).
+ */
+export const CLUSTER_RECORD_LINGER_MS_DEFAULT = 2_000;
+export const CLUSTER_RECORD_LINGER_MS_MIN = 0;
+/** Past a minute idle records only fill etcd: a lock idle that long is not "reused". */
+export const CLUSTER_RECORD_LINGER_MS_MAX = 60_000;
+/**
+ * The shortest reclaim window of a new leader (flag `-cluster-reclaim-grace`): from the moment
+ * it serves, locks that may be held stay reserved for their holders' RECLAIMs at least this long
+ * (longer when the last term published a longer lease horizon). Clients reconnect within about
+ * a second of a leader being elected; 5 s leaves room for jitter, TLS and a loaded machine.
+ */
+export const CLUSTER_RECLAIM_GRACE_MS_DEFAULT = 5_000;
+/** Below a second clients racing a loaded machine lose their locks. */
+export const CLUSTER_RECLAIM_GRACE_MS_MIN = 1_000;
+/** Past a minute a dead holder's lock is kept from everyone too long after a fail-over. */
+export const CLUSTER_RECLAIM_GRACE_MS_MAX = 60_000;

@@ -321,8 +321,6 @@ const EXPORTED_FOR_TESTS: Readonly<Record<string, string>> = {
     "cluster milestone 2 (issue 20): the ticket key is being wired into the cluster node",
   "src/cluster/ticket_key.ts: parseTicketKey":
     "cluster milestone 2 (issue 20): the ticket key is being wired into the cluster node",
-  "src/cluster/ticket_key.ts: loadTicketKey":
-    "cluster milestone 2 (issue 20): the ticket key is being wired into the cluster node",
   "src/security/tickets.ts: TICKET_BYTES":
     "cluster milestone 2 (issue 20): tickets are being wired into the service",
   "src/admin/console_assets.ts: CONSOLE_CSP":
@@ -459,9 +457,10 @@ const FILES_OVER_CAP: Readonly<Record<string, { lines: number; reason: string }>
       "the invariants are the next part to move out",
   },
   "src/config.ts": {
-    lines: 656,
+    lines: 685,
     reason: "the one flag table (a row per flag, the docs check reads it) with its parser and " +
-      "validation (raised from 642 by the row of -max-lock-value-bytes, issue 23); the " +
+      "validation (raised from 642 by the row of -max-lock-value-bytes, issue 23, and those of " +
+      "-cluster-reclaim-grace and -cluster-record-linger, issue 20); the " +
       "validation is the next part to move out",
   },
   "src/cluster/ownership_records.ts": {
@@ -496,10 +495,10 @@ const FILES_OVER_CAP: Readonly<Record<string, { lines: number; reason: string }>
       "to move out",
   },
   "src/service/lock_service.ts": {
-    lines: 776,
+    lines: 789,
     reason: "the one command surface over the engine (every state change passes it; carrying " +
-      "out events is event_carrier.ts, reclaims reclaims.ts); cluster mode's deferral of " +
-      "decisions is the next part to move out",
+      "out events is event_carrier.ts, reclaims and the takeover's reservations reclaims.ts); " +
+      "cluster mode's deferral of decisions is the next part to move out",
   },
 };
 

@@ -110,6 +110,7 @@ async function clusterInfo(server: ServerView): Promise<ClusterInfoJson> {
   const health = await cluster.health();
   const leader = cluster.leader;
   const safeUntilMs = leadership.safeUntilMs;
+  const window = cluster.serving ? cluster.ownership.window : null;
   return {
     name: server.config.cluster ?? "",
     node: cluster.node.name,
@@ -126,6 +127,11 @@ async function clusterInfo(server: ServerView): Promise<ClusterInfoJson> {
     ttl_ms: leadership.ttlMs,
     token_high_water: cluster.term === 0 ? 0 : cluster.tokens.reservedThrough,
     lease_horizon_ms: cluster.horizonMs,
+    records: cluster.ownership.recordStats.records,
+    reserved_locks: cluster.ownership.reservedLocks(),
+    window_ends_in_ms: window === null
+      ? null
+      : Math.max(0, Math.round(window.endsAtMs - server.scheduler.monotonicMs())),
     etcd: health.map((h) => ({
       endpoint: h.endpoint,
       healthy: h.healthy,

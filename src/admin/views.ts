@@ -10,7 +10,8 @@
  * oldest) and, shared, `write_generation`; its holder records add `mode`, `slot` (semaphores)
  * and `write_generation` (shared owners); a holder with a value adds `value` (the text when the
  * bytes are valid UTF-8, else null), `value_base64` (the exact bytes) and `value_bytes`; a lock
- * under a lock-delay or a reservation adds when it ends.
+ * under a lock-delay or a reservation adds when it ends. An orphaned session's holder record
+ * (issue 20) adds `connected: false`.
  *
  * @module
  */
@@ -53,6 +54,11 @@ export interface HolderJson {
   session: number;
   /** Milliseconds since the ownership began (monotonic clock). */
   held_for_ms: number;
+  /**
+   * Only `false`, only for an orphaned session's ownership: its version-2 connection ended
+   * without GOODBYE, and the ownership waits for its client's RESUME until its lease ends.
+   */
+  connected?: false;
   /** Shared and semaphore locks: `exclusive` or `shared`. */
   mode?: string;
   /** Semaphores: the owner's slot, 0 to limit − 1. */
@@ -115,6 +121,12 @@ export interface ClusterInfoJson {
   token_high_water: number;
   /** Longest lease this term promised past its own etcd lease (published in etcd). */
   lease_horizon_ms: number;
+  /** Ownership records in etcd as this node knows them (0 when it does not lead). */
+  records: number;
+  /** Locks this node keeps reserved for reclaims after a fail-over. */
+  reserved_locks: number;
+  /** Milliseconds until this node's reclaim window ends; null when none is open. */
+  window_ends_in_ms: number | null;
   etcd: { endpoint: string; healthy: boolean; took_ms: number; error?: string }[];
 }
 
@@ -164,6 +176,7 @@ function holderRecord(view: LockView, holder: HolderView, nowMs: number): Holder
     session: holder.sessionId,
     held_for_ms: Math.max(0, Math.round(nowMs - holder.sinceMs)),
   };
+  if (!holder.connected) json.connected = false;
   if (view.kind !== "exclusive") {
     json.mode = holder.mode;
     if (view.kind === "semaphore") json.slot = holder.slot;

@@ -131,7 +131,8 @@ function valueText(holder: HolderJson): string | null {
  * session) is recognised by its name. `durations` adds "held for" / "waiting for"; watch mode
  * into a pipe leaves them out, or every view would differ from the last. A shared or semaphore
  * lock adds its kind and limit and a table of every holder (mode, slot, token, value); a lock
- * under a lock-delay or reservation says until when.
+ * under a lock-delay or reservation says until when; an orphaned holder's session says it is
+ * disconnected.
  */
 export function formatLock(lock: LockJson, durations = true): string {
   const holder = lock.holder;
@@ -148,7 +149,11 @@ export function formatLock(lock: LockJson, durations = true): string {
     rows.push(
       ["holder", holder.remote_addr],
       ["client", orNone(holder.client_name ?? "")],
-      ["session", String(holder.session ?? "-")],
+      [
+        "session",
+        String(holder.session ?? "-") +
+        (holder.connected === false ? " (disconnected: kept until its lease ends)" : ""),
+      ],
       ["identity", orNone(holder.identity)],
       [
         "since",

@@ -1,8 +1,13 @@
 import { type Scheduler, systemScheduler, type Timer } from "../clock.ts";
-import { KILL_GRACE_MS_DEFAULT, RUN_PROGRESS_INTERVAL_MS } from "../limits.ts";
+import {
+  KILL_GRACE_MS_DEFAULT,
+  RUN_CONNECT_RETRY_MS,
+  RUN_PROGRESS_INTERVAL_MS,
+} from "../limits.ts";
 import { type Client, connect, type Lock } from "../client/client.ts";
 import { composeClientName } from "../client/client_name.ts";
 import { LockdError, LockLostError } from "../client/errors.ts";
+import { isFinal } from "../client/connection.ts";
 import { WIRE_CODES } from "../wire/codes.ts";
 import { loadClientTls } from "../security/tls.ts";
 import { type ProcessGroup, spawnInGroup } from "./process_group.ts";
@@ -127,19 +132,21 @@ export async function runCommand(
   const scheduler = io.scheduler ?? systemScheduler;
   const reconnects: Reconnects = { attempt: 0, lastError: null };
   let client: Client;
+  const startMs = scheduler.monotonicMs();
   try {
-    client = await connect({
-      ...(addrs.length === 1 ? { addr: addrs[0] } : { addrs }),
-      tls,
-      clientName: (values.get("client-name") as string | undefined) ?? runClientName(),
-      // A server that breaks the protocol is left (the client reconnects elsewhere); say so.
-      onProtocolError: (error) => io.stderr(`lockd run: ${error.message}`),
-      scheduler,
-      onReconnectFailed: (attempt, error) => {
-        reconnects.attempt = attempt;
-        reconnects.lastError = error;
-      },
-    });
+    client = await connectWithin(waitMs, scheduler, () =>
+      connect({
+        ...(addrs.length === 1 ? { addr: addrs[0] } : { addrs }),
+        tls,
+        clientName: (values.get("client-name") as string | undefined) ?? runClientName(),
+        // A server that breaks the protocol is left (the client reconnects elsewhere); say so.
+        onProtocolError: (error) => io.stderr(`lockd run: ${error.message}`),
+        scheduler,
+        onReconnectFailed: (attempt, error) => {
+          reconnects.attempt = attempt;
+          reconnects.lastError = error;
+        },
+      }));
   } catch (error) {
     io.stderr(`lockd run: ${(error as Error).message}`);
     return RUN_EXIT.unreachable.status;
@@ -148,7 +155,10 @@ export async function runCommand(
     let lock: Lock;
     const progress = reportWhileUnanswered(client, name, addrs, reconnects, scheduler, io);
     try {
-      lock = await client.acquire(name, { leaseMs, waitMs });
+      const leftMs = waitMs === undefined
+        ? undefined
+        : Math.max(0, waitMs - (scheduler.monotonicMs() - startMs));
+      lock = await client.acquire(name, { leaseMs, waitMs: leftMs });
     } catch (error) {
       if (error instanceof LockdError && error.code === WIRE_CODES.WAIT_TIMEOUT.code) {
         io.stderr(`lockd run: cannot acquire lock "${name}": wait timed out after ${waitMs} ms`);
@@ -162,6 +172,32 @@ export async function runCommand(
     return await runHolding(lock, command, killGraceMs, scheduler, io);
   } finally {
     await client.close();
+  }
+}
+
+/**
+ * The first connect, tried again (every second at most) until `-wait` has passed: a cluster in
+ * the middle of a fail-over answers within it (the client itself goes round several addresses
+ * until its connect bound). Without `-wait`, or on a failure no retry mends (a bad address, TLS
+ * against a plain listener, a refused certificate or redirect), one try.
+ */
+async function connectWithin(
+  waitMs: number | undefined,
+  scheduler: Scheduler,
+  open: () => Promise<Client>,
+): Promise<Client> {
+  const endMs = scheduler.monotonicMs() + (waitMs ?? 0);
+  for (;;) {
+    try {
+      return await open();
+    } catch (error) {
+      const leftMs = endMs - scheduler.monotonicMs();
+      if (leftMs <= 0 || isFinal(error) || error instanceof RangeError) throw error;
+      await new Promise<void>((resolve) =>
+        scheduler.setTimer(resolve, Math.min(RUN_CONNECT_RETRY_MS, leftMs))
+      );
+      if (scheduler.monotonicMs() >= endMs) throw error;
+    }
   }
 }
 

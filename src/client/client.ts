@@ -1,139 +1,58 @@
 /**
  * The lockd client: requests matched to replies by request id, heartbeats, the local lease
- * deadline of every owned lock, the client-side wait bound, and reconnects with full-jitter
- * back-off. Every timer runs on an injected {@link Scheduler}; the network is behind one
+ * deadline of every owned lock, the client-side wait bound, reconnects with full-jitter
+ * back-off, and (protocol version 2) claims carried over to a new leader after a fail-over:
+ * RESUME, then a RECLAIM per claim, before any new ACQUIRE (docs/protocol.md, "Reclaiming after
+ * a fail-over"). Every timer runs on an injected {@link Scheduler}; the network is behind one
  * {@link Dial} (transport.ts), so the same code runs on Deno, Node and Bun.
  *
  * @module
  */
 
 import { type Scheduler, systemScheduler, type Timer } from "../clock.ts";
-import { CLUSTER_CLIENT_SILENCE_MS, CONNECT_TIMEOUT_MS_DEFAULT } from "../limits.ts";
+import {
+  CLUSTER_CLIENT_SILENCE_MS,
+  CONNECT_TIMEOUT_MS_CLUSTER_DEFAULT,
+  CONNECT_TIMEOUT_MS_DEFAULT,
+} from "../limits.ts";
 import { WIRE_CODES } from "../wire/codes.ts";
-import { type ErrorMessage, type ServerMessage, WAIT_FOREVER } from "../wire/messages.ts";
+import {
+  type Acquired,
+  EMPTY_TICKET,
+  type ErrorMessage,
+  type ServerMessage,
+  WAIT_FOREVER,
+} from "../wire/messages.ts";
 import { parseHostPort } from "../host_port.ts";
 import { VERSION } from "../version.ts";
 import { boundClientName, defaultClientName } from "./client_name.ts";
-import { Connection } from "./connection.ts";
-import { ConnectionError, LockdError, type LostReason, ServerProtocolError } from "./errors.ts";
+import type { Connection } from "./connection.ts";
+import { ConnectionError, LockdError, ServerProtocolError } from "./errors.ts";
 import { type Lock, LockHandle } from "./lock_handle.ts";
+import type { AcquireOptions, Client, ConnectOptions } from "./options.ts";
 import { redirectVerdict, refusedRedirectText } from "./redirect.ts";
-import { ReplyLedger } from "./reply_ledger.ts";
-import { openAny, type Settings } from "./node_round.ts";
+import { openAny, openFirst, type Settings } from "./node_round.ts";
 import {
-  effectiveLeaseMs,
-  heartbeatIntervalMs,
-  localDeadlineMs,
-  reconnectDelayMs,
-} from "./timing.ts";
-import { type ClientTlsOptions, type Dial, nodeSocketDial } from "./transport.ts";
+  type Carry,
+  chooseCarry,
+  forgetTicket,
+  ownedReclaim,
+  type PendingAcquire,
+  queuedReclaim,
+  Session,
+} from "./session.ts";
+import { heartbeatIntervalMs, reconnectDelayMs } from "./timing.ts";
+import { Claims } from "./claims.ts";
+import { type Dial, nodeSocketDial } from "./transport.ts";
 
 export type { Lock } from "./lock_handle.ts";
+export type { AcquireOptions, Client, ConnectOptions } from "./options.ts";
 
-/** Options of {@link connect}. */
-export interface ConnectOptions {
-  /** Server address, `host:port` (IPv6 as `[::1]:7400`). Give this or `addrs`. */
-  addr?: string;
-  /**
-   * The nodes of a lockd cluster (docs/cluster.md), tried in order. A node that is not the
-   * leader answers NOT_LEADER naming the leader, and the client goes there at once: to an
-   * address of this list always, to any other address only with `tls` (the node reached must
-   * present a certificate from your CA); a name that is not a `host:port` counts as a failed
-   * node. A node without a leader yet holds the HELLO until one is elected. A connection that
-   * stays silent for 3 s while heartbeats are due is given up (a frozen leader). Give this or
-   * `addr`.
-   */
-  addrs?: readonly string[];
-  /**
-   * Sent in HELLO: the server shows it in the admin API (holders and waiters) and writes it
-   * into the audit records of acquire and release. Default `lockd-ts/<version>@<host>:<pid>`
-   * (without `@<host>` on Deno when the process may not read the host name: `--allow-sys`).
-   * Informational, not authenticated; cut to 256 UTF-8 bytes (between two characters, marked
-   * with "…"), the protocol's limit, so a long name never fails a connect.
-   */
-  clientName?: string;
-  /** TLS (and mutual TLS with `cert` + `key`); plain TCP when absent. */
-  tls?: ClientTlsOptions;
-  /**
-   * Reconnect after the server closed the session (ERROR 0x02, shutdown, I/O timeout, network
-   * loss), with full-jitter exponential back-off: attempt n waits a random time between 0 and
-   * min(5000, 50 × 2^n) ms, and n goes back to 0 only after a WELCOME. Waiting claims rejoin
-   * the tail of their queues on the new session; owned locks report `lost`. Default true.
-   */
-  reconnect?: boolean;
-  /**
-   * Bound on dialling, the TLS handshake and HELLO/WELCOME, for `connect()` and for every
-   * reconnect attempt, in milliseconds. Default 5000.
-   */
-  connectTimeoutMs?: number;
-  /**
-   * Called after each failed reconnect attempt with its number since the last WELCOME (1, 2, ...)
-   * and its error; not for the first connection (`connect()` rejects with that failure). A
-   * program can say what it is trying while no node answers (`lockd run` does, every 10 s).
-   * An exception it throws is ignored.
-   */
-  onReconnectFailed?: (attempt: number, error: Error) => void;
-  /**
-   * Aborting it stops the client: a `connect()` in progress rejects with the signal's reason,
-   * a connected client closes as with `close()`, and no reconnect is attempted any more.
-   */
-  signal?: AbortSignal;
-  /**
-   * Called when a server breaks the protocol (a reply that does not fit its request, a WELCOME
-   * out of bounds on a reconnect, a malformed frame, a NOT_LEADER naming no address): the
-   * client has closed that connection and goes on as after any lost connection. Also counted
-   * in `client.protocolErrors`. A callback that throws is ignored.
-   */
-  onProtocolError?: (error: ServerProtocolError) => void;
-  /**
-   * Testing hook: the clock and timers of the heartbeats, the lease deadlines, the wait bound,
-   * the reconnect back-off, the connect timeout and the grace of a socket's close. Default: the process clock with real
-   * timers. A test can pass a scheduler whose time it moves by hand.
-   */
-  scheduler?: Scheduler;
-}
-
-/** Options of {@link Client.acquire}. */
-export interface AcquireOptions {
-  /** Lease in milliseconds; 0 or absent = the server's default. Heartbeats keep it alive. */
-  leaseMs?: number;
-  /**
-   * How long to wait in the queue, in milliseconds; absent or `Infinity` = without bound.
-   * The bound holds on the client's clock: when it passes, `acquire` rejects with a
-   * {@link LockdError} WAIT_TIMEOUT (0x07) even if the server is slow to answer, and the
-   * claim is cancelled on the server. 0 is a try-lock (the server answers at once).
-   */
-  waitMs?: number;
-  /** Aborting it gives up the wait (rejecting with the signal's reason) and leaves the queue. */
-  signal?: AbortSignal;
-}
-
-/** A session with a lockd server; create it with {@link connect}. */
-export interface Client extends AsyncDisposable {
-  /** The server's session id of the current connection (changes after a reconnect; 0 while reconnecting). */
-  readonly sessionId: number;
-  /** The server's version, from WELCOME ("" while reconnecting). */
-  readonly serverVersion: string;
-  /**
-   * How many times a server broke the protocol on this client's connections (each one closed
-   * the connection; see {@link ConnectOptions.onProtocolError}).
-   */
-  readonly protocolErrors: number;
-  /**
-   * Waits for the lock in its FIFO queue and resolves once it is owned. Rejects with a
-   * {@link LockdError} (e.g. WAIT_TIMEOUT when `waitMs` ran out, ACL_DENIED,
-   * DUPLICATE_CLAIM) or a {@link ConnectionError} (client closed, connection lost without
-   * reconnect).
-   */
-  acquire(name: string, options?: AcquireOptions): Promise<Lock>;
-  /** Takes the lock if it is free right now; resolves to null when it is held by someone. */
-  tryAcquire(name: string, options?: Omit<AcquireOptions, "waitMs">): Promise<Lock | null>;
-  /**
-   * Closes the session: the server releases the owned locks (their `lost` fires with reason
-   * `disconnected`) and pending acquires reject. Resolves once the socket is closed.
-   */
-  close(): Promise<void>;
-}
+/** Closing ERRORs of a leader that stopped leading: its claims are carried over to the next. */
+const LEADER_GONE: ReadonlySet<number> = new Set([
+  WIRE_CODES.NOT_LEADER.code,
+  WIRE_CODES.SHUTTING_DOWN.code,
+]);
 
 /**
  * Connects to a lockd server and completes the handshake (within `connectTimeoutMs`).
@@ -162,104 +81,35 @@ export async function connectWith(
   options: ConnectOptions,
   internals: ClientInternals = {},
 ): Promise<Client> {
-  const timeoutMs = options.connectTimeoutMs ?? CONNECT_TIMEOUT_MS_DEFAULT;
+  const addrs = options.addrs ?? (options.addr === undefined ? [] : [options.addr]);
+  if (addrs.length === 0 || (options.addr !== undefined && options.addrs !== undefined)) {
+    throw new RangeError("connect() needs either addr or a non-empty addrs");
+  }
+  for (const addr of addrs) parseHostPort(addr); // a RangeError naming a bad address
+  const timeoutMs = options.connectTimeoutMs ??
+    (addrs.length > 1 ? CONNECT_TIMEOUT_MS_CLUSTER_DEFAULT : CONNECT_TIMEOUT_MS_DEFAULT);
   if (!(timeoutMs > 0 && timeoutMs <= 2 ** 31 - 1)) {
     throw new RangeError(
       `connectTimeoutMs must be a positive number of milliseconds: ${timeoutMs}`,
     );
   }
   const scheduler = options.scheduler ?? systemScheduler;
-  const dial = internals.dial ?? nodeSocketDial(scheduler);
-  const addrs = options.addrs ?? (options.addr === undefined ? [] : [options.addr]);
-  if (addrs.length === 0 || (options.addr !== undefined && options.addrs !== undefined)) {
-    throw new RangeError("connect() needs either addr or a non-empty addrs");
-  }
-  for (const addr of addrs) parseHostPort(addr); // a RangeError naming a bad address
-
   const settings: Settings = {
     addrs,
     clientName: boundClientName(options.clientName ?? defaultClientName(`lockd-ts/${VERSION}`)),
     tls: options.tls,
     reconnect: options.reconnect ?? true,
+    reclaim: options.reclaim ?? true,
     timeoutMs,
     signal: options.signal,
     onProtocolError: options.onProtocolError,
     scheduler,
-    dial,
+    dial: internals.dial ?? nodeSocketDial(scheduler),
     random: internals.random ?? Math.random,
     onReconnectFailed: options.onReconnectFailed,
   };
-  const { connection, addr } = await openAny(settings, null, options.signal);
+  const { connection, addr } = await openFirst(settings, options.signal);
   return new LockdClient(settings, connection, addr);
-}
-
-/**
- * An ACQUIRE the caller still waits for. Legal transitions: `unsent` (no connection) ↔ `sent`
- * (a reconnect puts a sent claim back to `unsent`); `sent` → `abandoned` (the caller gave up:
- * wait bound, abort; a grant that still arrives is released at once). Settled acquires leave
- * the client's maps.
- */
-interface PendingAcquire {
-  readonly name: string;
-  readonly requestedLeaseMs: number;
-  /** Client-clock end of the wait; null = no client-side bound (forever, or a try-lock). */
-  readonly waitEndMs: number | null;
-  /** waitMs for the wire: WAIT_FOREVER, 0 (try-lock) or the bound. */
-  readonly waitMs: number;
-  state: "unsent" | "sent" | "abandoned";
-  requestId: number;
-  sentAtMs: number;
-  readonly resolve: (lock: Lock) => void;
-  readonly reject: (error: unknown) => void;
-  readonly signal?: AbortSignal;
-  onAbort?: () => void;
-  waitTimer?: Timer;
-}
-
-interface PendingRelease {
-  readonly handle: LockHandle;
-  readonly resolve: () => void;
-  readonly reject: (error: unknown) => void;
-}
-
-/** What the client knows about its current connection; a reconnect starts a new one. */
-class Session {
-  readonly connection: Connection;
-  /** The node it is connected to (`host:port`). */
-  readonly addr: string;
-  readonly ioTimeoutMs: number;
-  /** Every request of this connection that may still get an answer: replies are checked. */
-  readonly ledger: ReplyLedger;
-  /** The server broke the protocol on this connection (it is being closed). */
-  violated = false;
-  /** Send time of the newest HEARTBEAT whose HEARTBEAT_ACK has arrived. */
-  lastAckedHeartbeatSendMs = -Infinity;
-  /** Unanswered heartbeats, request id → send time, oldest first. */
-  readonly heartbeats = new Map<number, number>();
-  lastHeartbeatSentMs: number;
-  lastFrameAtMs: number;
-  heartbeatTimer: Timer | null = null;
-  heartbeatDueMs = Infinity;
-  deadlineTimer: Timer | null = null;
-  deadlineDueMs = Infinity;
-
-  constructor(connection: Connection, addr: string, nowMs: number) {
-    this.connection = connection;
-    this.addr = addr;
-    this.ledger = new ReplyLedger(connection.welcome);
-    this.ioTimeoutMs = connection.welcome.ioTimeoutMs;
-    this.lastHeartbeatSentMs = nowMs;
-    this.lastFrameAtMs = nowMs;
-  }
-
-  cancelTimers(): void {
-    this.heartbeatTimer?.cancel();
-    this.heartbeatTimer = null;
-    this.heartbeatDueMs = Infinity;
-    this.deadlineTimer?.cancel();
-    this.deadlineTimer = null;
-    this.deadlineDueMs = Infinity;
-  }
 }
 
 class LockdClient implements Client {
@@ -267,13 +117,27 @@ class LockdClient implements Client {
   readonly #scheduler: Scheduler;
   #session: Session | null = null;
   #nextRequestId = 1;
-  /** Sent ACQUIREs of the current session by request id (abandoned ones included). */
+  readonly #claims: Claims;
+  /** Sent ACQUIREs and queued RECLAIMs of the current session by request id (abandoned too). */
   readonly #pending = new Map<number, PendingAcquire>();
-  /** ACQUIREs waiting for a connection. */
+  /** ACQUIREs waiting for a connection (and, while RECLAIMs go out, for them). */
   readonly #unsent = new Set<PendingAcquire>();
-  /** Owned locks of the current session by the request id of their ACQUIRE. */
+  /** Owned locks of the current session by the request id of their ACQUIRE or RECLAIM. */
   readonly #owned = new Map<number, LockHandle>();
-  readonly #releases = new Map<number, PendingRelease>();
+  /** Owned RECLAIMs of the current session waiting for their answer, by request id. */
+  readonly #reclaims = new Map<number, LockHandle>();
+  /** RELEASEs of the current session whose answer a release() waits for, by request id. */
+  readonly #releases = new Map<number, LockHandle>();
+  /** What each release() in progress resolves or rejects. */
+  readonly #releaseWaiters = new Map<LockHandle, { resolve(): void; reject(e: unknown): void }>();
+  /** Claims of lost version-2 connections, oldest first, for the next connection to reclaim. */
+  readonly #carries: Carry[] = [];
+  /** The carry each lock being carried over belongs to. */
+  readonly #carryOf = new Map<LockHandle, Carry>();
+  /** Term and session id of the version-2 session that ended last: the next one resumes it. */
+  #previous: { term: number; sessionId: number } | null = null;
+  /** While RESUME and the RECLAIMs go out: new ACQUIREs wait in `#unsent`. */
+  #holdingAcquires = false;
   #reconnectTimer: Timer | null = null;
   #reconnectAttempt = 0;
   #reconnecting: Promise<void> | null = null;
@@ -283,6 +147,8 @@ class LockdClient implements Client {
   /** The connection ended and `reconnect` is off: the client is of no more use. */
   #failed = false;
   #closing: Promise<void> | null = null;
+  /** Connections given up or retired: close() waits for their sockets. */
+  readonly #retiring = new Set<Promise<void>>();
   readonly #onOuterAbort = () => void this.close();
   /** Where the next reconnect starts: the node that served last, or the leader it named. */
   #preferred: string | null;
@@ -299,6 +165,15 @@ class LockdClient implements Client {
   constructor(settings: Settings, connection: Connection, addr: string) {
     this.#settings = settings;
     this.#scheduler = settings.scheduler;
+    this.#claims = new Claims({
+      scheduler: settings.scheduler,
+      connected: () => this.#session !== null,
+      closed: () => this.#closed,
+      sendAcquire: (pending) => this.#sendAcquire(pending),
+      sendRelease: (claim, acquireRequestId) => this.#sendRelease(claim, acquireRequestId),
+      retire: (connection) => this.#retire(connection),
+      armHeartbeat: () => this.#armHeartbeat(),
+    });
     this.#preferred = addr;
     settings.signal?.addEventListener("abort", this.#onOuterAbort, { once: true });
     this.#attach(connection, addr);
@@ -311,6 +186,10 @@ class LockdClient implements Client {
 
   get serverVersion(): string {
     return this.#session?.connection.welcome.serverVersion ?? "";
+  }
+
+  get protocolVersion(): number {
+    return this.#session?.version ?? 0;
   }
 
   get protocolErrors(): number {
@@ -342,9 +221,15 @@ class LockdClient implements Client {
           : bounded
           ? Math.min(WAIT_FOREVER - 1, Math.ceil(waitMs))
           : WAIT_FOREVER,
+        suspend: options.suspend ?? false,
         state: "unsent",
         requestId: 0,
         sentAtMs: 0,
+        ticket: EMPTY_TICKET,
+        ticketSessionId: 0,
+        orderTerm: 0,
+        orderSeq: 0,
+        carry: null,
         resolve,
         reject,
         signal: options.signal,
@@ -394,11 +279,19 @@ class LockdClient implements Client {
     const session = this.#session;
     this.#session = null;
     session?.cancelTimers();
-    session?.connection.close();
-    this.#endAll(new ConnectionError("The client is closed"), "disconnected");
-    this.#closing = Promise.all([session?.connection.socketClosed, this.#reconnecting]).then(
-      () => {},
+    // GOODBYE: the server ends the session gracefully; nothing of it is kept for a reclaim.
+    session?.connection.goodbye(this.#nextRequestId++);
+    for (const carry of [...this.#claims.carries]) this.#claims.giveUpCarry(carry, "disconnected");
+    this.#claims.endAll(
+      "disconnected",
+      (pending) => this.#reject(pending, new ConnectionError("The client is closed")),
     );
+    this.#claims.stop();
+    this.#closing = Promise.all([
+      session?.connection.socketClosed,
+      this.#reconnecting,
+      ...this.#retiring,
+    ]).then(() => {});
     return this.#closing;
   }
 
@@ -416,36 +309,21 @@ class LockdClient implements Client {
     connection.onViolation = (what) => this.#violation(session, what);
     connection.start();
     if (this.#session !== session) return; // closed while delivering what came with WELCOME
-    const unsent = [...this.#unsent];
-    this.#unsent.clear();
+    // Claims carried over first (RESUME, then every RECLAIM), before any new ACQUIRE.
+    this.#resume(session);
+    const unsent = [...this.#claims.unsent];
+    this.#claims.unsent.clear();
     for (const pending of unsent) this.#sendAcquire(pending);
     this.#armHeartbeat();
+    this.#claims.armDeadline();
   }
 
   #onConnectionClosed(session: Session, closingError: ErrorMessage | null): void {
     if (this.#session !== session) return;
-    this.#expireOverdue(this.#scheduler.monotonicMs());
-    this.#session = null;
-    session.cancelTimers();
-    const notLeader = closingError?.code === WIRE_CODES.NOT_LEADER.code;
-    const reason: LostReason = closingError?.code === WIRE_CODES.CLOSED_BY_ADMIN.code
-      ? "force"
-      : closingError?.code === WIRE_CODES.IO_TIMEOUT.code
-      ? "io_timeout"
-      : notLeader
-      ? "failover"
-      : "disconnected";
-    if (session.violated) {
-      // That node broke the protocol: try the others first, and keep backing off.
-      if (this.#settings.addrs.length > 1) this.#avoid = session.addr;
-      this.#preferred = null;
-    } else {
-      this.#violationsInARow = 0;
-    }
-    if (notLeader) {
+    if (closingError?.code === WIRE_CODES.NOT_LEADER.code) {
       // A node that stopped leading names the new leader when it knows it: go there first,
       // if redirect.ts allows it; a name that is no address is that node's failure.
-      const name = closingError!.name;
+      const name = closingError.name;
       const verdict = redirectVerdict(name, this.#settings.addrs, this.#settings.tls !== undefined);
       this.#preferred = verdict.follow ? verdict.addr : null;
       // A node that stopped leading is asked last when it names no leader to follow.
@@ -456,29 +334,92 @@ class LockdClient implements Client {
         );
       }
     }
-    this.#endOwnerships(reason);
-    const waiting = [...this.#pending.values()];
-    this.#pending.clear();
-    if (!this.#settings.reconnect) {
-      this.#failed = true;
-      for (const pending of [...waiting, ...this.#unsent]) {
-        if (pending.state !== "abandoned") {
-          this.#settle(pending);
-          pending.reject(new ConnectionError("The connection to the lockd server was lost"));
-        }
+    this.#endSession(session, closingError?.code ?? null, false);
+  }
+
+  /**
+   * Whether the claims of `session`, which just ended, are carried over to the next connection:
+   * only when the server that had them may not have ended them on purpose. The client gave the
+   * connection up as silent (a frozen or cut-off server, a stalled path: the server may still
+   * hold the session, and a single node moves it); or, in cluster mode (a term above 0), it
+   * closed without an ERROR (a leader that died, a reset) or with NOT_LEADER or SHUTTING_DOWN (a
+   * leader that stopped leading). Not after CLOSED_BY_ADMIN, IO_TIMEOUT or another closing ERROR,
+   * a protocol error, or on a single node whose connection closed: a server that still serves
+   * has ended those ownerships (and may grant the locks again at once), and a restarted one
+   * remembers none.
+   */
+  #carriesOver(session: Session, closeCode: number | null, abandoned: boolean): boolean {
+    if (this.#closed || session.violated || !this.#takesReclaims(session)) return false;
+    if (abandoned) return true;
+    const term = session.connection.welcome.term ?? 0;
+    return term > 0 && (closeCode === null || LEADER_GONE.has(closeCode));
+  }
+
+  /** Claims of `session` can be carried over (this client reclaims, its server takes them). */
+  #takesReclaims(session: Session): boolean {
+    return this.#settings.reclaim && this.#settings.reconnect && session.takesReclaims;
+  }
+
+  /**
+   * The connection ended. Owned locks are lost, or carried over (`#carriesOver`); waiting
+   * acquires wait for the next session, carried over with their place or at the tail.
+   * `abandoned`: the client gave it up (silent); with claims to carry its socket stays open.
+   */
+  #endSession(session: Session, closeCode: number | null, abandoned: boolean): void {
+    if (this.#session !== session) return;
+    this.#session = null;
+    session.cancelTimers();
+    if (session.violated) {
+      // That node broke the protocol: try the others first, and keep backing off.
+      if (this.#settings.addrs.length > 1) this.#avoid = session.addr;
+      this.#preferred = null;
+    } else {
+      this.#violationsInARow = 0;
+    }
+    const nowMs = this.#scheduler.monotonicMs();
+    const welcome = session.connection.welcome;
+    if (session.version === 2 && !session.violated) {
+      this.#previous = { term: welcome.term ?? 0, sessionId: welcome.sessionId };
+    }
+    const carry: Carry | null = this.#carriesOver(session, closeCode, abandoned)
+      ? {
+        term: welcome.term ?? 0,
+        sessionId: welcome.sessionId,
+        lostAtMs: nowMs,
+        windowEndMs: nowMs + (welcome.reclaimWindowMs ?? 0),
+        kept: abandoned ? session.connection : null,
+        locks: [],
+        queued: [],
+        timer: null,
+        windowOver: false,
       }
-      this.#unsent.clear();
+      : null;
+    if (carry?.kept == null) session.connection.close();
+    this.#claims.carryOwnerships(closeCode, carry);
+    this.#carryWaits(session, carry);
+    if (carry !== null) this.#claims.keepCarry(carry);
+    this.#claims.armDeadline();
+    if (this.#closed || !this.#settings.reconnect) return;
+    // A fail-over with the new leader named: follow it at once, without back-off.
+    this.#scheduleReconnect(
+      closeCode === WIRE_CODES.NOT_LEADER.code && this.#preferred !== null,
+    );
+  }
+
+  /** The waiting acquires of a session that ended: carried over in `carry`, or to the tail. */
+  #carryWaits(session: Session, carry: Carry | null): void {
+    const waiting = [...this.#claims.pending.values()].filter((p) => p.state !== "abandoned");
+    this.#claims.pending.clear();
+    if (this.#closed || !this.#settings.reconnect) {
+      if (!this.#closed) this.#failed = true;
+      const error = new ConnectionError(
+        this.#closed ? "The client is closed" : "The connection to the lockd server was lost",
+      );
+      for (const pending of [...waiting, ...this.#claims.unsent]) this.#reject(pending, error);
+      this.#claims.unsent.clear();
       return;
     }
-    // Waiting claims rejoin the tail of their queues on the next session.
-    for (const pending of waiting) {
-      if (pending.state === "abandoned") continue;
-      pending.state = "unsent";
-      pending.requestId = 0;
-      this.#unsent.add(pending);
-    }
-    // A fail-over with the new leader named: follow it at once, without back-off.
-    this.#scheduleReconnect(notLeader && this.#preferred !== null);
+    this.#claims.carryWaits(waiting, session.connection.welcome.sessionId, carry);
   }
 
   #scheduleReconnect(now = false): void {
@@ -525,24 +466,113 @@ class LockdClient implements Client {
     this.#attach(connection, addr);
   }
 
+  // ---- carrying claims over (protocol version 2) ------------------------------------------
+
+  /**
+   * After WELCOME: RESUME and a RECLAIM per claim of one carry; the others, and all of them when
+   * this server takes no reclaims, are given up. With nothing to carry over, a RESUME of no
+   * claims still names the version-2 session that ended: a new leader after a planned hand-over
+   * ends its reclaim window early once every session it lists is back.
+   */
+  #resume(session: Session): void {
+    const previous = this.#previous;
+    this.#previous = null;
+    let resumed = false;
+    if (this.#claims.carries.length > 0) {
+      // Claims given up here go out after the RECLAIMs, with the new ACQUIREs.
+      this.#holdingAcquires = true;
+      try {
+        resumed = this.#resumeCarry(session);
+      } finally {
+        this.#holdingAcquires = false;
+      }
+    }
+    if (!resumed && previous !== null && session.takesReclaims) {
+      this.#sendResume(session, previous.term, previous.sessionId, 0);
+    }
+  }
+
+  #sendResume(session: Session, term: number, sessionId: number, claims: number): void {
+    const requestId = this.#nextRequestId++;
+    session.resumeId = requestId;
+    session.ledger.resumeSent(requestId);
+    session.connection.send({
+      type: "resume",
+      requestId,
+      prevTerm: term,
+      prevSessionId: sessionId,
+      claims,
+    });
+  }
+
+  /** RESUME and the RECLAIMs of the carry chosen; false when none was sent. */
+  #resumeCarry(session: Session): boolean {
+    const chosen = this.#takesReclaims(session) ? chooseCarry(this.#claims.carries) : null;
+    for (const carry of [...this.#claims.carries]) {
+      if (carry !== chosen) this.#claims.giveUpCarry(carry, "failover");
+    }
+    if (chosen === null) return false;
+    const { locks, queued } = this.#claims.toReclaim(chosen);
+    if (locks.length + queued.length === 0) return false;
+    this.#sendResume(session, chosen.term, chosen.sessionId, locks.length + queued.length);
+    for (const handle of locks) this.#sendOwnedReclaim(session, handle);
+    for (const pending of queued) this.#sendQueuedReclaim(session, pending);
+    return true;
+  }
+
+  #sendOwnedReclaim(session: Session, handle: LockHandle): void {
+    const requestId = this.#nextRequestId++;
+    handle.reclaimRequestId = requestId;
+    handle.reclaimSentAtMs = this.#scheduler.monotonicMs();
+    this.#claims.reclaims.set(requestId, handle);
+    session.ledger.reclaimSent(requestId, handle.name, "owned", handle.token);
+    session.connection.send(ownedReclaim(handle, requestId));
+  }
+
+  #sendQueuedReclaim(session: Session, pending: PendingAcquire): void {
+    const waitMs = this.#waitLeft(pending);
+    this.#register(pending);
+    session.ledger.reclaimSent(pending.requestId, pending.name, "queued");
+    session.connection.send(queuedReclaim(pending, waitMs));
+  }
+
+  /** Closes a connection given up or done with: GOODBYE (version 2), then the socket. */
+  #retire(connection: Connection): void {
+    if (connection.closed) return;
+    connection.goodbye(this.#nextRequestId++);
+    const closed = connection.socketClosed;
+    this.#retiring.add(closed);
+    void closed.then(() => this.#retiring.delete(closed));
+  }
+
   // ---- requests ---------------------------------------------------------------------------
+
+  /** What is left of a waiting acquire's bound, for the wire. */
+  #waitLeft(pending: PendingAcquire): number {
+    if (pending.waitEndMs === null) return pending.waitMs;
+    const leftMs = pending.waitEndMs - this.#scheduler.monotonicMs();
+    return Math.max(0, Math.min(WAIT_FOREVER - 1, Math.ceil(leftMs)));
+  }
+
+  /** Books a waiting acquire's request (an ACQUIRE or a queued RECLAIM) on `session`. */
+  #register(pending: PendingAcquire): void {
+    pending.state = "sent";
+    pending.requestId = this.#nextRequestId++;
+    pending.sentAtMs = this.#scheduler.monotonicMs();
+    this.#claims.pending.set(pending.requestId, pending);
+    this.#armHeartbeat(); // a waiting claim's lease counts for the cadence
+  }
 
   #sendAcquire(pending: PendingAcquire): void {
     const session = this.#session;
-    if (session === null) {
+    if (session === null || this.#holdingAcquires) {
       pending.state = "unsent";
-      this.#unsent.add(pending);
+      this.#claims.unsent.add(pending); // sent after the next WELCOME (and its RECLAIMs)
       return;
     }
-    const nowMs = this.#scheduler.monotonicMs();
-    let waitMs = pending.waitMs;
-    if (pending.waitEndMs !== null) {
-      waitMs = Math.max(0, Math.min(WAIT_FOREVER - 1, Math.ceil(pending.waitEndMs - nowMs)));
-    }
-    pending.state = "sent";
-    pending.requestId = this.#nextRequestId++;
-    pending.sentAtMs = nowMs;
-    this.#pending.set(pending.requestId, pending);
+    const waitMs = this.#waitLeft(pending);
+    forgetTicket(pending); // a new place at the tail
+    this.#register(pending);
     session.ledger.acquireSent(pending.requestId, pending.name);
     session.connection.send({
       type: "acquire",
@@ -550,20 +580,23 @@ class LockdClient implements Client {
       name: pending.name,
       leaseMs: pending.requestedLeaseMs,
       waitMs,
+      // Version 2: a plain lock (exclusive, limit 1), as version 1 has them.
+      ...(session.version === 2 ? { limit: 1 } : {}),
     });
-    this.#armHeartbeat();
   }
 
   /** The caller stops waiting (wait bound, abort); a queued claim is cancelled on the server. */
   #giveUp(pending: PendingAcquire, error: unknown): void {
     if (pending.state === "abandoned") return;
     this.#settle(pending);
-    if (pending.state === "unsent") {
-      this.#unsent.delete(pending);
-    } else if (this.#pending.get(pending.requestId) === pending) {
+    this.#claims.outOfCarry(pending);
+    if (pending.state === "unsent" || pending.state === "carried") {
+      this.#claims.unsent.delete(pending);
+      pending.state = "abandoned";
+    } else if (this.#claims.pending.get(pending.requestId) === pending) {
       // Kept until the server's own answer: a grant that crossed the cancel is released then.
       pending.state = "abandoned";
-      this.#sendUntracked({ type: "release", name: pending.name, token: 0 }, 0);
+      this.#sendRelease({ name: pending.name, token: 0 }, 0);
     }
     pending.reject(error);
   }
@@ -574,38 +607,29 @@ class LockdClient implements Client {
     if (pending.onAbort) pending.signal?.removeEventListener("abort", pending.onAbort);
   }
 
-  #release(handle: LockHandle): Promise<void> {
-    const session = this.#session;
-    if (session === null || this.#owned.get(handle.acquireRequestId) !== handle) {
-      handle.markReleased();
-      return Promise.resolve();
-    }
-    return new Promise<void>((resolve, reject) => {
-      const requestId = this.#nextRequestId++;
-      this.#releases.set(requestId, { handle, resolve, reject });
-      session.ledger.releaseSent(requestId, handle.name, handle.acquireRequestId);
-      session.connection.send({
-        type: "release",
-        requestId,
-        name: handle.name,
-        token: handle.token,
-      });
-    });
+  #reject(pending: PendingAcquire, error: unknown): void {
+    if (pending.state === "abandoned") return;
+    pending.state = "abandoned";
+    this.#settle(pending);
+    pending.reject(error);
   }
 
   /**
-   * A RELEASE whose reply nobody waits for: the ledger still expects it (so it is checked), and
-   * its answer also ends what may come for the ACQUIRE `acquireRequestId` (0: a token-0 cancel).
+   * Sends RELEASE (`token` 0: a cancel); the ledger still expects its answer (so it is checked),
+   * which also ends what may come for the request `acquireRequestId` (0: a token-0 cancel).
    */
-  #sendUntracked(
-    request: { type: "release"; name: string; token: number },
-    acquireRequestId: number,
-  ): void {
+  #sendRelease(claim: { name: string; token: number }, acquireRequestId: number): number {
     const session = this.#session;
-    if (session === null) return;
+    if (session === null) return 0;
     const requestId = this.#nextRequestId++;
-    session.ledger.releaseSent(requestId, request.name, acquireRequestId);
-    session.connection.send({ ...request, requestId });
+    session.ledger.releaseSent(requestId, claim.name, acquireRequestId);
+    session.connection.send({
+      type: "release",
+      requestId,
+      name: claim.name,
+      token: claim.token,
+    });
+    return requestId;
   }
 
   // ---- replies ----------------------------------------------------------------------------
@@ -615,7 +639,7 @@ class LockdClient implements Client {
     const nowMs = this.#scheduler.monotonicMs();
     session.lastFrameAtMs = nowMs;
     // A deadline that has passed is final, whatever this frame says.
-    this.#expireOverdue(nowMs);
+    this.#claims.expireOverdue(nowMs);
     if (message.type === "welcome") return; // the connection lets only replies through
     // A reply must fit the request it names (request id 0: a server condition, handled below).
     const misfit = message.requestId === 0 ? null : session.ledger.accept(message);
@@ -626,50 +650,67 @@ class LockdClient implements Client {
     }
     switch (message.type) {
       case "acquired":
-        this.#onAcquired(message.requestId, message.name, message.token, message.leaseMs);
+        if (this.#claims.reclaims.has(message.requestId)) {
+          this.#claims.reclaimKept(session, message);
+        } else this.#onAcquired(session, message);
         break;
       case "released": {
-        const release = this.#releases.get(message.requestId);
-        if (release === undefined) break;
-        this.#releases.delete(message.requestId);
-        this.#owned.delete(release.handle.acquireRequestId);
-        release.handle.markReleased();
-        release.resolve();
+        const handle = this.#claims.releases.get(message.requestId);
+        if (handle !== undefined) this.#claims.ownershipOver(handle, "disconnected");
         break;
       }
       case "heartbeat_ack":
         this.#onHeartbeatAck(session, message.requestId);
         break;
       case "error":
-        this.#onError(message);
+        this.#onError(session, message);
         break;
       case "queued":
-        break; // the position is informative only
+        this.#claims.queued(session, message);
+        break;
+      case "resumed":
+        if (message.requestId === session.resumeId) this.#onResumed(session);
+        break;
       default:
-        break; // the connection lets only server replies through
+        break; // the ledger lets only replies to this client's requests through
     }
-    this.#armDeadline();
+    this.#claims.armDeadline();
+    this.#armHeartbeat();
   }
 
-  #onAcquired(requestId: number, name: string, token: number, leaseMs: number): void {
-    const pending = this.#pending.get(requestId);
+  #onAcquired(session: Session, message: Acquired): void {
+    const pending = this.#claims.pending.get(message.requestId);
     if (pending === undefined) return;
-    this.#pending.delete(requestId);
+    this.#claims.pending.delete(message.requestId);
+    this.#claims.outOfCarry(pending);
     if (pending.state === "abandoned") {
-      this.#sendUntracked({ type: "release", name, token }, requestId);
+      // The caller gave up while the grant was on its way: hand it back at once.
+      this.#sendRelease(message, message.requestId);
       return;
     }
     this.#settle(pending);
+    pending.state = "abandoned"; // settled: nothing more happens to it
     const handle = new LockHandle(
-      { name, token, leaseMs, acquireRequestId: requestId, acquireSentAtMs: pending.sentAtMs },
-      (h) => this.#release(h),
-      (h) => this.#checkDeadline(h),
+      {
+        name: message.name,
+        token: message.token,
+        leaseMs: message.leaseMs,
+        requestId: message.requestId,
+        confirmedSendMs: pending.sentAtMs,
+        confirmer: session,
+        suspend: pending.suspend,
+      },
+      (h) => this.#claims.release(h),
+      (h) => this.#claims.checkDeadline(h),
     );
-    this.#owned.set(requestId, handle);
-    // A grant whose lease cannot be confirmed any more (heartbeats unanswered for too long)
-    // arrives already lost.
-    this.#expireOverdue(this.#scheduler.monotonicMs());
-    this.#armHeartbeat();
+    handle.ticket = session.takesReclaims ? message.ticket ?? EMPTY_TICKET : EMPTY_TICKET;
+    this.#claims.owned.set(message.requestId, handle);
+    if (this.#scheduler.monotonicMs() >= handle.deadlineMs) {
+      // Granted too late to be confirmed (a long wait without acknowledged heartbeats): it
+      // arrives lost, and goes back to the server at once.
+      this.#claims.ownershipOver(handle, "lease_unconfirmed");
+      this.#sendRelease(handle, handle.requestId);
+    }
     pending.resolve(handle);
   }
 
@@ -682,129 +723,62 @@ class LockdClient implements Client {
       if (id === requestId) break;
     }
     session.lastAckedHeartbeatSendMs = Math.max(session.lastAckedHeartbeatSendMs, sentAtMs);
+    this.#claims.confirmSuspended();
   }
 
-  #onError(error: ErrorMessage): void {
+  /** The new server has decided about the old session: a socket kept for it is closed now. */
+  #onResumed(session: Session): void {
+    session.resumeId = 0;
+    for (const carry of this.#claims.carries) {
+      if (carry.kept !== null) this.#retire(carry.kept);
+      carry.kept = null;
+    }
+  }
+
+  #onError(session: Session, error: ErrorMessage): void {
     const { requestId, code } = error;
+    if (requestId === 0) return; // INVALID_ARGUMENT for a request with id 0: never sent
     if (code === WIRE_CODES.LEASE_EXPIRED.code) {
-      const handle = this.#owned.get(requestId);
-      if (handle !== undefined) this.#endOwnership(handle, "expired");
+      const handle = this.#claims.owned.get(requestId);
+      if (handle !== undefined) this.#claims.ownershipOver(handle, "expired");
       return;
     }
-    const pending = this.#pending.get(requestId);
+    const failure = new LockdError(code, error.name, error.message);
+    if (requestId === session.resumeId) {
+      // RESUME refused (INVALID_ARGUMENT): nothing is moved; each RECLAIM gets its own answer.
+      this.#onResumed(session);
+      return;
+    }
+    const reclaimed = this.#claims.reclaims.get(requestId);
+    if (reclaimed !== undefined) {
+      // CLAIM_VOID (or another refusal): the lock could not be carried over.
+      this.#claims.reclaims.delete(requestId);
+      reclaimed.reclaimRequestId = 0;
+      this.#claims.carriedLost(reclaimed, "failover", failure);
+      return;
+    }
+    const pending = this.#claims.pending.get(requestId);
     if (pending !== undefined) {
-      this.#pending.delete(requestId);
-      if (pending.state === "abandoned") return;
-      this.#settle(pending);
-      pending.reject(new LockdError(code, error.name, error.message));
+      this.#claims.pending.delete(requestId);
+      this.#claims.outOfCarry(pending);
+      this.#reject(pending, failure);
       return;
     }
-    const release = this.#releases.get(requestId);
-    if (release !== undefined) {
-      this.#releases.delete(requestId);
-      this.#owned.delete(release.handle.acquireRequestId);
-      release.handle.markReleased();
-      release.reject(new LockdError(code, error.name, error.message));
-    }
+    const handle = this.#claims.releases.get(requestId);
+    if (handle !== undefined) this.#claims.ownershipOver(handle, "disconnected", failure);
   }
 
   // ---- ownerships and deadlines -----------------------------------------------------------
 
-  #deadlineOf(session: Session, handle: LockHandle): number {
-    const confirmedSendMs = Math.max(handle.acquireSentAtMs, session.lastAckedHeartbeatSendMs);
-    return localDeadlineMs(confirmedSendMs, handle.leaseMs, session.ioTimeoutMs);
-  }
-
-  /**
-   * Reading `lost` or `state`: the ownership ends now if its local deadline has passed, whether
-   * or not the deadline timer has run (a blocked event loop, a paused process).
-   */
-  #checkDeadline(handle: LockHandle): void {
-    const session = this.#session;
-    if (session === null || this.#owned.get(handle.acquireRequestId) !== handle) return;
-    if (this.#scheduler.monotonicMs() < this.#deadlineOf(session, handle)) return;
-    this.#endOwnership(handle, "lease_unconfirmed");
-    this.#armDeadline();
-    this.#armHeartbeat();
-  }
-
-  /** Ends every ownership whose local deadline has passed (reason `lease_unconfirmed`). */
-  #expireOverdue(nowMs: number): void {
-    const session = this.#session;
-    if (session === null) return;
-    for (const handle of this.#owned.values()) {
-      if (nowMs >= this.#deadlineOf(session, handle)) {
-        this.#endOwnership(handle, "lease_unconfirmed");
-      }
-    }
-  }
-
-  /**
-   * The ownership is over for this client: `lost` fires (a held lock) or `release()` resolves
-   * (a lock being released). After a local deadline the server may still think it owned, so
-   * it is released there too.
-   */
-  #endOwnership(handle: LockHandle, reason: LostReason): void {
-    this.#owned.delete(handle.acquireRequestId);
-    for (const [requestId, release] of this.#releases) {
-      if (release.handle !== handle) continue;
-      this.#releases.delete(requestId);
-      handle.markReleased();
-      release.resolve();
-    }
-    if (handle.markLost(reason) && reason === "lease_unconfirmed") {
-      this.#sendUntracked(
-        { type: "release", name: handle.name, token: handle.token },
-        handle.acquireRequestId,
-      );
-    }
-  }
-
-  #endOwnerships(reason: LostReason): void {
-    for (const handle of [...this.#owned.values()]) this.#endOwnership(handle, reason);
-    for (const release of this.#releases.values()) {
-      release.handle.markReleased();
-      release.resolve(); // the session is gone, so is the ownership
-    }
-    this.#releases.clear();
-  }
-
-  /** One timer at the earliest local deadline of the session's ownerships. */
-  #armDeadline(): void {
-    const session = this.#session;
-    if (session === null) return;
-    let dueMs = Infinity;
-    for (const handle of this.#owned.values()) {
-      dueMs = Math.min(dueMs, this.#deadlineOf(session, handle));
-    }
-    if (dueMs === session.deadlineDueMs) return;
-    session.deadlineTimer?.cancel();
-    session.deadlineTimer = null;
-    session.deadlineDueMs = dueMs;
-    if (dueMs === Infinity) return;
-    session.deadlineTimer = this.#scheduler.setTimer(() => {
-      session.deadlineTimer = null;
-      session.deadlineDueMs = Infinity;
-      if (this.#session !== session) return;
-      this.#expireOverdue(this.#scheduler.monotonicMs());
-      this.#armDeadline();
-    }, dueMs - this.#scheduler.monotonicMs());
-  }
-
-  // ---- heartbeats -------------------------------------------------------------------------
-
-  /** Leases the session owns or waits for (each sets an upper bound on the heartbeat period). */
-  *#leasesInPlay(session: Session): Iterable<number> {
-    for (const handle of this.#owned.values()) yield handle.leaseMs;
-    for (const pending of this.#pending.values()) {
-      yield effectiveLeaseMs(pending.requestedLeaseMs, session.connection.welcome);
-    }
-  }
+  // ---- heartbeats and silence ---------------------------------------------------------------
 
   #armHeartbeat(): void {
     const session = this.#session;
     if (session === null) return;
-    const intervalMs = heartbeatIntervalMs(session.ioTimeoutMs, this.#leasesInPlay(session));
+    const intervalMs = heartbeatIntervalMs(
+      session.ioTimeoutMs,
+      this.#claims.leasesInPlay(session.connection.welcome),
+    );
     const dueMs = session.lastHeartbeatSentMs + intervalMs;
     if (session.heartbeatTimer !== null && session.heartbeatDueMs <= dueMs) return;
     session.heartbeatTimer?.cancel();
@@ -820,31 +794,56 @@ class LockdClient implements Client {
     session.heartbeatDueMs = Infinity;
     if (this.#session !== session) return;
     const nowMs = this.#scheduler.monotonicMs();
-    // A connection that answered nothing for the I/O timeout is dead (a stalled path, a
-    // vanished server): the server would have closed a session as silent as that.
-    // With several nodes to choose from, a silent leader (frozen, cut off) is left sooner.
-    const silenceMs = this.#settings.addrs.length > 1
-      ? Math.min(session.ioTimeoutMs, CLUSTER_CLIENT_SILENCE_MS)
-      : session.ioTimeoutMs;
-    const oldest = session.heartbeats.values().next();
-    if (
-      !oldest.done && nowMs - oldest.value >= silenceMs &&
-      nowMs - session.lastFrameAtMs >= silenceMs
-    ) {
-      if (this.#settings.addrs.length > 1) {
-        // That node may be frozen: a new connection to it would wait out the connect timeout.
-        this.#avoid = this.#preferred;
-        this.#preferred = null;
-      }
-      session.connection.close();
-      return;
-    }
     const requestId = this.#nextRequestId++;
     session.heartbeats.set(requestId, nowMs);
     session.ledger.heartbeatSent(requestId);
     session.lastHeartbeatSentMs = nowMs;
     session.connection.send({ type: "heartbeat", requestId });
+    this.#armSilence(session);
     this.#armHeartbeat();
+  }
+
+  /**
+   * How long a connection may stay silent after an unanswered heartbeat: the I/O timeout (the
+   * server would have closed a session as silent as that), or 3 s with several nodes (a frozen
+   * or cut-off leader: another node takes over meanwhile) and on a session whose claims can be
+   * carried over (well before the deadlines of long leases).
+   */
+  #silenceMs(session: Session): number {
+    return this.#settings.addrs.length > 1 || this.#takesReclaims(session)
+      ? Math.min(session.ioTimeoutMs, CLUSTER_CLIENT_SILENCE_MS)
+      : session.ioTimeoutMs;
+  }
+
+  /** The silence check runs on its own timer, not at the next heartbeat. */
+  #armSilence(session: Session): void {
+    if (session.silenceTimer !== null || session.heartbeats.size === 0) return;
+    const oldest = session.heartbeats.values().next().value!;
+    const dueMs = Math.max(oldest, session.lastFrameAtMs) + this.#silenceMs(session);
+    session.silenceTimer = this.#scheduler.setTimer(
+      () => this.#silenceDue(session),
+      dueMs - this.#scheduler.monotonicMs(),
+    );
+  }
+
+  #silenceDue(session: Session): void {
+    session.silenceTimer = null;
+    if (this.#session !== session || session.heartbeats.size === 0) return;
+    const nowMs = this.#scheduler.monotonicMs();
+    const oldest = session.heartbeats.values().next().value!;
+    const silenceMs = this.#silenceMs(session);
+    if (nowMs - oldest < silenceMs || nowMs - session.lastFrameAtMs < silenceMs) {
+      this.#armSilence(session);
+      return;
+    }
+    // No answer for that long: the server closed its side by now, or the path is dead, or
+    // (cluster) the leader froze or was cut off.
+    if (this.#settings.addrs.length > 1) {
+      // That node may be frozen: a new connection to it would wait out the connect timeout.
+      this.#avoid = session.addr;
+      this.#preferred = null;
+    }
+    this.#endSession(session, null, true);
   }
 
   /** The server broke the protocol on `session`'s connection, which is closing. */
@@ -863,17 +862,5 @@ class LockdClient implements Client {
     } catch {
       // The application's callback must not break the client.
     }
-  }
-
-  /** close(): everything still waiting rejects; owned locks are lost. */
-  #endAll(error: Error, reason: LostReason): void {
-    for (const pending of [...this.#pending.values(), ...this.#unsent]) {
-      if (pending.state === "abandoned") continue;
-      this.#settle(pending);
-      pending.reject(error);
-    }
-    this.#pending.clear();
-    this.#unsent.clear();
-    this.#endOwnerships(reason);
   }
 }

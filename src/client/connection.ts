@@ -11,20 +11,49 @@ import { type HostPort, parseHostPort } from "../host_port.ts";
 import { ProtocolError, WIRE_CODES, wireCodeInfo } from "../wire/codes.ts";
 import { FrameWriter } from "../wire/frame.ts";
 import { FrameReader } from "../wire/frame_reader.ts";
+import type { ClientMessage, ErrorMessage, ServerMessage, Welcome } from "../wire/messages.ts";
 import {
-  type ClientMessage,
-  type ErrorMessage,
-  PROTOCOL_VERSION,
-  type ServerMessage,
-  type Welcome,
-} from "../wire/messages.ts";
-import { IO_TIMEOUT_MS_MAX, IO_TIMEOUT_MS_MIN, LEASE_MS_MAX_MAX, LEASE_MS_MIN } from "../limits.ts";
+  IO_TIMEOUT_MS_MAX,
+  IO_TIMEOUT_MS_MIN,
+  LEASE_MS_MAX_MAX,
+  LEASE_MS_MIN,
+  RECLAIM_WINDOW_MS_MAX,
+  WELCOME_VALUE_BYTES_MAX,
+} from "../limits.ts";
 import { ConnectionError, LockdError, ServerProtocolError } from "./errors.ts";
 import type { ClientSocket, ClientTlsOptions, Dial } from "./transport.ts";
 import { wrongProtocolError } from "./wrong_protocol.ts";
 import { errorText } from "../error_text.ts";
 
 export type { ClientTlsOptions } from "./transport.ts";
+
+/**
+ * The protocol version HELLO asks for first, and the one it falls back to at a server of before
+ * version 2 (UNSUPPORTED_VERSION), within the same connect bound (docs/protocol.md, "Reclaiming
+ * after a fail-over"). The next connection asks for 2 again: in a rolling upgrade the node may
+ * speak it by then.
+ */
+const HELLO_VERSION = 2;
+const HELLO_VERSION_FALLBACK = 1;
+
+/**
+ * Failures no retry mends (another protocol on that port, TLS against a plain listener, a
+ * certificate refused, a redirect the client may not follow): a first connect over several
+ * addresses ends with one at once instead of going round the list again until its bound.
+ */
+const FINAL = new WeakSet<object>();
+
+/** Marks `error` as one no retry mends (see {@link isFinal}); returns it. */
+export function final<E extends Error>(error: E): E {
+  FINAL.add(error);
+  return error;
+}
+
+/** Whether `error` is one no retry mends: marked so, or a LockdError that is not retryable. */
+export function isFinal(error: unknown): boolean {
+  if (typeof error !== "object" || error === null) return false;
+  return FINAL.has(error) || (error instanceof LockdError && !error.retryable);
+}
 
 /** How to open a connection. */
 export interface ConnectionOptions {
@@ -67,6 +96,8 @@ export class Connection {
   /** Whether this connection presents a client certificate (mutual TLS). */
   #clientCertificate = false;
   #addr = "";
+  /** The protocol version the HELLO asked for (the WELCOME must answer with it). */
+  #version = HELLO_VERSION;
   #firstBytesSeen = false;
   #resolveSocketClosed: () => void = () => {};
 
@@ -84,8 +115,30 @@ export class Connection {
     this.#socketClosed = new Promise((resolve) => this.#resolveSocketClosed = resolve);
   }
 
-  /** Dials and completes the handshake within `options.timeoutMs`. Never throws: rejects. */
-  static open(options: ConnectionOptions): Promise<Connection> {
+  /**
+   * Dials and completes the handshake within `options.timeoutMs`, asking for protocol version 2
+   * and, at a server that does not speak it, for version 1 within what is left of the bound.
+   * Never throws: rejects.
+   */
+  static async open(options: ConnectionOptions): Promise<Connection> {
+    const startMs = options.scheduler.monotonicMs();
+    try {
+      return await Connection.#openVersion(options, HELLO_VERSION);
+    } catch (error) {
+      if (!(error instanceof LockdError && error.code === WIRE_CODES.UNSUPPORTED_VERSION.code)) {
+        throw error;
+      }
+    }
+    const leftMs = options.timeoutMs - (options.scheduler.monotonicMs() - startMs);
+    if (leftMs <= 0) {
+      throw new ConnectionError(
+        `Cannot connect to lockd at ${options.addr}: no WELCOME within ${options.timeoutMs} ms`,
+      );
+    }
+    return await Connection.#openVersion({ ...options, timeoutMs: leftMs }, HELLO_VERSION_FALLBACK);
+  }
+
+  static #openVersion(options: ConnectionOptions, version: number): Promise<Connection> {
     let target;
     try {
       target = parseHostPort(options.addr);
@@ -97,6 +150,7 @@ export class Connection {
       );
     }
     const connection = new Connection();
+    connection.#version = version;
     connection.#tls = options.tls !== undefined;
     connection.#clientCertificate = options.tls?.cert !== undefined;
     connection.#addr = options.addr;
@@ -174,16 +228,16 @@ export class Connection {
         }
         this.#socket = socket;
         const hello = new FrameWriter();
-        hello.push({ type: "hello", version: PROTOCOL_VERSION, clientName: options.clientName });
+        hello.push({ type: "hello", version: this.#version, clientName: options.clientName });
         socket.write(hello.take());
       },
-      (error) =>
-        settle(
-          new ConnectionError(
-            `Cannot connect to lockd at ${options.addr}: ${dialFailureText(error, options)}`,
-            { cause: error },
-          ),
-        ),
+      (error) => {
+        const failure = new ConnectionError(
+          `Cannot connect to lockd at ${options.addr}: ${dialFailureText(error, options)}`,
+          { cause: error },
+        );
+        settle(dialFailureIsFinal(error, options) ? final(failure) : failure);
+      },
     );
   }
 
@@ -219,6 +273,24 @@ export class Connection {
     }
   }
 
+  /** The protocol version of the session (WELCOME's: 2, or 1 at a server of before version 2). */
+  get version(): number {
+    return this.#welcome?.version ?? this.#version;
+  }
+
+  /**
+   * Version 2: sends GOODBYE (the server ends the session gracefully, nothing of it kept for a
+   * reclaim) behind every frame queued, then closes as `close()` does. Version 1: `close()`.
+   */
+  goodbye(requestId: number): void {
+    if (this.#state === "open" && this.version === 2) {
+      this.#writer.push({ type: "goodbye", requestId });
+      this.#flushScheduled = false;
+      this.#socket!.write(this.#writer.take());
+    }
+    this.close();
+  }
+
   /** Closes the connection; `onClose` runs at once (not again later). */
   close(): void {
     if (this.#state === "closed") return;
@@ -239,12 +311,16 @@ export class Connection {
         ? null
         : handshakeCloseCause(error, this.#tls, this.#clientCertificate);
       this.#onHandshake?.(
-        new ConnectionError(
-          why === null
-            ? `lockd at ${this.#addr} closed the connection during the handshake`
-            : `Cannot connect to lockd at ${this.#addr}: ${why}`,
-          { cause: error },
-        ),
+        why === null
+          ? new ConnectionError(
+            `lockd at ${this.#addr} closed the connection during the handshake`,
+            { cause: error },
+          )
+          : final(
+            new ConnectionError(`Cannot connect to lockd at ${this.#addr}: ${why}`, {
+              cause: error,
+            }),
+          ),
       );
       return;
     }
@@ -259,7 +335,7 @@ export class Connection {
       // read as a frame of gigabytes, or leave the handshake waiting for its timeout.
       const wrong = wrongProtocolError(this.#addr, bytes, this.#tls);
       if (wrong !== null) {
-        this.#onHandshake?.(wrong);
+        this.#onHandshake?.(final(wrong));
         return;
       }
     }
@@ -280,12 +356,13 @@ export class Connection {
     }
     if (message === null) return;
     if (message.type === "welcome") {
-      const outOfBounds = welcomeOutOfBounds(message);
+      const outOfBounds = welcomeOutOfBounds(message, this.#version);
       if (outOfBounds !== null) {
         this.#onHandshake?.(new ServerProtocolError(this.#addr, outOfBounds));
         return;
       }
       this.#welcome = message;
+      this.#writer.version = message.version;
       this.#onHandshake?.(null);
     } else if (message.type === "error") {
       this.#onHandshake?.(new LockdError(message.code, message.name, message.message));
@@ -339,15 +416,18 @@ export class Connection {
  * server's own flag bounds, src/limits.ts), or null. A client that believed `ioTimeoutMs` 0
  * would heartbeat without pause and drop every connection at once.
  */
-function welcomeOutOfBounds(welcome: Welcome): string | null {
+function welcomeOutOfBounds(welcome: Welcome, asked: number): string | null {
   const bounds: [string, number, number, number][] = [
     ["ioTimeoutMs", welcome.ioTimeoutMs, IO_TIMEOUT_MS_MIN, IO_TIMEOUT_MS_MAX],
     ["leaseMaxMs", welcome.leaseMaxMs, LEASE_MS_MIN, LEASE_MS_MAX_MAX],
     ["leaseDefaultMs", welcome.leaseDefaultMs, LEASE_MS_MIN, welcome.leaseMaxMs],
     ["sessionId", welcome.sessionId, 1, Number.MAX_SAFE_INTEGER],
+    ["term", welcome.term ?? 0, 0, Number.MAX_SAFE_INTEGER],
+    ["reclaimWindowMs", welcome.reclaimWindowMs ?? 0, 0, RECLAIM_WINDOW_MS_MAX],
+    ["valueBytesMax", welcome.valueBytesMax ?? 0, 0, WELCOME_VALUE_BYTES_MAX],
   ];
-  if (welcome.version !== PROTOCOL_VERSION) {
-    return `WELCOME for protocol version ${welcome.version}; this client speaks ${PROTOCOL_VERSION}`;
+  if (welcome.version !== asked) {
+    return `WELCOME for protocol version ${welcome.version}; this client asked for ${asked}`;
   }
   for (const [field, value, min, max] of bounds) {
     if (value < min || value > max) return `WELCOME with ${field} ${value}, outside ${min}..${max}`;
@@ -361,6 +441,7 @@ function isServerReply(message: { type: string }): message is ServerMessage {
     case "acquired":
     case "released":
     case "heartbeat_ack":
+    case "resumed":
     case "error":
       return true;
     default:
@@ -409,6 +490,18 @@ function handshakeCloseCause(
     (alert === undefined ? "" : ` (TLS alert: ${alert})`) +
     "; it probably requires a client certificate (mutual TLS): give tls: { cert, key } to " +
     "connect() (lockd run: -cert FILE -key FILE)";
+}
+
+/**
+ * Whether a dial failure is one no retry mends: TLS against a plain listener, or a server
+ * certificate this client does not accept (another CA, expired, another name).
+ */
+function dialFailureIsFinal(error: unknown, options: { tls?: unknown }): boolean {
+  if (options.tls === undefined) return false;
+  const code = String((error as { code?: unknown } | null)?.code ?? "");
+  const text = `${code} ${errorText(error)}`;
+  return /ERR_SSL_WRONG_VERSION_NUMBER|wrong version number|InvalidContentType|packet length too long|CERT|SELF_SIGNED|UNABLE_TO_VERIFY|UnknownIssuer|certificate/i
+    .test(text);
 }
 
 /**

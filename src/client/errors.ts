@@ -31,8 +31,9 @@ export class LockdError extends Error {
  * - `disconnected`: the connection ended (network, server shutdown, the client was closed).
  * - `lease_unconfirmed`: no heartbeat was acknowledged in time to be sure the lease still
  *   runs (the local lease deadline passed); the server may already have given the lock away.
- * - `failover`: cluster mode: the node stopped leading (stepped down or handed over; ERROR
- *   0x11 NOT_LEADER) and ended the session; a new leader grants the lock again.
+ * - `failover`: cluster mode: the leader changed (it died, stepped down or handed over) and the
+ *   lock could not be carried over to the new one (ERROR 0x12 CLAIM_VOID, the cause then; the
+ *   reclaim window ran out; or a server or client that does not reclaim, protocol version 1).
  */
 export type LostReason =
   | "expired"
@@ -51,9 +52,12 @@ export class LockLostError extends Error {
   /** The fencing token of the lost ownership. */
   readonly token: number;
 
-  /** Builds the error; the client creates these, applications only read them. */
-  constructor(lockName: string, token: number, reason: LostReason) {
-    super(`Lost lock "${lockName}" (token ${token}): ${describeLoss(reason)}`);
+  /**
+   * Builds the error; the client creates these, applications only read them. `options.cause`:
+   * what the server said, when it said something (a {@link LockdError} CLAIM_VOID).
+   */
+  constructor(lockName: string, token: number, reason: LostReason, options?: ErrorOptions) {
+    super(`Lost lock "${lockName}" (token ${token}): ${describeLoss(reason)}`, options);
     this.name = "LockLostError";
     this.reason = reason;
     this.lockName = lockName;
@@ -103,6 +107,7 @@ function describeLoss(reason: LostReason): string {
     case "lease_unconfirmed":
       return "no heartbeat was acknowledged in time to be sure the lease still runs";
     case "failover":
-      return "the cluster node stopped leading (fail-over)";
+      return "the cluster's leader changed and the lock could not be carried over to the new one " +
+        "(fail-over)";
   }
 }

@@ -5,6 +5,8 @@
  */
 
 import { LockLostError, type LostReason } from "./errors.ts";
+import { EMPTY_TICKET } from "../wire/messages.ts";
+import { localDeadlineMs } from "./timing.ts";
 
 /**
  * An owned lock. Release it with `release()`, or hold it with `await using`.
@@ -26,13 +28,20 @@ import { LockLostError, type LostReason } from "./errors.ts";
  * `lost.aborted` right before each step on the guarded resource, and pass `token` with every
  * write so that a resource which checks fencing tokens rejects a stale holder whatever happens
  * on the client.
+ *
+ * **Fail-overs (protocol version 2).** When the connection to a cluster's leader ends (the
+ * leader died, stepped down or went silent), the lock stays held while its local deadline runs
+ * and is carried over to the new leader with its token (docs/cluster.md). A lock acquired with
+ * `suspend: true` whose deadline passes meanwhile is **suspended** rather than lost: `suspended`
+ * is true and a `suspend` event fires; do no unfenced work then (fenced writes stay safe). A
+ * `resume` event fires when it is confirmed again; it is lost (`failover`) when it cannot be.
  */
-export interface Lock extends AsyncDisposable {
+export interface Lock extends AsyncDisposable, EventTarget {
   /** The lock's name. */
   readonly name: string;
   /** The fencing token: pass it to the guarded resource with every write. */
   readonly token: number;
-  /** The effective lease in milliseconds (after the server's clamping). */
+  /** The effective lease in milliseconds (after the server's clamping; the new leader's once carried over). */
   readonly leaseMs: number;
   /**
    * Aborted when the ownership ends without `release()`; its reason is a
@@ -43,8 +52,15 @@ export interface Lock extends AsyncDisposable {
    */
   readonly lost: AbortSignal;
   /**
-   * `held`, `releasing` (release() called, no answer yet), `released` or `lost`; like `lost`,
-   * checked against the local lease deadline when read.
+   * True while a lock acquired with `suspend: true` is not confirmed (its local deadline passed
+   * while it was being carried over to a new leader, or on a silent connection): do no unfenced
+   * work. It becomes held again (event `resume`) or lost (`failover`, or `expired`).
+   */
+  readonly suspended: boolean;
+  /**
+   * `held`, `suspended`, `releasing` (release() called, no answer yet), `released` or `lost`;
+   * like `lost`, checked against the local lease deadline when read. A lock being carried over
+   * to a new leader after a fail-over is `held`.
    */
   readonly state: LockState;
   /**
@@ -56,21 +72,47 @@ export interface Lock extends AsyncDisposable {
 }
 
 /**
- * Legal transitions: `held` → `releasing` (release() called) → `released`; `held` → `lost`.
- * `released` and `lost` are final; `lost` fires only from `held`.
+ * Legal transitions: `held` → `releasing` (release() called) → `released`; `held` → `lost`;
+ * `held` ↔ `suspended` (a lock acquired with `suspend: true`: not confirmed in time, confirmed
+ * again); `suspended` → `lost` or `releasing`. `released` and `lost` are final.
  */
-export type LockState = "held" | "releasing" | "released" | "lost";
+export type LockState = "held" | "suspended" | "releasing" | "released" | "lost";
+
+/**
+ * Where a held lock stands with the server (the client's side only). Legal transitions:
+ * `confirmed` → `reclaiming` (its connection ended in a way that lets it be carried over);
+ * `reclaiming` → `confirmed` (the ACQUIRED of its RECLAIM); `confirmed` or `reclaiming` →
+ * `suspended` (its deadline passed, acquired with `suspend`); `suspended` → `confirmed`
+ * (an acknowledged heartbeat, a kept RECLAIM).
+ */
+export type LockPhase = "confirmed" | "reclaiming" | "suspended";
+
+/** What a lock's deadline is counted against: the connection it was confirmed on last. */
+export interface Confirmer {
+  readonly ioTimeoutMs: number;
+  readonly lastAckedHeartbeatSendMs: number;
+}
 
 /** The client's side of an owned lock. */
-export class LockHandle implements Lock {
+export class LockHandle extends EventTarget implements Lock {
   readonly name: string;
   readonly token: number;
-  readonly leaseMs: number;
-  /** Request id of the ACQUIRE that was granted (LEASE_EXPIRED echoes it). */
-  readonly acquireRequestId: number;
-  /** When that ACQUIRE was sent (client monotonic ms): the first confirmation of the lease. */
-  readonly acquireSentAtMs: number;
-  #state: LockState = "held";
+  leaseMs: number;
+  /** Request id of the ACQUIRE (or RECLAIM) it is keyed by (LEASE_EXPIRED echoes it). */
+  requestId: number;
+  /** Send time of that request (client monotonic ms): the first confirmation of the lease. */
+  confirmedSendMs: number;
+  /** The connection it was confirmed on last (while carried over: the one that was lost). */
+  confirmer: Confirmer;
+  /** Acquired with `suspend: true`. */
+  readonly suspend: boolean;
+  phase: LockPhase = "confirmed";
+  /** The ticket of its last ACQUIRED on a session that takes reclaims (EMPTY_TICKET: none). */
+  ticket: Uint8Array = EMPTY_TICKET;
+  /** An owned RECLAIM on its way: its request id (0: none) and its send time. */
+  reclaimRequestId = 0;
+  reclaimSentAtMs = 0;
+  #state: "held" | "releasing" | "released" | "lost" = "held";
   #releasing: Promise<void> | null = null;
   readonly #lost = new AbortController();
   readonly #sendRelease: (handle: LockHandle) => Promise<void>;
@@ -82,29 +124,58 @@ export class LockHandle implements Lock {
       name: string;
       token: number;
       leaseMs: number;
-      acquireRequestId: number;
-      acquireSentAtMs: number;
+      requestId: number;
+      confirmedSendMs: number;
+      confirmer: Confirmer;
+      suspend?: boolean;
     },
     sendRelease: (handle: LockHandle) => Promise<void>,
     checkDeadline: (handle: LockHandle) => void = () => {},
   ) {
+    super();
     this.name = fields.name;
     this.token = fields.token;
     this.leaseMs = fields.leaseMs;
-    this.acquireRequestId = fields.acquireRequestId;
-    this.acquireSentAtMs = fields.acquireSentAtMs;
+    this.requestId = fields.requestId;
+    this.confirmedSendMs = fields.confirmedSendMs;
+    this.confirmer = fields.confirmer;
+    this.suspend = fields.suspend ?? false;
     this.#sendRelease = sendRelease;
     this.#checkDeadline = checkDeadline;
   }
 
   get state(): LockState {
     this.#check();
+    if (this.#state === "held" && this.phase === "suspended") return "suspended";
     return this.#state;
   }
 
   get lost(): AbortSignal {
     this.#check();
     return this.#lost.signal;
+  }
+
+  get suspended(): boolean {
+    return this.state === "suspended";
+  }
+
+  /** `held` (suspended or not): neither released nor lost. */
+  get live(): boolean {
+    return this.#state === "held";
+  }
+
+  /** `releasing`: release() was called and the ownership is not over yet. */
+  get releasing(): boolean {
+    return this.#state === "releasing";
+  }
+
+  /** The local lease deadline on the client's monotonic clock. */
+  get deadlineMs(): number {
+    const confirmedSendMs = Math.max(
+      this.confirmedSendMs,
+      this.confirmer.lastAckedHeartbeatSendMs,
+    );
+    return localDeadlineMs(confirmedSendMs, this.leaseMs, this.confirmer.ioTimeoutMs);
   }
 
   /** The deadline, read against the clock now: a timer that has not run yet cannot lag it. */
@@ -121,16 +192,28 @@ export class LockHandle implements Lock {
   }
 
   /** `held` → `lost`; returns false (and does nothing) in any other state. */
-  markLost(reason: LostReason): boolean {
+  markLost(reason: LostReason, cause?: unknown): boolean {
     if (this.#state !== "held") return false;
     this.#state = "lost";
-    this.#lost.abort(new LockLostError(this.name, this.token, reason));
+    this.#lost.abort(new LockLostError(this.name, this.token, reason, { cause }));
     return true;
   }
 
   /** `releasing` → `released`. */
   markReleased(): void {
     if (this.#state === "releasing") this.#state = "released";
+  }
+
+  /** Phase `suspended` ↔ `confirmed`, with the `suspend` or `resume` event. */
+  setSuspended(suspended: boolean): void {
+    const was = this.phase === "suspended";
+    this.phase = suspended ? "suspended" : "confirmed";
+    if (was === suspended || this.#state !== "held") return;
+    try {
+      this.dispatchEvent(new Event(suspended ? "suspend" : "resume"));
+    } catch {
+      // A listener's failure must not break the client.
+    }
   }
 
   [Symbol.asyncDispose](): Promise<void> {

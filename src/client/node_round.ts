@@ -8,9 +8,10 @@
 
 import type { Scheduler, Timer } from "../clock.ts";
 import { WIRE_CODES } from "../wire/codes.ts";
-import { Connection } from "./connection.ts";
+import { Connection, final, isFinal } from "./connection.ts";
 import { ConnectionError, LockdError, ServerProtocolError } from "./errors.ts";
 import { nodeKey, redirectVerdict, refusedRedirectText } from "./redirect.ts";
+import { reconnectDelayMs } from "./timing.ts";
 import type { ClientTlsOptions, Dial } from "./transport.ts";
 
 /** How many NOT_LEADER redirects one round over the addresses follows. */
@@ -63,6 +64,8 @@ class NodeRound {
   readonly #attempts = new Set<AbortController>();
   #redirects = 0;
   #lastError: unknown = null;
+  /** A NOT_LEADER of this round that was not followed: the round fails with it. */
+  #refused: unknown = null;
   #inFlight = 0;
   #settled = false;
   #stagger: Timer | null = null;
@@ -89,7 +92,7 @@ class NodeRound {
     const order = this.#order;
     while (order.length > 0 && this.#tried.has(nodeKey(order[0]))) order.shift();
     if (order.length === 0) {
-      if (this.#inFlight === 0) this.#finish(this.#lastError);
+      if (this.#inFlight === 0) this.#finish(this.#refused ?? this.#lastError);
       return;
     }
     const addr = order.shift()!;
@@ -163,18 +166,18 @@ class NodeRound {
       }
     } else if (verdict.why !== "no_leader") {
       // A redirect that is not followed: that node failed; the list goes on.
-      this.#lastError = verdict.why === "invalid"
-        ? new ServerProtocolError(
-          addr,
-          refusedRedirectText(addr, error.lockName, "invalid"),
-          {
+      // A configuration to fix, not a moment: a first connect ends with it.
+      this.#lastError = final(
+        verdict.why === "invalid"
+          ? new ServerProtocolError(addr, refusedRedirectText(addr, error.lockName, "invalid"), {
             cause: error,
-          },
-        )
-        : new ConnectionError(
-          `Cannot connect to lockd: ${refusedRedirectText(addr, error.lockName, "outside_list")}`,
-          { cause: error },
-        );
+          })
+          : new ConnectionError(
+            `Cannot connect to lockd: ${refusedRedirectText(addr, error.lockName, "outside_list")}`,
+            { cause: error },
+          ),
+      );
+      this.#refused = this.#lastError;
     }
   }
 
@@ -184,12 +187,11 @@ class NodeRound {
     this.#settled = true;
     this.#stagger?.cancel();
     if (addrs.length > 1 && error instanceof Error && !this.#signal?.aborted) {
-      this.#reject(
-        new ConnectionError(
-          `Cannot connect to any lockd node of ${addrs.join(", ")}: ${error.message}`,
-          { cause: error },
-        ),
+      const failure = new ConnectionError(
+        `Cannot connect to any lockd node of ${addrs.join(", ")}: ${error.message}`,
+        { cause: error },
       );
+      this.#reject(isFinal(error) ? final(failure) : failure);
     } else {
       this.#reject(error);
     }
@@ -202,6 +204,8 @@ export interface Settings {
   readonly clientName: string;
   readonly tls?: ClientTlsOptions;
   readonly reconnect: boolean;
+  /** Carry claims over to a new leader after a fail-over (protocol version 2). */
+  readonly reclaim: boolean;
   readonly timeoutMs: number;
   readonly signal?: AbortSignal;
   readonly onProtocolError?: (error: ServerProtocolError) => void;
@@ -209,4 +213,58 @@ export interface Settings {
   readonly dial: Dial;
   readonly random: () => number;
   readonly onReconnectFailed?: (attempt: number, error: Error) => void;
+}
+
+/**
+ * The first connect. One address: one round. Several (a cluster, maybe in the middle of a
+ * fail-over, its standbys answering NOT_LEADER or nothing yet): rounds over them with full-jitter
+ * back-off until `settings.timeoutMs` has passed, each attempt bounded by the time left; a
+ * failure no retry mends ends it at once (connection.ts's `isFinal`).
+ */
+export async function openFirst(
+  settings: Settings,
+  signal: AbortSignal | undefined,
+  onRetry: (error: unknown) => void = () => {},
+): Promise<Opened> {
+  if (settings.addrs.length === 1) return await openAny(settings, null, signal);
+  const { scheduler } = settings;
+  const endMs = scheduler.monotonicMs() + settings.timeoutMs;
+  let informative: unknown = null;
+  for (let attempt = 0;; attempt++) {
+    const leftMs = endMs - scheduler.monotonicMs();
+    try {
+      return await openAny({ ...settings, timeoutMs: Math.max(1, leftMs) }, null, signal);
+    } catch (error) {
+      if (signal?.aborted || isFinal(error)) throw error;
+      if (!/no WELCOME within/.test(String((error as Error)?.message))) informative = error;
+      const delayMs = Math.min(
+        reconnectDelayMs(attempt, settings.random),
+        endMs - scheduler.monotonicMs(),
+      );
+      // What the nodes said is worth more than "no WELCOME in time".
+      if (scheduler.monotonicMs() >= endMs - 1) throw informative ?? error;
+      onRetry(error);
+      await sleep(scheduler, Math.max(0, delayMs), signal);
+      if (scheduler.monotonicMs() >= endMs - 1) throw informative ?? error;
+    }
+  }
+}
+
+/** Resolves after `delayMs` on `scheduler`, or rejects when `signal` aborts. */
+function sleep(scheduler: Scheduler, delayMs: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const onAbort = () => {
+      timer.cancel();
+      reject(signal!.reason);
+    };
+    const timer = scheduler.setTimer(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, delayMs);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
 }

@@ -28,12 +28,23 @@ type ReplyOf<T extends Reply["type"]> = Extract<Reply, { readonly type: T }>;
  * → gone (an ERROR that ends the wait); release and heartbeat → gone (their answer).
  */
 type Expected =
-  | { readonly kind: "acquire"; readonly name: string; phase: "waiting" | "owned"; queued: boolean }
+  | {
+    readonly kind: "acquire";
+    readonly name: string;
+    phase: "waiting" | "owned";
+    queued: boolean;
+    /** A RECLAIM (version 2) of an owned or a queued claim; null for an ACQUIRE. */
+    readonly reclaim: "owned" | "queued" | null;
+    /** An owned RECLAIM: the claim's token, which its ACQUIRED must carry again. */
+    readonly token: number;
+  }
   | { readonly kind: "release"; readonly name: string; readonly acquireRequestId: number }
-  | { readonly kind: "heartbeat" };
+  | { readonly kind: "heartbeat" }
+  | { readonly kind: "resume"; readonly name: "" };
 
 const LEASE_EXPIRED = WIRE_CODES.LEASE_EXPIRED.code;
 const NOT_OWNER = WIRE_CODES.NOT_OWNER.code;
+const CLAIM_VOID = WIRE_CODES.CLAIM_VOID.code;
 
 /** Whether `code` is one the protocol version this client speaks defines. */
 function knownCode(code: number): boolean {
@@ -53,8 +64,37 @@ export class ReplyLedger {
     return this.#expected.size;
   }
 
+  /** Whether `requestId` may still get an answer (a new request must not reuse it). */
+  has(requestId: number): boolean {
+    return this.#expected.has(requestId);
+  }
+
   acquireSent(requestId: number, name: string): void {
-    this.#expected.set(requestId, { kind: "acquire", name, phase: "waiting", queued: false });
+    this.#expected.set(requestId, {
+      kind: "acquire",
+      name,
+      phase: "waiting",
+      queued: false,
+      reclaim: null,
+      token: 0,
+    });
+  }
+
+  /** A RECLAIM (version 2): answered as an ACQUIRE; an owned one's ACQUIRED carries `token`. */
+  reclaimSent(requestId: number, name: string, kind: "owned" | "queued", token = 0): void {
+    this.#expected.set(requestId, {
+      kind: "acquire",
+      name,
+      phase: "waiting",
+      queued: false,
+      reclaim: kind,
+      token,
+    });
+  }
+
+  /** A RESUME (version 2): answered by one RESUMED, or refused with an ERROR naming no lock. */
+  resumeSent(requestId: number): void {
+    this.#expected.set(requestId, { kind: "resume", name: "" });
   }
 
   /** `acquireRequestId`: the ACQUIRE of the ownership it ends (0: a token-0 cancel). */
@@ -79,12 +119,7 @@ export class ReplyLedger {
     }
     switch (message.type) {
       case "queued":
-        if (expected.kind !== "acquire" || expected.phase !== "waiting" || expected.queued) {
-          return `${what}, which is not an ACQUIRE waiting for its first QUEUED`;
-        }
-        if (message.name !== expected.name) return this.#wrongName(what, message.name, expected);
-        expected.queued = true;
-        return null;
+        return this.#acceptQueued(message, expected, what);
       case "acquired":
         return this.#acceptAcquired(message, expected, what);
       case "released":
@@ -101,12 +136,36 @@ export class ReplyLedger {
           if (id === requestId) break;
         }
         return null;
+      case "resumed":
+        if (expected.kind !== "resume") return `${what}, which is not a RESUME`;
+        if (typeof message.outcome !== "string") {
+          return `${what} with outcome ${message.outcome}, which names nothing`;
+        }
+        this.#expected.delete(requestId);
+        return null;
       case "error":
         return this.#acceptError(message, expected, what);
       default:
-        // Version-2 replies: a version-1 session never decodes them (an unknown type).
-        return `${what}, a reply this client (protocol version 1) never asks for`;
+        // Replies to what this client never asks for (values, query, watch).
+        return `${what}, a reply this client never asks for`;
     }
+  }
+
+  /** QUEUED: once, for an ACQUIRE or a queued RECLAIM still waiting, in this session's term. */
+  #acceptQueued(message: ReplyOf<"queued">, expected: Expected, what: string): string | null {
+    if (
+      expected.kind !== "acquire" || expected.phase !== "waiting" || expected.queued ||
+      expected.reclaim === "owned"
+    ) {
+      return `${what}, which is not an ACQUIRE or queued RECLAIM waiting for its first QUEUED`;
+    }
+    if (message.name !== expected.name) return this.#wrongName(what, message.name, expected);
+    const term = this.#welcome.term ?? 0;
+    if ((message.orderTerm ?? 0) > term) {
+      return `${what} with orderTerm ${message.orderTerm}, above the session's term ${term}`;
+    }
+    expected.queued = true;
+    return null;
   }
 
   /** ACQUIRED: only for an ACQUIRE still waiting, with a lease and a token in range. */
@@ -116,7 +175,7 @@ export class ReplyLedger {
     what: string,
   ): string | null {
     if (expected.kind !== "acquire" || expected.phase !== "waiting") {
-      return `${what}, which is not an ACQUIRE waiting for its grant`;
+      return `${what}, which is not an ACQUIRE or RECLAIM waiting for its grant`;
     }
     if (message.name !== expected.name) return this.#wrongName(what, message.name, expected);
     const leaseMaxMs = this.#welcome.leaseMaxMs;
@@ -125,6 +184,16 @@ export class ReplyLedger {
     }
     if (message.token < 1 || message.token > TOKEN_MAX) {
       return `${what} with token ${message.token}`;
+    }
+    if (expected.reclaim === "owned" && message.token !== expected.token) {
+      return `${what} with token ${message.token}, but that RECLAIM carried the claim's token ` +
+        `${expected.token}`;
+    }
+    // This client asks for plain locks (exclusive, limit 1), as version 1 has them.
+    const { mode = "exclusive", limit = 1, slot = 0, writeGeneration = 0 } = message;
+    if (mode !== "exclusive" || limit !== 1 || slot !== 0 || writeGeneration !== 0) {
+      return `${what} with mode ${mode}, limit ${limit}, slot ${slot} and write generation ` +
+        `${writeGeneration}, but it asked for a plain lock (exclusive, limit 1)`;
     }
     expected.phase = "owned";
     return null;
@@ -136,6 +205,18 @@ export class ReplyLedger {
     const code = message.code;
     const codeText = `${what} with code ${formatWireCode(code)}`;
     if (expected.kind === "heartbeat") return `${codeText}: a HEARTBEAT has no error answer`;
+    if (code === CLAIM_VOID && !(expected.kind === "acquire" && expected.reclaim === "owned")) {
+      return `${codeText}: CLAIM_VOID answers an owned RECLAIM only`;
+    }
+    if (expected.kind === "resume") {
+      // RESUMED, or a refusal of the request (INVALID_ARGUMENT: not the first request).
+      if (code === LEASE_EXPIRED || code === NOT_OWNER || wireCodeInfo(code).closes) {
+        return `${codeText}: a RESUME is answered RESUMED (or refused)`;
+      }
+      if (message.name !== "") return this.#wrongName(what, message.name, expected);
+      this.#expected.delete(requestId);
+      return null;
+    }
     if (!this.#nameFits(message.name, expected.name)) {
       return this.#wrongName(what, message.name, expected);
     }
@@ -146,13 +227,14 @@ export class ReplyLedger {
       this.#releaseAnswered(requestId, expected.acquireRequestId);
       return null;
     }
+    const an = expected.reclaim === null ? "an ACQUIRE" : "a RECLAIM";
     if (expected.phase === "owned") {
-      if (code !== LEASE_EXPIRED) return `${codeText} for an ACQUIRE that owns its lock`;
+      if (code !== LEASE_EXPIRED) return `${codeText} for ${an} that owns its lock`;
       this.#expected.delete(requestId);
       return null;
     }
     if (code === LEASE_EXPIRED || code === NOT_OWNER || wireCodeInfo(code).closes) {
-      return `${codeText} for an ACQUIRE still waiting`;
+      return `${codeText} for ${an} still waiting`;
     }
     this.#expected.delete(requestId);
     return null;
@@ -172,8 +254,14 @@ export class ReplyLedger {
     return name === asked || (name !== "" && name === cutUtf8(asked, LOCK_NAME_BYTES_MAX));
   }
 
-  #wrongName(what: string, name: string, expected: { kind: string; name: string }): string {
-    const kind = expected.kind.toUpperCase();
+  #wrongName(
+    what: string,
+    name: string,
+    expected: Exclude<Expected, { kind: "heartbeat" }>,
+  ): string {
+    const kind = expected.kind === "acquire" && expected.reclaim !== null
+      ? "RECLAIM"
+      : expected.kind.toUpperCase();
     return `${what} names lock ${quoteUntrusted(name)}, but that ${kind} was for ` +
       quoteUntrusted(expected.name);
   }

@@ -13,16 +13,18 @@
  *   step-down, which ends every ownership as `failover`.
  * - **Promises**: ACQUIRED and HEARTBEAT_ACK leave only while the node serves, and only when
  *   the promise ends within the node's own `safeUntil` (the lease length counted from now) or
- *   within the *horizon* published in etcd for this term (`<cluster>/horizon`). A new leader
- *   reads the horizon of the terms before it and grants nothing until the longest promise they
- *   published could have run out (`electedAt + horizon − margin`), so a client frozen out by a
- *   fail-over never holds a lock the new leader grants again. Leases shorter than the time to
- *   `safeUntil` (about 2/3 of the TTL) never need a horizon.
+ *   within the *horizon* published in etcd for this term (`<cluster>/horizon`). Leases shorter
+ *   than the time to `safeUntil` (about 2/3 of the TTL) never need a horizon.
+ * - **Takeover** (milestone 2, cluster_ownership.ts): a new leader reads the ownership records
+ *   and serves at once; the locks the last term may have left held stay reserved for their
+ *   holders' RECLAIMs until the window ends, at the reclaim grace or when the longest promise the
+ *   last term published could have run out (`electedAt + horizon − margin`), whichever is
+ *   later, so a client frozen out by a fail-over never holds a lock the new leader grants again.
  * - **Step-down**: every promise waiting is dropped and every session closed with NOT_LEADER;
- *   ownerships end as `failover`.
- * - **Planned hand-over** (shutdown): sessions closed with NOT_LEADER, then the leader key is
- *   deleted (with the horizon reset, since nothing is promised any more) so a standby is
- *   elected within a round trip.
+ *   ownerships end as `failover` (on this node; the records keep them for the next leader).
+ * - **Planned hand-over** (shutdown): grants stop, the records are flushed and the sessions with
+ *   claims listed for the next leader, sessions closed with NOT_LEADER, then the leader key is
+ *   deleted (with the horizon reset) so a standby is elected within a round trip.
  *
  * @module
  */
@@ -32,16 +34,25 @@ import {
   CLUSTER_HELLO_HOLD_MS_MAX,
   CLUSTER_PROBE_CACHE_MS,
   CLUSTER_PROBE_TIMEOUT_MS,
+  CLUSTER_RECLAIM_GRACE_MS_DEFAULT,
+  CLUSTER_RECORD_LINGER_MS_DEFAULT,
   CLUSTER_RETRY_MS,
   TOKENS_PER_BLOCK,
 } from "../limits.ts";
 import type { AuditLog } from "../log/audit.ts";
 import { log } from "../log/diagnostic.ts";
 import { notLeaderError, type WireError } from "../service/wire_errors.ts";
-import type { ClusterVoidReason, LeadershipGate } from "../service/leadership_gate.ts";
-import { randomTicketKey, Tickets } from "../security/tickets.ts";
+import type {
+  ClusterVoidReason,
+  LeadershipGate,
+  ReclaimClaim,
+} from "../service/leadership_gate.ts";
+import type { Tickets } from "../security/tickets.ts";
+import type { LockEngineView } from "../core/lock_queries.ts";
 import type { LockService } from "../service/lock_service.ts";
+import { ClusterOwnership, type Takeover } from "./cluster_ownership.ts";
 import { ClusterTokens } from "./cluster_tokens.ts";
+import { HelloHold } from "./hello_hold.ts";
 import type { EndpointHealth, Etcd } from "./etcd.ts";
 import type { LeaderProbe } from "./leader_probe.ts";
 import {
@@ -67,6 +78,10 @@ export interface ClusterNodeOptions {
   readonly probe: LeaderProbe;
   /** Tokens per etcd reservation (default TOKENS_PER_BLOCK). */
   readonly tokenBlockSize?: number;
+  /** A new leader's shortest reclaim window (`-cluster-reclaim-grace`). */
+  readonly reclaimGraceMs?: number;
+  /** How long an idle lock's record stays (`-cluster-record-linger`). */
+  readonly recordLingerMs?: number;
 }
 
 /** Counters and sums of cluster mode, read by /metrics. */
@@ -86,14 +101,11 @@ interface HeldPromise {
   readonly drop: () => void;
 }
 
-interface HeldHello {
-  readonly resolve: (verdict: WireError | null) => void;
-  readonly timer: Timer;
-}
-
 export class ClusterNode implements LeadershipGate {
   readonly leadership: Leadership;
   readonly tokens: ClusterTokens;
+  /** Records, ticket key, takeover and reclaim window (milestone 2). */
+  readonly ownership: ClusterOwnership;
   readonly stats: ClusterStats = {
     leaderChangesTotal: 0,
     stepDowns: { lease_expired: 0, key_lost: 0, deposed: 0, etcd_unreachable: 0, shutdown: 0 },
@@ -107,17 +119,17 @@ export class ClusterNode implements LeadershipGate {
   #node: NodeInfo;
   readonly #audit: AuditLog;
   readonly #probe: LeaderProbe;
-  readonly #helloHoldMs: number;
   #service: LockService | null = null;
+  #locks: LockEngineView | null = null;
   /** The term this node serves: tokens reserved and the fail-over hold passed (0: none). */
   #readyTerm = 0;
   /** Longest promise this term published in etcd (ms). */
   #horizonMs = 0;
-  #publishing = false;
-  #holdTimer: Timer | null = null;
+  /** The horizon of the publication in flight (0: none). */
+  #publishingMs = 0;
   #retryTimer: Timer | null = null;
   readonly #promises: HeldPromise[] = [];
-  readonly #hellos = new Set<HeldHello>();
+  readonly #hellos: HelloHold;
   #probed: { addr: string; atMs: number; alive: Promise<boolean> } | null = null;
   #lastLeaderTerm = 0;
   #stopping = false;
@@ -129,7 +141,17 @@ export class ClusterNode implements LeadershipGate {
     this.#node = options.node;
     this.#audit = options.audit;
     this.#probe = options.probe;
-    this.#helloHoldMs = Math.min(CLUSTER_HELLO_HOLD_MS_MAX, options.ttlMs * 1.5);
+    this.#hellos = new HelloHold(
+      options.scheduler,
+      Math.min(CLUSTER_HELLO_HOLD_MS_MAX, options.ttlMs * 1.5),
+      () => {
+        if (this.serving) return null;
+        const leader = this.leadership.leader;
+        return leader !== null && !this.#isSelf(leader)
+          ? notLeaderError(leader.advertise, `standby of ${leader.name}`)
+          : notLeaderError("", "no leader serves yet");
+      },
+    );
     this.leadership = new Leadership({
       etcd: options.etcd,
       scheduler: options.scheduler,
@@ -147,11 +169,27 @@ export class ClusterNode implements LeadershipGate {
       onFenced: (current) => this.leadership.deposed(current),
       onReserved: () => this.#service?.tokensReserved(),
     });
+    this.ownership = new ClusterOwnership({
+      etcd: options.etcd,
+      scheduler: options.scheduler,
+      cluster: options.cluster,
+      ttlMs: options.ttlMs,
+      graceMs: options.reclaimGraceMs ?? CLUSTER_RECLAIM_GRACE_MS_DEFAULT,
+      lingerMs: options.recordLingerMs ?? CLUSTER_RECORD_LINGER_MS_DEFAULT,
+      term: () => this.leadership.term,
+      onDeposed: (current) => this.leadership.deposed(current),
+      service: () => this.#service,
+      locks: () => this.#locks,
+    });
   }
 
-  /** Connects the service (created after this node: it takes this node as its gate). */
-  attach(service: LockService): void {
+  /**
+   * Connects the service and the engine's read side (created after this node: the service takes
+   * this node as its gate).
+   */
+  attach(service: LockService, locks: LockEngineView): void {
     this.#service = service;
+    this.#locks = locks;
     service.notLeader();
   }
 
@@ -226,10 +264,10 @@ export class ClusterNode implements LeadershipGate {
         if (alive && now !== null && now.term === leader.term) {
           return notLeaderError(now.advertise, `standby of ${now.name}`);
         }
-        return this.#hold();
+        return this.#hellos.hold();
       });
     }
-    return this.#hold();
+    return this.#hellos.hold();
   }
 
   promise(leaseMs: number, deliver: () => void, drop: () => void): void {
@@ -249,37 +287,62 @@ export class ClusterNode implements LeadershipGate {
     return this.serving;
   }
 
-  // ---- OwnershipGate: milestone 1's behaviour until the records and the window are wired:
-  // no records, no reclaim across terms (RESUMED `none`), a per-process ticket key.
-  readonly tickets: Tickets = new Tickets(randomTicketKey(), "");
-  readonly reclaimWindowMs = 0;
-  reclaimWindowLeftMs = (): number => 0;
-  reclaimCheck = (): ClusterVoidReason | null => "window";
-  beforeDeliver = (): Promise<void> | null => null;
-  ended(): void {}
-  idle(): void {}
-  busy(): void {}
-  reclaimsDone(): void {}
+  // ---- OwnershipGate: the records, the ticket key and the window (cluster_ownership.ts) ----
+
+  get tickets(): Tickets {
+    return this.ownership.tickets;
+  }
+
+  get reclaimWindowMs(): number {
+    return this.ownership.reclaimWindowMs;
+  }
+
+  readonly reclaimWindowLeftMs = (prevTerm: number): number =>
+    this.ownership.reclaimWindowLeftMs(prevTerm);
+  readonly reclaimCheck = (claim: ReclaimClaim): ClusterVoidReason | null =>
+    this.ownership.reclaimCheck(claim);
+  readonly beforeDeliver = (name: string, restored: boolean): Promise<void> | null =>
+    this.ownership.beforeDeliver(name, restored);
+  readonly ended = (name: string, token: number, graceful: boolean, slot: number): void =>
+    this.ownership.ended(name, token, graceful, slot);
+  readonly idle = (name: string): void => this.ownership.idle(name);
+  readonly busy = (name: string): void => this.ownership.busy(name);
+  readonly reclaimsDone = (prevTerm: number, prevSessionId: number): void =>
+    this.ownership.reclaimsDone(prevTerm, prevSessionId);
 
   // ---- hand-over and stop --------------------------------------------------------
 
   /**
-   * Planned hand-over at shutdown: refuses new HELLOs, closes every session with NOT_LEADER,
-   * then gives up the leader key (resetting the horizon: nothing is promised any more) and the
-   * lease, so a standby takes over at once.
+   * Planned hand-over at shutdown: refuses new HELLOs and stops granting; commits the pending
+   * records and writes the list of sessions with claims (they RESUME at the next leader, whose
+   * window then ends as soon as they all did); closes every session with NOT_LEADER; then gives
+   * up the leader key (resetting the horizon: nothing is promised any more, but for locks still
+   * reserved for the last term's reclaims) and the lease, so a standby takes over at once.
    */
   async handOver(): Promise<void> {
     this.#stopping = true;
-    this.#answerHellos(notLeaderError("", "this node is shutting down"));
+    this.#hellos.answerAll(notLeaderError("", "this node is shutting down"));
     const term = this.leadership.term;
     const leading = term !== 0;
+    const serving = this.serving;
+    const inheritedMs = this.ownership.inheritedHorizonMs(this.leadership.marginMs);
+    if (serving && this.#service !== null) {
+      this.#service.notLeader();
+      await this.ownership.prepareHandover(
+        term,
+        this.#service.sessionsWithClaims(),
+        this.leadership.ttlMs / 2,
+      );
+    }
     this.#endTerm();
     if (leading) {
       this.#service?.closeAllForFailover("", "the leader is shutting down; a new one is elected");
     }
     await this.leadership.resign(
       this.leadership.ttlMs,
-      leading ? [{ type: "put", key: this.#keys.horizon, value: horizonValue(term, 0) }] : [],
+      leading
+        ? [{ type: "put", key: this.#keys.horizon, value: horizonValue(term, inheritedMs) }]
+        : [],
     );
     this.#audit.term = null;
   }
@@ -287,7 +350,7 @@ export class ClusterNode implements LeadershipGate {
   /** Stops timers and etcd traffic (after handOver, or in tests). */
   close(): void {
     this.#stopping = true;
-    this.#answerHellos(notLeaderError("", "this node is shutting down"));
+    this.#hellos.answerAll(notLeaderError("", "this node is shutting down"));
     this.#endTerm();
     this.leadership.close();
     this.#etcd.close();
@@ -344,33 +407,19 @@ export class ClusterNode implements LeadershipGate {
     this.#beginTerm(term);
   }
 
-  /** Reserves the first token block and reads the horizon; serves once the hold has passed. */
+  /**
+   * Reserves the first token block and takes over (records, ticket key, `terms`: see
+   * cluster_ownership.ts); serves once both are done. Locks the last term may have left held stay
+   * reserved for their holders' reclaims; every other lock is grantable at once.
+   */
   #beginTerm(term: number): void {
     const electedAtMs = this.leadership.electedAtMs;
     Promise.all([
       this.tokens.begin(term, this.#scheduler.wallMs()),
-      this.#etcd.get(this.#keys.horizon, { timeoutMs: this.leadership.ttlMs / 2 }),
+      this.ownership.takeover(term, electedAtMs, this.leadership.marginMs),
     ]).then(
-      ([, horizon]) => {
-        if (this.leadership.term !== term) return;
-        const previous = parseHorizon(horizon.kv?.value);
-        const holdMs = previous !== null && previous.term < term
-          ? previous.leaseMs - this.leadership.marginMs
-          : 0;
-        const holdUntilMs = electedAtMs + holdMs;
-        const waitMs = holdUntilMs - this.#scheduler.monotonicMs();
-        if (waitMs > 0) {
-          logger.info("new leader waits for promises of the last term to run out", {
-            term,
-            wait_ms: Math.ceil(waitMs),
-          });
-          this.#holdTimer = this.#scheduler.setTimer(() => {
-            this.#holdTimer = null;
-            this.#ready(term, previous !== null && previous.leaseMs > 0);
-          }, waitMs);
-        } else {
-          this.#ready(term, previous !== null && previous.term < term && previous.leaseMs > 0);
-        }
+      ([, takeover]) => {
+        if (takeover !== null && this.leadership.term === term) this.#ready(term, takeover);
       },
       (error) => {
         if (this.leadership.term !== term) return;
@@ -383,20 +432,13 @@ export class ClusterNode implements LeadershipGate {
     );
   }
 
-  #ready(term: number, resetHorizon: boolean): void {
+  #ready(term: number, takeover: Takeover): void {
     if (this.leadership.term !== term) return;
     this.#readyTerm = term;
     this.#horizonMs = 0;
     logger.info("leader serving", { term, tokens_from: this.tokens.lastIssued + 1 });
-    if (resetHorizon) {
-      // The last term's promises have run out: the next leader need not wait for them.
-      this.#etcd.txn(
-        [{ key: this.#keys.leader, target: "create", revision: term }],
-        [{ type: "put", key: this.#keys.horizon, value: horizonValue(term, 0) }],
-        [],
-        { timeoutMs: this.leadership.ttlMs / 2 },
-      ).catch(() => {});
-    }
+    // Reservations first: the term's first grant must not take a lock of H.
+    this.ownership.serve(takeover);
     this.#service?.tokensReserved();
     this.#service?.leading();
     this.#flushPromises();
@@ -435,8 +477,7 @@ export class ClusterNode implements LeadershipGate {
     this.#readyTerm = 0;
     this.#horizonMs = 0;
     this.tokens.end();
-    this.#holdTimer?.cancel();
-    this.#holdTimer = null;
+    this.ownership.end();
     this.#retryTimer?.cancel();
     this.#retryTimer = null;
     for (const held of this.#promises.splice(0)) held.drop();
@@ -449,7 +490,7 @@ export class ClusterNode implements LeadershipGate {
       this.stats.leaderChangesTotal++;
     }
     if (!this.#isSelf(leader)) {
-      this.#answerHellos(notLeaderError(leader.advertise, `standby of ${leader.name}`));
+      this.#hellos.answerAll(notLeaderError(leader.advertise, `standby of ${leader.name}`));
     }
   }
 
@@ -460,39 +501,9 @@ export class ClusterNode implements LeadershipGate {
 
   // ---- held HELLOs -------------------------------------------------------------------
 
-  #hold(): Promise<WireError | null> {
-    return new Promise((resolve) => {
-      const held: HeldHello = {
-        resolve,
-        timer: this.#scheduler.setTimer(() => {
-          this.#hellos.delete(held);
-          if (this.serving) {
-            resolve(null);
-            return;
-          }
-          const leader = this.leadership.leader;
-          resolve(
-            leader !== null && !this.#isSelf(leader)
-              ? notLeaderError(leader.advertise, `standby of ${leader.name}`)
-              : notLeaderError("", "no leader serves yet"),
-          );
-        }, this.#helloHoldMs),
-      };
-      this.#hellos.add(held);
-    });
-  }
-
   /** This node serves now: every held HELLO is welcome. */
   #admitHeld(): void {
-    if (this.serving) this.#answerHellos(null);
-  }
-
-  #answerHellos(verdict: WireError | null): void {
-    for (const held of this.#hellos) {
-      held.timer.cancel();
-      held.resolve(verdict);
-    }
-    this.#hellos.clear();
+    if (this.serving) this.#hellos.answerAll(null);
   }
 
   #isSelf(leader: LeaderInfo): boolean {
@@ -538,18 +549,23 @@ export class ClusterNode implements LeadershipGate {
 
   /** Publishes (in etcd, under this term) that promises may reach `leaseMs` ahead. */
   #publishHorizon(leaseMs: number): void {
-    if (this.#publishing) return;
+    if (this.#publishingMs !== 0) return;
     const term = this.leadership.term;
     if (term === 0) return;
-    this.#publishing = true;
+    this.#publishingMs = leaseMs;
+    // While the reclaim window is open the horizon covers it too (cluster_ownership.ts).
+    const published = Math.max(
+      leaseMs,
+      this.ownership.inheritedHorizonMs(this.leadership.marginMs),
+    );
     this.#etcd.txn(
       [{ key: this.#keys.leader, target: "create", revision: term }],
-      [{ type: "put", key: this.#keys.horizon, value: horizonValue(term, leaseMs) }],
+      [{ type: "put", key: this.#keys.horizon, value: horizonValue(term, published) }],
       [{ type: "get", key: this.#keys.leader }],
       { timeoutMs: this.leadership.ttlMs / 2 },
     ).then(
       (result) => {
-        this.#publishing = false;
+        this.#publishingMs = 0;
         if (this.leadership.term !== term) return;
         if (!result.succeeded) {
           this.leadership.deposed(result.gets[0]);
@@ -560,7 +576,7 @@ export class ClusterNode implements LeadershipGate {
         this.#flushPromises();
       },
       () => {
-        this.#publishing = false;
+        this.#publishingMs = 0;
         if (this.leadership.term !== term) return;
         this.#retryTimer ??= this.#scheduler.setTimer(() => {
           this.#retryTimer = null;
@@ -573,17 +589,4 @@ export class ClusterNode implements LeadershipGate {
 
 function horizonValue(term: number, leaseMs: number): string {
   return JSON.stringify({ term, lease_ms: leaseMs });
-}
-
-function parseHorizon(text: string | undefined): { term: number; leaseMs: number } | null {
-  if (text === undefined) return null;
-  try {
-    const value = JSON.parse(text);
-    if (Number.isSafeInteger(value.term) && Number.isSafeInteger(value.lease_ms)) {
-      return { term: value.term, leaseMs: value.lease_ms };
-    }
-  } catch {
-    // not ours
-  }
-  return null;
 }

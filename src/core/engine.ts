@@ -160,20 +160,19 @@ export class LockEngine {
   openSession(now: Instant, identity: string, remoteAddr: string, clientName = ""): Peer | null {
     if (this.#sessions.size >= this.#sessionsMax) return null;
     const peer: Peer = { sessionId: this.#nextSessionId++, identity, remoteAddr, clientName };
-    const session: Session = {
-      kind: "io",
-      peer,
-      claims: new Map(),
-      lastSeenMs: now.monoMs,
-      open: true,
-      atMs: 0,
-      heapIndex: -1,
-    };
-    this.#sessions.set(peer.sessionId, session);
-    this.#table.sessionsByAddr.set(remoteAddr, session);
-    this.#table.deadlines.update(session, session.lastSeenMs + this.ioTimeoutMs);
-    this.stats.sessionsOpen++;
+    this.#table.openSession(peer, now.monoMs, this.ioTimeoutMs);
     return peer;
+  }
+
+  /**
+   * A connected session whose client may come back: orphaned (`SessionLink`), or closed with
+   * `cause` when it owns nothing.
+   */
+  orphanSession(now: Instant, sessionId: number, cause: CloseCause): EngineEvent[] {
+    const events: EngineEvent[] = [];
+    const session = this.#sessions.get(sessionId);
+    if (session?.link === "connected") this.#table.orphanSession(now, session, cause, events);
+    return events;
   }
 
   /** Records that a session sent something; its I/O deadline moves (lazily, see tick). */
@@ -209,11 +208,14 @@ export class LockEngine {
     return this.#enter(now, session, options, lock, kind, mode, grantable, null);
   }
 
-  /** RELEASE: ends an ownership with its token, or cancels a queued claim (token 0). */
+  /**
+   * RELEASE: ends an ownership with its token, or cancels a queued claim (token 0). Also of an
+   * orphan: a same-term RESUME releases what its client did not carry over.
+   */
   release(now: Instant, options: ReleaseOptions): EngineEvent[] {
     const { requestId, name, token } = options;
     const events: EngineEvent[] = [];
-    const session = this.#requireSession(options.sessionId);
+    const session = this.#requireSession(options.sessionId, true);
     const claim = session.claims.get(name);
     if (claim !== undefined && claim.state === "owned" && claim.token === token) {
       this.#table.endOwnership(now, claim, "graceful", requestId, events);
@@ -534,10 +536,10 @@ export class LockEngine {
    * token, slot, value and queue place, renumbered by `requestIds` (by lock name); an owned
    * one's lease is renewed (its client just proved it is alive). One `claim_moved` event per
    * claim. Refused, changing nothing, when the new session already has a claim on one of the
-   * locks or would pass its claim limit. The old session stays open with no claims.
+   * locks or would pass its claim limit. The old session stays with no claims (an orphan closes).
    */
   moveClaims(now: Instant, options: MoveClaimsOptions): MoveOutcome {
-    const from = this.#requireSession(options.fromSessionId);
+    const from = this.#requireSession(options.fromSessionId, true);
     const to = this.#requireSession(options.toSessionId);
     const why =
       `Cannot move the claims of session ${from.peer.sessionId} to session ${to.peer.sessionId}`;
@@ -554,25 +556,7 @@ export class LockEngine {
       };
     }
     const events: EngineEvent[] = [];
-    for (const [name, claim] of from.claims) {
-      const previousRequestId = claim.requestId;
-      claim.session = to;
-      claim.requestId = options.requestIds?.get(name) ?? previousRequestId;
-      to.claims.set(name, claim);
-      if (claim.state === "owned") claim.leaseExpiresAtMs = now.monoMs + claim.leaseMs;
-      events.push({
-        type: "claim_moved",
-        peer: to.peer,
-        fromSessionId: from.peer.sessionId,
-        requestId: claim.requestId,
-        previousRequestId,
-        name,
-        state: claim.state === "owned" ? "owned" : "queued",
-        token: claim.token,
-      });
-    }
-    from.claims.clear();
-    if (events.length > 0) this.#table.viewVersion++;
+    this.#table.moveClaims(now, from, to, options.requestIds, events);
     return { status: "moved", events };
   }
 
@@ -717,9 +701,11 @@ export class LockEngine {
 
   // ---- internals ----------------------------------------------------------
 
-  #requireSession(sessionId: number): Session {
+  /** The session a command names: a connected one (an orphan only when `orphan` allows it). */
+  #requireSession(sessionId: number, orphan = false): Session {
     const session = this.#sessions.get(sessionId);
     if (session === undefined) throw new Error(`Unknown session ${sessionId}`);
+    if (!orphan && session.link === "orphaned") throw new Error(`Orphaned session ${sessionId}`);
     return session;
   }
 

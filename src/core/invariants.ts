@@ -49,15 +49,28 @@ export function checkInvariants(state: InvariantInput): void {
     assert(owners[kind] === state.stats.owners[kind], `owners gauge of ${kind} locks is exact`);
   }
   assert(delayed === state.stats.lockDelaysActive, "active lock-delays gauge is exact");
-  assert(state.sessions.size === state.stats.sessionsOpen, "sessions gauge is exact");
+  let orphans = 0;
   for (const session of state.sessions.values()) {
     assert(session.open, "a stored session is open");
+    if (session.link === "orphaned") {
+      orphans++;
+      assert(session.heapIndex === -1, "an orphan has no I/O deadline");
+      assert(session.claims.size > 0, "an orphan owns something");
+      for (const claim of session.claims.values()) {
+        assert(claim.state === "owned", "an orphan keeps only its ownerships");
+      }
+      assert(state.sessionsByAddr.get(session.peer.remoteAddr) !== session, "no orphan by address");
+    } else {
+      assert(session.heapIndex !== -1, "a connected session has its I/O deadline");
+    }
     for (const [name, claim] of session.claims) {
       assert(claim.state !== "gone", "a session keeps no ended claims");
       assert(claim.session === session, "a claim names its session");
       assert(state.locks.get(name) === claim.lock, "a claim's lock is stored");
     }
   }
+  assert(orphans === state.stats.sessionsOrphaned, "orphaned sessions gauge is exact");
+  assert(state.sessions.size === state.stats.sessionsOpen + orphans, "sessions gauge is exact");
   for (const [addr, session] of state.sessionsByAddr) {
     assert(session.peer.remoteAddr === addr, "sessions by address are keyed by their address");
     assert(state.sessions.get(session.peer.sessionId) === session, "an addressed session is open");

@@ -144,6 +144,11 @@ export class LockQueries {
     return lock === undefined || (lock.ownerCount === 0 && lock.queueLength === 0);
   }
 
+  /** Whether a lock is reserved for reclaims now (cluster mode, after a fail-over). */
+  isReserved(name: string): boolean {
+    return (this.#state.locks.get(name)?.holds?.reservedUntilMs ?? 0) !== 0;
+  }
+
   /** How many claims wait for a lock (0 when idle or unknown). */
   queueLengthOf(name: string): number {
     return this.#state.locks.get(name)?.queueLength ?? 0;
@@ -185,6 +190,18 @@ export class LockQueries {
   /** Who an open session is (undefined: no such session). */
   sessionPeer(sessionId: number): Peer | undefined {
     return this.#state.sessions.get(sessionId)?.peer;
+  }
+
+  /**
+   * An orphaned session (`SessionLink`): when its last lease ends (monotonic ms). Undefined for
+   * a connected session or none.
+   */
+  orphanLeaseEndMs(sessionId: number): number | undefined {
+    const session = this.#state.sessions.get(sessionId);
+    if (session?.link !== "orphaned") return undefined;
+    let endMs = 0;
+    for (const claim of session.claims.values()) endMs = Math.max(endMs, claim.leaseExpiresAtMs);
+    return endMs;
   }
 
   /** How many claims (owned or queued) a session has (0 for no such session). */
@@ -302,6 +319,7 @@ function holderView(owner: Claim): HolderView {
     remoteAddr: owner.session.peer.remoteAddr,
     sessionId: owner.session.peer.sessionId,
     clientName: owner.session.peer.clientName,
+    connected: owner.session.link === "connected",
     sinceWallMs: owner.sinceWallMs,
     sinceMs: owner.sinceMs,
     leaseMs: owner.leaseMs,

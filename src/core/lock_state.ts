@@ -13,7 +13,17 @@
 import type { DeadlineNode } from "./deadline_heap.ts";
 import type { ClaimMode, LockKind, Peer } from "./types.ts";
 
-/** A session's I/O deadline is the session itself on the heap. */
+/**
+ * Whether a session's client can still be reached, and its only transitions:
+ *   connected → orphaned   (`orphanSession`: a version-2 connection ended without GOODBYE while
+ *                           the session owned something; its waits left their queues)
+ * Either ends with the session (`closeSession`); an orphan also when its last ownership ends.
+ * An orphan keeps only owned claims, each until its lease ends (no I/O deadline: nothing can
+ * renew them), a RESUME moves them, or an operator force-releases one.
+ */
+export type SessionLink = "connected" | "orphaned";
+
+/** A connected session's I/O deadline is the session itself on the heap (an orphan's: none). */
 export interface Session extends DeadlineNode {
   readonly kind: "io";
   readonly peer: Peer;
@@ -21,6 +31,7 @@ export interface Session extends DeadlineNode {
   readonly claims: Map<string, Claim>;
   lastSeenMs: number;
   open: boolean;
+  link: SessionLink;
 }
 
 /**

@@ -36,6 +36,7 @@ import {
   type Instant,
   isGracefulEnd,
   type KindRuleLookup,
+  type Peer,
   type WaitEndCause,
 } from "./types.ts";
 
@@ -57,6 +58,7 @@ export class LockTable {
 
   readonly stats: EngineStats = {
     sessionsOpen: 0,
+    sessionsOrphaned: 0,
     locksHeld: 0,
     owners: { exclusive: 0, shared: 0, semaphore: 0 },
     waiters: 0,
@@ -330,6 +332,7 @@ export class LockTable {
     });
     this.grantHeads(now, lock, events);
     this.dropIfIdle(lock);
+    this.dropEmptyOrphan(now, claim.session, events);
   }
 
   /** A non-graceful end: the rule's lock-delay (if any) starts, or extends the running one. */
@@ -405,6 +408,88 @@ export class LockTable {
     this.dropIfIdle(lock);
   }
 
+  /** Registers a connected session; its I/O deadline joins the heap. */
+  openSession(peer: Peer, nowMs: number, ioTimeoutMs: number): void {
+    const session: Session = {
+      kind: "io",
+      peer,
+      claims: new Map(),
+      lastSeenMs: nowMs,
+      open: true,
+      link: "connected",
+      atMs: 0,
+      heapIndex: -1,
+    };
+    this.sessions.set(peer.sessionId, session);
+    this.sessionsByAddr.set(peer.remoteAddr, session);
+    this.deadlines.update(session, nowMs + ioTimeoutMs);
+    this.stats.sessionsOpen++;
+  }
+
+  /**
+   * connected → orphaned (see `SessionLink`): its waits leave their queues (as at a close),
+   * its I/O deadline goes; its ownerships stay until their leases end. A session left with no
+   * ownership is closed at once (`cause`: its connection's end).
+   */
+  orphanSession(now: Instant, session: Session, cause: CloseCause, events: EngineEvent[]): void {
+    assert(session.open && session.link === "connected", "only a connected session is orphaned");
+    for (const claim of [...session.claims.values()]) {
+      if (claim.state === "queued") this.endWait(now, claim, "session_closed", 0, events);
+    }
+    if (session.claims.size === 0) {
+      this.closeSession(now, session, cause, "", events);
+      return;
+    }
+    session.link = "orphaned";
+    this.deadlines.remove(session);
+    if (this.sessionsByAddr.get(session.peer.remoteAddr) === session) {
+      this.sessionsByAddr.delete(session.peer.remoteAddr);
+    }
+    this.stats.sessionsOpen--;
+    this.stats.sessionsOrphaned++;
+    this.viewVersion++;
+  }
+
+  /**
+   * Every claim of `from` moves to `to` (a same-term RESUME; the engine checked it may), its
+   * request id renumbered by `requestIds` (by lock name), an owned one's lease renewed.
+   */
+  moveClaims(
+    now: Instant,
+    from: Session,
+    to: Session,
+    requestIds: ReadonlyMap<string, number> | undefined,
+    events: EngineEvent[],
+  ): void {
+    for (const [name, claim] of from.claims) {
+      const previousRequestId = claim.requestId;
+      claim.session = to;
+      claim.requestId = requestIds?.get(name) ?? previousRequestId;
+      to.claims.set(name, claim);
+      if (claim.state === "owned") claim.leaseExpiresAtMs = now.monoMs + claim.leaseMs;
+      events.push({
+        type: "claim_moved",
+        peer: to.peer,
+        fromSessionId: from.peer.sessionId,
+        requestId: claim.requestId,
+        previousRequestId,
+        name,
+        state: claim.state === "owned" ? "owned" : "queued",
+        token: claim.token,
+      });
+    }
+    from.claims.clear();
+    if (events.length > 0) this.viewVersion++;
+    this.dropEmptyOrphan(now, from, events);
+  }
+
+  /** An orphan whose last claim ended or moved is closed (its connection is long gone). */
+  dropEmptyOrphan(now: Instant, session: Session, events: EngineEvent[]): void {
+    if (session.link === "orphaned" && session.open && session.claims.size === 0) {
+      this.closeSession(now, session, "io_error", "", events);
+    }
+  }
+
   closeSession(
     now: Instant,
     session: Session,
@@ -427,7 +512,8 @@ export class LockTable {
       this.sessionsByAddr.delete(session.peer.remoteAddr);
     }
     this.deadlines.remove(session);
-    this.stats.sessionsOpen--;
+    if (session.link === "orphaned") this.stats.sessionsOrphaned--;
+    else this.stats.sessionsOpen--;
     events.push({ type: "session_closed", peer: session.peer, cause, name });
   }
 

@@ -332,6 +332,8 @@ export interface HolderView {
   readonly remoteAddr: string;
   readonly sessionId: number;
   readonly clientName: string;
+  /** False for an orphaned session's ownership (its connection ended; it waits for a RESUME). */
+  readonly connected: boolean;
   readonly sinceWallMs: number;
   /** Monotonic start of the ownership ("held for" is measured from it). */
   readonly sinceMs: number;
@@ -387,7 +389,10 @@ export interface SessionClaimView {
 
 /** Counters and gauges the engine keeps exact; `/metrics` reads them at scrape time. */
 export interface EngineStats {
+  /** Sessions with a connection. */
   sessionsOpen: number;
+  /** Orphaned sessions: their connection ended without GOODBYE, their ownerships stay. */
+  sessionsOrphaned: number;
   /** Locks with at least one owner. */
   locksHeld: number;
   /** Owners now, by the kind of their lock. */

@@ -80,6 +80,12 @@ function lockFamilies(stats: Stats, counters: Counters): MetricFamily[] {
   return [
     gauge("lockd_connections_active", "Open sessions.", stats.sessionsOpen),
     gauge(
+      "lockd_sessions_orphaned",
+      "Version-2 sessions whose connection ended without GOODBYE, keeping their ownerships " +
+        "until their leases end or a RESUME moves them.",
+      stats.sessionsOrphaned,
+    ),
+    gauge(
       "lockd_connections_open",
       "Protocol connections open now, in any state (TLS handshake, before HELLO, session).",
       counters.protocolConnectionsOpen,

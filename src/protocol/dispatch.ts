@@ -24,8 +24,9 @@ import {
 /**
  * How a session's end by its peer (EOF after a clean close) counts: a version-1 client closes
  * its connection to let go (`client_closed`: graceful), a version-2 client says GOODBYE first,
- * so a version-2 connection that ends without it vanished (`io_error`: its ownerships end as
- * `io_timeout`, which raises the lock's floor in cluster mode).
+ * so a version-2 connection that ends without it vanished (`io_error`): its session is orphaned
+ * (`LockService.connectionLost`), its ownerships stay until their leases end (`expired`, which
+ * raises the lock's floor in cluster mode) or its client carries them over with RESUME.
  */
 export function peerClosedCause(version: number): CloseCause {
   return version >= 2 ? "io_error" : "client_closed";

@@ -553,12 +553,12 @@ export class Session implements SessionPort, StallWatched {
     if (this.#state === "handshake") this.#refuse(error);
   }
 
-  /** The peer closed or reset the connection: nothing more can reach it. */
+  /** The peer closed or reset the connection: nothing more can reach it (version 2: orphaned). */
   #peerLeft(cause: CloseCause): void {
     this.#closeReason ||= cause;
     if (this.#peer !== null && this.#state === "open") {
       this.#setState("closing");
-      this.#host.service.closeSession(this.#peer.sessionId, cause);
+      this.#host.service.connectionLost(this.#peer.sessionId, cause);
     }
     this.#finish();
   }

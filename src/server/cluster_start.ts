@@ -49,6 +49,8 @@ export async function startClusterNode(
     ttlMs: config.clusterTtlMs,
     audit,
     probe: leaderProbe(protocolTls, scheduler),
+    reclaimGraceMs: config.clusterReclaimGraceMs,
+    recordLingerMs: config.clusterRecordLingerMs,
   });
   return node;
 }

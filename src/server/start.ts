@@ -125,7 +125,7 @@ function buildParts(
     ...{ engine, audit, scheduler, counters, acl, lockRules, frameBytesMax },
     ...gate,
   });
-  cluster?.attach(service);
+  cluster?.attach(service, engine.view);
   // The audit log retries by itself; the service pauses grants while it cannot write.
   audit.onHealthChange = (failure) => service.auditHealthChanged(failure);
   const watchdog = new StallWatchdog(scheduler, engine.ioTimeoutMs);

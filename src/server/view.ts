@@ -21,7 +21,7 @@ import type { ReclaimStats } from "../service/reclaims.ts";
  */
 export type OperatorPort = Pick<LockService, "forceRelease" | "kickWaiter">;
 
-/** Cluster mode as the admin API and the metrics read it: leadership, tokens, etcd health. */
+/** Cluster mode as the admin API and the metrics read it: leadership, tokens, records, etcd health. */
 export type ClusterView = Pick<
   ClusterNode,
   | "role"
@@ -34,6 +34,7 @@ export type ClusterView = Pick<
   | "tokens"
   | "stats"
   | "health"
+  | "ownership"
 >;
 
 /** The audit log's figures (metrics). */

@@ -5,7 +5,10 @@ import type { WireError } from "./wire_errors.ts";
 export type { ReclaimVoidReason } from "./void_reasons.ts";
 
 /** The cluster's part of the reclaim rule decides these reasons; the service all the others. */
-export type ClusterVoidReason = Extract<ReclaimVoidReason, "term" | "window" | "floor">;
+export type ClusterVoidReason = Extract<
+  ReclaimVoidReason,
+  "term" | "window" | "floor" | "regranted"
+>;
 
 /** A claim a RECLAIM asks to carry over from an earlier term, as `reclaimCheck` sees it. */
 export interface ReclaimClaim {
@@ -67,7 +70,9 @@ export interface OwnershipGate {
    *   ≤ `claim.term` → else `"term"`;
    * - (iii) the window is still open → else `"window"`;
    * - (iv), owned claims only: the lock is in H (the records read at takeover) and
-   *   `claim.token` > its floor (for `claim.slot`) → else `"floor"`.
+   *   `claim.token` > its floor (for `claim.slot`) → else `"floor"`;
+   * - (v), owned claims only, the part the engine cannot see: the lock was not granted afresh in
+   *   this term (it may be idle again by now) → else `"regranted"`.
    * Returns null when all hold. Pure: it changes nothing (a kept reclaim's records are the
    * business of `beforeDeliver(name, true)`). A single node answers `"term"`.
    */

@@ -24,16 +24,7 @@
 
 import type { Scheduler, Timer } from "../clock.ts";
 import type { LockEngine } from "../core/engine.ts";
-import type {
-  ClaimMode,
-  CloseCause,
-  EngineEvent,
-  GrantBlock,
-  HolderView,
-  Instant,
-  Peer,
-  WaiterView,
-} from "../core/types.ts";
+import type { ClaimMode, CloseCause, EngineEvent, Instant, Peer } from "../core/types.ts";
 import { FRAME_BYTES_MAX_DEFAULT, TOKEN_RETRY_MS_MAX, TOKEN_RETRY_MS_MIN } from "../limits.ts";
 import type { AuditLog } from "../log/audit.ts";
 import type { Actor } from "../log/audit_records.ts";
@@ -50,6 +41,7 @@ import type { ServerMessage } from "../wire/messages.ts";
 import { type Acl, ALLOW_ALL } from "../security/acl.ts";
 import { type LockRules, NO_LOCK_RULES } from "../security/lock_rules.ts";
 import { type ClaimOptions, PLAIN_CLAIM } from "./claim_options.ts";
+import type { ForceReleaseResult, KickWaiterResult } from "./operator_results.ts";
 import { DeadlineTimer } from "./deadline_timer.ts";
 import { type CarriedOver, type Closing, EventCarrier } from "./event_carrier.ts";
 import type { LeadershipGate, OwnershipGate } from "./leadership_gate.ts";
@@ -81,40 +73,6 @@ export interface LockServiceOptions {
   /** `-max-frame-bytes`: a LOCK_STATE lists the holders that fit in one frame of it. */
   readonly frameBytesMax?: number;
 }
-
-/** Outcome of a force-release (admin API). */
-export type ForceReleaseResult =
-  | {
-    readonly status: "released";
-    /** The oldest owner released. */
-    readonly holder: HolderView;
-    /** Every owner released, oldest first: all of them, or the one with the expected token. */
-    readonly holders: readonly HolderView[];
-  }
-  /** The precondition failed: the lock is held, but no owner holds the expected token. */
-  | {
-    readonly status: "holder_changed";
-    /** The oldest owner now. */
-    readonly holder: HolderView;
-    /** Every owner now, oldest first. */
-    readonly holders: readonly HolderView[];
-  }
-  | { readonly status: "not_leader" }
-  | { readonly status: "lock_not_found" }
-  | {
-    readonly status: "no_owner";
-    readonly waiters: number;
-    /** Why the queue has no owner: grants are blocked (null only in a race that cannot happen). */
-    readonly block: GrantBlock | null;
-    readonly detail: string;
-  };
-
-/** Outcome of removing a waiter (admin API). */
-export type KickWaiterResult =
-  | { readonly status: "kicked"; readonly waiter: WaiterView }
-  | { readonly status: "not_leader" }
-  | { readonly status: "lock_not_found" }
-  | { readonly status: "waiter_not_found" };
 
 export class LockService {
   readonly #engine: LockEngine;
@@ -405,6 +363,23 @@ export class LockService {
     });
   }
 
+  /**
+   * The connection ended without a word (EOF, a reset, a read or write error). A version-1
+   * session closes (`cause`). A version-2 one is orphaned (docs/protocol.md, "End of a
+   * connection"): its client may still count on its locks and carry them over (RESUME), so its
+   * ownerships stay until their leases end; its waits leave their queues.
+   */
+  connectionLost(sessionId: number, cause: CloseCause): void {
+    const port = this.#sessions.get(sessionId);
+    if ((port?.version ?? 1) < 2) return this.closeSession(sessionId, cause);
+    this.#sessions.remove(sessionId);
+    this.#reclaims.sessionEnded(sessionId);
+    this.#decide(
+      `close:${sessionId}`,
+      () => this.#apply(this.#engine.orphanSession(this.now(), sessionId, cause)),
+    );
+  }
+
   // ---- protocol version 2: reclaims and GOODBYE -------------------------------
 
   /** The term this node serves (0 on a single node): WELCOME's `term` in version 2. */
@@ -458,13 +433,26 @@ export class LockService {
     this.closeSession(peer.sessionId, "client_closed");
   }
 
+  /** Cluster mode, a takeover: the locks of `names` are reserved for reclaims (reclaims.ts). */
+  reserveForReclaims(names: Iterable<string>, untilMs: number): number {
+    return this.#reclaims.reserve(names, untilMs);
+  }
+
+  /** Cluster mode, the window ended: the reservations of `names` end (once it may decide). */
+  endReservations(names: readonly string[]): void {
+    this.#decide("reservations", () => this.#reclaims.endReservations(names));
+  }
+
   /**
    * The sessions that have claims (owned or queued), for a planned hand-over's list: their
    * clients will RESUME at the next leader.
    */
   sessionsWithClaims(): number[] {
     const view = this.#engine.view;
-    return view.sessionIds().filter((sessionId) => view.claimCountOf(sessionId) > 0);
+    // Version 1 clients never RESUME: waiting for them would only keep the window open.
+    return view.sessionIds().filter((sessionId) =>
+      view.claimCountOf(sessionId) > 0 && (this.#sessions.get(sessionId)?.version ?? 1) >= 2
+    );
   }
 
   // ---- operators (the admin API) -------------------------------------------

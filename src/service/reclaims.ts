@@ -5,8 +5,9 @@
  *
  * RESUME names the session (`prevSessionId`) and term (`prevTerm`) the claims were made in, and
  * how many RECLAIMs follow. Its outcome:
- * - **moved**: the same term and that session is still open here (a silent connection its client
- *   gave up on), with the same identity. The RECLAIMs are held until the last one came, then
+ * - **moved**: the same term and that session is still here, with the same identity: open (a
+ *   silent connection its client gave up on) or orphaned (a version-2 connection that ended
+ *   without GOODBYE, whose ownerships wait for their client until their leases end). The RECLAIMs are held until the last one came, then
  *   decided together: those whose ticket is valid and whose claim the old session still has move
  *   to the new session in one engine step (`moveClaims`: tokens, places and leases kept, the
  *   leases renewed); at least one valid ticket must prove the RESUME comes from that session's
@@ -141,9 +142,13 @@ export class Reclaims {
     if (prevTerm === term) {
       const old = engine.view.sessionPeer(prevSessionId);
       if (old !== undefined && prevSessionId !== peer.sessionId && old.identity === peer.identity) {
-        // The old session stays open at most this long without a frame.
+        // An open session stays at most its I/O timeout without a frame; an orphan until its
+        // last lease ends.
         outcome = "moved";
-        windowLeftMs = engine.ioTimeoutMs;
+        const orphanEndMs = engine.view.orphanLeaseEndMs(prevSessionId);
+        windowLeftMs = orphanEndMs === undefined
+          ? engine.ioTimeoutMs
+          : orphanEndMs - this.#o.now().monoMs;
       }
     } else if (prevTerm < term) {
       windowLeftMs = ownership.reclaimWindowLeftMs(prevTerm);
@@ -206,6 +211,34 @@ export class Reclaims {
     const tokens = this.#restored.get(name);
     if (tokens === undefined || !tokens.delete(token)) return;
     if (tokens.size === 0) this.#restored.delete(name);
+  }
+
+  /**
+   * A new leader's takeover: every lock of `names` (those the last term may have left held) is
+   * reserved until `untilMs` (monotonic) or until its holder reclaimed it. Not a decision
+   * (nothing is granted): done before the term's grants begin. Returns how many.
+   */
+  reserve(names: Iterable<string>, untilMs: number): number {
+    let count = 0;
+    for (const name of names) {
+      this.#o.engine.reserve({ name, untilMs });
+      count++;
+    }
+    this.#o.apply([]);
+    return count;
+  }
+
+  /**
+   * The reclaim window ended: the reservations of `names` still in force are lifted (each
+   * queue's head is granted), and the gate hears of every lock left idle (its record may go).
+   */
+  endReservations(names: readonly string[]): void {
+    const { engine, ownership } = this.#o;
+    const now = this.#o.now();
+    for (const name of names) {
+      if (engine.view.isReserved(name)) this.#o.apply(engine.liftReservation(now, name));
+      if (engine.view.isIdle(name)) ownership.idle(name);
+    }
   }
 
   // ---- claims of an earlier term (or none) -----------------------------------------

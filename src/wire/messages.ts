@@ -21,9 +21,9 @@
 export const PROTOCOL_VERSIONS: readonly number[] = [1, 2];
 
 /**
- * The version the TypeScript client and lockd's own tools (the leader probe, benches, test
- * clients) put into HELLO: the newest they speak. Still 1: version-2 session handling lands with
- * the issues that need it (docs/protocol.md, "Versioning").
+ * The version lockd's own tools (the leader probe, benches, test clients) put into HELLO. Still
+ * 1: they need nothing of version 2. The TypeScript client asks for 2 and falls back to 1
+ * (src/client/connection.ts; docs/protocol.md, "Versioning").
  */
 export const PROTOCOL_VERSION = 1;
 

@@ -5,6 +5,7 @@
  */
 
 import type { ClientSocket, Dial, DialTarget, SocketEvents } from "../../src/client/transport.ts";
+import { WIRE_CODES } from "../../src/wire/codes.ts";
 import { FrameWriter } from "../../src/wire/frame.ts";
 import { FrameReader } from "../../src/wire/frame_reader.ts";
 import type { ClientMessage, ServerMessage, Welcome } from "../../src/wire/messages.ts";
@@ -21,6 +22,8 @@ export class FakeServerConn {
   closed = false;
   /** True when the client closed it. */
   closedByClient = false;
+  /** The protocol version of its HELLO (1 until then): the layouts `send` writes. */
+  version = 1;
   readonly #events: SocketEvents;
   readonly #reader = new FrameReader();
   readonly #network: FakeNetwork;
@@ -54,7 +57,7 @@ export class FakeServerConn {
   /** Sends frames to the client as one chunk (so they arrive together). */
   send(...messages: ServerMessage[]): void {
     if (this.closed) throw new Error("the fake connection is closed");
-    const writer = new FrameWriter();
+    const writer = new FrameWriter({ version: this.version });
     for (const message of messages) writer.push(message);
     this.#events.onData(writer.take());
   }
@@ -79,6 +82,18 @@ export class FakeNetwork {
   /** Called with the clock reading of every dial (the test passes its scheduler's clock). */
   readonly dialTimesMs: number[] = [];
   hello: HelloPolicy = "welcome";
+  /**
+   * The protocol versions a HELLO may ask for; another one gets UNSUPPORTED_VERSION and the
+   * connection closes (a server of before version 2: `[1]`). The WELCOME is of the HELLO's
+   * version, with `welcomeV2`'s fields for version 2 (by default a single node that takes no
+   * reclaims, so the client behaves as with version 1).
+   */
+  versions: readonly number[] = [1, 2];
+  welcomeV2: { term: number; reclaimWindowMs: number; valueBytesMax: number } = {
+    term: 0,
+    reclaimWindowMs: 0,
+    valueBytesMax: 0,
+  };
   /** Dials fail at once (connection refused) while true. */
   refuse = false;
   welcome: Welcome = {
@@ -120,8 +135,21 @@ export class FakeNetwork {
       this.onRequest(conn, message);
       return;
     }
+    if (!this.versions.includes(message.version)) {
+      conn.send({
+        type: "error",
+        requestId: 0,
+        code: WIRE_CODES.UNSUPPORTED_VERSION.code,
+        name: "",
+        message: `protocol version ${message.version} is not supported`,
+      });
+      conn.close();
+      return;
+    }
+    conn.version = message.version;
     if (this.hello === "welcome") {
-      conn.send({ ...this.welcome, sessionId: ++this.#sessions });
+      const v2 = message.version === 2 ? { ...this.welcomeV2, version: 2 } : {};
+      conn.send({ ...this.welcome, ...v2, sessionId: ++this.#sessions });
     } else if (this.hello === "close") {
       conn.close();
     }

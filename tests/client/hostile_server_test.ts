@@ -264,6 +264,7 @@ Deno.test("hostile server: a bad NOT_LEADER after WELCOME loses the lock (failov
     },
   });
   await using good = new HostileServer({
+    versions: [1, 2], // one connection: no fallback to version 1
     request: (c, m) => m.type === "acquire" && c.send(grant(m, TOKEN + 7)),
   });
   const reported: ServerProtocolError[] = [];
@@ -282,6 +283,7 @@ Deno.test("hostile server: a bad NOT_LEADER after WELCOME loses the lock (failov
 
 Deno.test("redirects without TLS: a NOT_LEADER naming an address outside the list is not followed; one in the list is followed at once", async () => {
   await using leader = new HostileServer({
+    versions: [1, 2], // one connection: no fallback to version 1
     request: (c, m) => m.type === "acquire" && c.send(grant(m)),
   });
   await using silent = new HostileServer({ hello: () => {} }); // accepts, never answers

@@ -89,7 +89,7 @@ Deno.test("acquire() with waitMs rejects with WAIT_TIMEOUT on the client's clock
     message.type === "hello"
       ? [{
         type: "welcome",
-        version: 1,
+        version: message.version, // version 2: a single node that takes no reclaims
         serverVersion: "slow",
         sessionId: 1,
         ioTimeoutMs: 30_000,

@@ -118,7 +118,7 @@ function serviceClient(
   const leave = (cause: CloseCause) => {
     if (!port.closed) {
       port.closed = true;
-      service.closeSession(peer.sessionId, cause);
+      service.connectionLost(peer.sessionId, cause);
     }
   };
   return {

@@ -1,8 +1,9 @@
 /**
  * The reclaim contract of protocol version 2 on a single node, written once and run by
  * `lock_contract_test.ts` against the service, TCP, TLS and mTLS with version-2 sessions:
- * tickets and order keys in ACQUIRED and QUEUED, GOODBYE against a connection that just ends,
- * RESUME (`moved` while the old session is open, `none` once it is gone), RECLAIMs kept and void,
+ * tickets and order keys in ACQUIRED and QUEUED, GOODBYE against a connection that just ends
+ * (orphaned: its ownerships stay until their leases end), RESUME (`moved` while the old session
+ * is open or orphaned, `none` once it is gone), RECLAIMs kept and void,
  * and the rules of RESUME and RECLAIM.
  *
  * @module
@@ -156,19 +157,31 @@ export const RECLAIM_CONTRACT: readonly ContractCase[] = [{
     await next.close();
   },
 }, {
-  name: "a connection that ends without GOODBYE ends its ownerships as io_timeout",
+  name:
+    "a connection that ends without GOODBYE keeps its ownerships until their leases end (expired); its waits leave",
   async run(server) {
-    const [gone, waiter] = [await server.open(), await server.open()];
+    const [gone, waiter, other] = [await server.open(), await server.open(), await server.open()];
     const token = expectAcquired(await acquire(gone, 1, "fin/held"), 1, "fin/held");
-    queuedOf(await acquire(waiter, 1, "fin/held"), 1);
+    expectAcquired(await acquire(other, 1, "fin/wanted"), 1, "fin/wanted");
+    queuedOf(await acquire(gone, 2, "fin/wanted"), 2);
+    queuedOf(await acquire(waiter, 1, "fin/held", { leaseMs: 5_000 }), 1);
     await gone.drop();
+    assert.deepEqual(server.engine.getLock("fin/wanted")?.waiters, [], "its wait left");
+    assert.equal(server.engine.getLock("fin/held")?.holder?.connected, false);
+    server.advance(LEASE_MS - 1);
+    await waiter.send({ type: "heartbeat", requestId: 2 });
+    assert.deepEqual(await waiter.next(), { type: "heartbeat_ack", requestId: 2, renewed: 0 });
+    server.advance(1);
     assert.ok(expectAcquired(await waiter.next(), 1, "fin/held") > token);
-    const records = await auditCount(server, 3);
+    const records = await auditCount(server, 4);
     assert.deepEqual(
-      records.filter((r) => r.event === "release").map((r) => [r.token, r.reason]),
-      [[token, "io_timeout"]],
+      records.filter((r) => r.event === "release" && r.lock === "fin/held").map((
+        r,
+      ) => [r.token, r.reason]),
+      [[token, "expired"]],
     );
     await waiter.close();
+    await other.close();
   },
 }, {
   name:
@@ -212,6 +225,37 @@ export const RECLAIM_CONTRACT: readonly ContractCase[] = [{
     await old.drop();
     await other.close();
     await fresh.close();
+  },
+}, {
+  name:
+    "RESUME after the connection ended without GOODBYE: the orphan's ownership moves with its token (moved)",
+  async run(server) {
+    const [old, waiter] = [await server.open(), await server.open()];
+    const held = acquiredOf(await acquire(old, 1, "orph/held"), 1);
+    queuedOf(await acquire(waiter, 1, "orph/held", { leaseMs: 5_000 }), 1);
+    await old.drop();
+    server.advance(LEASE_MS / 2);
+    const fresh = await server.open();
+    await fresh.send(resume(old.sessionId, 1), reclaimOwned(2, held));
+    assert.deepEqual(await fresh.next(), {
+      type: "resumed",
+      requestId: 1,
+      outcome: "moved",
+      windowLeftMs: LEASE_MS / 2,
+    });
+    assert.equal(acquiredOf(await fresh.next(), 2).token, held.token, "the same token");
+    const holder = server.engine.getLock("orph/held")?.holder;
+    assert.deepEqual([holder?.sessionId, holder?.connected], [fresh.sessionId, true]);
+    server.advance(LEASE_MS - 1); // past the orphan's lease: renewed at the move
+    await heartbeatRenews(waiter, 2, 0);
+    await fresh.close();
+    assert.ok(expectAcquired(await waiter.next(), 1, "orph/held") > held.token);
+    await auditCount(server, 4);
+    assert.deepEqual(
+      recordsOf(server, "release").map((r) => [r.token, r.reason]),
+      [[held.token, "graceful"]],
+    );
+    await waiter.close();
   },
 }, {
   name: "a moved RESUME releases what its client did not reclaim, and closes the old session",

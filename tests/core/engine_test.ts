@@ -606,7 +606,7 @@ Deno.test("a random workload never breaks an invariant and tokens only grow", ()
   assert.ok(tokens.size > 1000, `many grants happened (${tokens.size})`);
 });
 
-Deno.test("a random workload of every kind, downgrades, lock-delays, values, restores, reservations and moved claims never breaks an invariant, and the events tell every change", () => {
+Deno.test("a random workload of every kind, downgrades, lock-delays, values, restores, reservations, moved claims and orphaned sessions never breaks an invariant, and the events tell every change", () => {
   const rules: Record<string, KindRule> = {
     "d/x": { kind: null, limit: 0, lockDelayMs: 300 },
     "d/sem": { kind: "semaphore", limit: 3, lockDelayMs: 200 },
@@ -620,6 +620,9 @@ Deno.test("a random workload of every kind, downgrades, lock-delays, values, res
   const limitOf = (name: string) => name.startsWith("m") ? Number(name.slice(1)) : 0;
   const model = new EventModel();
   const sessions: Peer[] = [];
+  /** Orphaned sessions (only a move names them) and every one ever orphaned. */
+  const orphans: Peer[] = [];
+  const orphaned = new Set<number>();
   const counts = new Map<string, number>();
   const count = (what: string) => counts.set(what, (counts.get(what) ?? 0) + 1);
   let maxToken = 0;
@@ -699,6 +702,14 @@ Deno.test("a random workload of every kind, downgrades, lock-delays, values, res
       }
       case 13: {
         if (random(8) !== 0) break;
+        if (random(2) === 0) {
+          // A version-2 connection gone without GOODBYE: no requests from it any more.
+          events = h.engine.orphanSession(h.now(), p.sessionId, "io_error");
+          sessions.splice(sessions.indexOf(p), 1);
+          if (h.engine.view.sessionPeer(p.sessionId) !== undefined) orphans.push(p);
+          count("orphaned");
+          break;
+        }
         const causes = ["client_closed", "io_error", "io_timeout", "shutdown", "failover"] as const;
         events = h.engine.closeSession(h.now(), p.sessionId, causes[random(causes.length)]);
         break;
@@ -751,8 +762,9 @@ Deno.test("a random workload of every kind, downgrades, lock-delays, values, res
         break;
       case 18: {
         const to = sessions[random(sessions.length)];
+        const from = orphans.length > 0 && random(2) === 0 ? orphans[random(orphans.length)] : p;
         const outcome = h.engine.moveClaims(h.now(), {
-          fromSessionId: p.sessionId,
+          fromSessionId: from.sessionId,
           toSessionId: to.sessionId,
           requestIds: new Map([[name, requestId]]),
         });
@@ -774,9 +786,14 @@ Deno.test("a random workload of every kind, downgrades, lock-delays, values, res
       if (e.type === "granted") maxToken = Math.max(maxToken, e.token);
       if (e.type === "ended" && e.delayedUntilMs !== 0) count("delayed");
       if (e.type === "session_closed") {
-        sessions.splice(sessions.findIndex((s) => s.sessionId === e.peer.sessionId), 1);
+        for (const list of [sessions, orphans]) {
+          const index = list.findIndex((s) => s.sessionId === e.peer.sessionId);
+          if (index >= 0) list.splice(index, 1);
+        }
       }
+      if (e.type === "session_closed" && orphaned.has(e.peer.sessionId)) count("orphan closed");
     }
+    for (const o of orphans) orphaned.add(o.sessionId);
     h.engine.assertInvariants();
     model.apply(events);
     model.check(h.engine);
@@ -796,6 +813,8 @@ Deno.test("a random workload of every kind, downgrades, lock-delays, values, res
       "restore void",
       "delayed",
       "reserve",
+      "orphaned",
+      "orphan closed",
     ]
   ) {
     assert.ok((counts.get(what) ?? 0) > 20, `${what} happened (${counts.get(what) ?? 0} times)`);

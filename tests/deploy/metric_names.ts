@@ -11,6 +11,7 @@
 export const EXPECTED_FAMILIES: readonly string[] = [
   // lock service (docs: operator-api.md, "Metrics")
   "lockd_connections_active",
+  "lockd_sessions_orphaned", // issue 20: version-2 sessions kept for their client after a reset
   "lockd_connections_open", // issue 13.6: the descriptor figure without --allow-all
   "lockd_locks_held",
   "lockd_waiters",

@@ -19,7 +19,7 @@ import { Leadership, type LeadershipEvent } from "../../src/cluster/leadership.t
 import type { ServerConfig } from "../../src/config.ts";
 import { startServer } from "../../src/server/start.ts";
 import { etcdClient, waitFor } from "./etcd.ts";
-import { FakeEtcd, settle } from "./fake_etcd.ts";
+import { FakeEtcd, type FakeLink, settle } from "./fake_etcd.ts";
 import { MemorySink } from "./memory_sink.ts";
 import { startTestServer, type TestServer } from "./start_server.ts";
 
@@ -85,22 +85,33 @@ export class FakeCluster implements AsyncDisposable {
     return { leadership, events };
   }
 
-  /** An in-process lockd server: node `name` of cluster "test" (TTL 2 s), first steps settled. */
-  async server(name: string, config: Partial<ServerConfig> = {}): Promise<TestServer> {
+  /**
+   * An in-process lockd server: node `name` of cluster "test" (TTL 2 s), first steps settled;
+   * `link` gives its connection to etcd its own faults (a cut: `dropRequest`).
+   */
+  async server(
+    name: string,
+    config: Partial<ServerConfig> = {},
+    link?: FakeLink,
+  ): Promise<TestServer> {
     const t = await startTestServer({
       clusterEtcd: [...this.etcd.endpoints],
       cluster: "test",
       clusterNode: name,
       clusterTtlMs: FAKE_TTL_MS,
       ...config,
-    }, { scheduler: this.scheduler, etcd: this.etcd.client() });
+    }, { scheduler: this.scheduler, etcd: this.etcd.client(link) });
     this.#servers.push(t);
     await settle();
     return t;
   }
 
+  /** Run before the servers shut down: a test mends the faults it gave their links here. */
+  readonly beforeDispose: (() => void)[] = [];
+
   async [Symbol.asyncDispose](): Promise<void> {
     for (const leadership of this.#leaderships) leadership.close();
+    for (const mend of this.beforeDispose) mend();
     // A hand-over at shutdown needs etcd.
     this.etcd.setMode("up");
     await Promise.all(this.#servers.map((t) => t.server.shutdown()));

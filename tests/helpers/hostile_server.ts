@@ -66,6 +66,7 @@ export class HostileServer implements AsyncDisposable {
   readonly #conns = new Set<Deno.Conn>();
   readonly #served: Promise<void>[] = [];
   readonly #accepting: Promise<void>;
+  #killed = false;
 
   constructor(
     readonly script: HostileScript = {},
@@ -154,9 +155,19 @@ export class HostileServer implements AsyncDisposable {
     closeQuietly(conn);
   }
 
-  async [Symbol.asyncDispose](): Promise<void> {
+  /**
+   * The server dies: every connection ends (EOF) and new ones are refused from then on. Called
+   * again (or by dispose), it does nothing more.
+   */
+  kill(): void {
+    if (this.#killed) return;
+    this.#killed = true;
     this.#listener.close();
     for (const conn of this.#conns) closeQuietly(conn);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    this.kill();
     await this.#accepting;
     await Promise.all(this.#served);
   }

@@ -50,6 +50,7 @@ const ERROR_CODES = Object.values(WIRE_CODES).map((info) => info.code).filter((c
 function expected(changes: Record<string, number>, version: string): Record<string, number> {
   const base: Record<string, number> = {
     "lockd_connections_active": 0,
+    "lockd_sessions_orphaned": 0,
     "lockd_connections_open": 0,
     "lockd_locks_held": 0,
     "lockd_waiters": 0,

@@ -602,11 +602,12 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
     assert.ok(granted?.type === "acquired");
     const forged = granted.ticket!.map((byte, i) => i === 3 ? byte ^ 0x80 : byte);
     // A forged ticket while the old session is open (moved); a term this server never served;
-    // the ticket of a session that is gone.
+    // the ticket of a session that is gone (it said GOODBYE: without it, it would be orphaned).
     const tries: [number, Uint8Array, () => Promise<void>][] = [
       [0, forged, async () => {}],
       [4, granted.ticket!, async () => {}],
       [0, granted.ticket!, async () => {
+        await old.send({ type: "goodbye", requestId: 2 });
         await old[Symbol.asyncDispose]();
         await eventually(() => t.server.context.engine.lockCount === 0, "the old session ended");
       }],

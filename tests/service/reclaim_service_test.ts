@@ -193,7 +193,7 @@ Deno.test("W1: an ACQUIRED whose record never commits is dropped; later frames s
   assert.deepEqual(a.port.frames, [{ type: "heartbeat_ack", requestId: 2, renewed: 1 }]);
 });
 
-Deno.test("W2 (#5): a version-2 connection gone without GOODBYE raises the floor before the next ACQUIRED; GOODBYE does not", async () => {
+Deno.test("W2 (#5): a version-2 connection gone without GOODBYE keeps its ownership until its lease ends, then raises the floor before the next ACQUIRED; GOODBYE does not", async () => {
   await using cluster = new Cluster();
   const { h, gate } = cluster.leader(5);
   const [x, y] = [h.open("", "x", V2), h.open("", "y", V2)];
@@ -204,10 +204,17 @@ Deno.test("W2 (#5): a version-2 connection gone without GOODBYE raises the floor
   await acquire(y, 1, "fin");
   queuedOf(last(y), 1);
   gate.calls.length = 0;
-  x.leave(); // FIN without GOODBYE
+  x.leave(); // FIN without GOODBYE: the session is orphaned, its client may still count on it
+  await settle();
+  assert.deepEqual(gate.calls, [], "nothing ends yet");
+  cluster.scheduler.advance(9_999);
+  y.send({ type: "heartbeat", requestId: 2 });
+  await settle();
+  assert.equal(y.port.frames.length, 2, "no grant while the orphan's lease lasts");
+  cluster.scheduler.advance(1);
   await settle();
   assert.deepEqual(gate.calls, [`ended fin ${tx} non-graceful 0`, "beforeDeliver fin"]);
-  assert.equal(y.port.frames.length, 1, "the grant waits for the floor");
+  assert.equal(y.port.frames.length, 2, "the grant waits for the floor");
   gate.commit();
   await settle();
   assert.ok(acquiredOf(last(y), 1).token > tx);
@@ -229,7 +236,7 @@ Deno.test("W2 (#5): a version-2 connection gone without GOODBYE raises the floor
   const records = await h.records();
   assert.deepEqual(
     records.filter((r) => r.event === "release").map((r) => [r.token, r.reason]),
-    [[tx, "io_timeout"], [ty, "graceful"]],
+    [[tx, "expired"], [ty, "graceful"]],
   );
 });
 

@@ -132,7 +132,7 @@ export function serviceHarness(options: HarnessOptions = {}): ServiceHarness {
         },
         leave(goodbye = false) {
           if (goodbye) dispatch.apply({ type: "goodbye", requestId: 0xffff_fff0 });
-          else service.closeSession(peer.sessionId, peerClosedCause(version));
+          else service.connectionLost(peer.sessionId, peerClosedCause(version));
         },
       };
     },
