@@ -54,8 +54,11 @@ function malformed(reason: string): ProtocolError {
 }
 
 /** Reads the fields of one frame body in order; every read is bounds-checked. */
+/** No buffer: shared by every idle reader and cursor (no room, so never written). */
+const NO_BYTES = new Uint8Array(0);
+
 class BodyCursor {
-  bytes: Uint8Array = new Uint8Array(0);
+  bytes: Uint8Array = NO_BYTES;
   pos = 0;
   end = 0;
   kind = "";
@@ -570,7 +573,7 @@ export class FrameReader {
   #error: ProtocolError | null = null;
 
   /** A partial frame (header included) copied out of earlier chunks. */
-  #partial: Uint8Array = new Uint8Array(0);
+  #partial: Uint8Array = NO_BYTES;
   #partialLen = 0;
   /** Length prefix of the partial frame, or -1 while fewer than 4 header bytes are in. */
   #partialFrameBytes = -1;
@@ -632,7 +635,7 @@ export class FrameReader {
   release(): void {
     this.#partialLen = 0;
     this.#partialFrameBytes = -1;
-    this.#setPartial(new Uint8Array(0));
+    this.#setPartial(NO_BYTES);
   }
 
   /** Feeds bytes read from the peer. `chunk` is never read again after this returns. */
@@ -684,6 +687,7 @@ export class FrameReader {
       );
       pos = frameEnd;
     }
+    this.#cursor.bytes = NO_BYTES; // the chunk (perhaps a large read buffer) is not kept alive
     if (pos < end) {
       const rest = end - pos;
       const frameBytes = rest >= FRAME_HEADER_BYTES
@@ -787,7 +791,7 @@ export class FrameReader {
     this.#partialLen = 0;
     this.#partialFrameBytes = -1;
     if (this.#partial.byteLength > FRAME_READER_RETAINED_BYTES_MAX) {
-      this.#setPartial(new Uint8Array(0));
+      this.#setPartial(NO_BYTES);
     }
   }
 }
