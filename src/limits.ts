@@ -436,6 +436,14 @@ export const DIAGNOSTIC_LOG_FLUSH_MS = 1_000;
 export const ADMIN_REQUEST_TIMEOUT_MS = 10_000;
 /** `lockd admin -watch`: time between two requests, by default and at least (no busy polling). */
 export const WATCH_INTERVAL_MS_DEFAULT = 2_000;
+/**
+ * `lockd admin -wait`'s default with several `-admin` addresses (a cluster): while no node answers
+ * for the leader (a fail-over), a request is asked again until this has passed, as the clients'
+ * first connect does (CONNECT_TIMEOUT_MS_CLUSTER_DEFAULT). With one address: 0, one try.
+ */
+export const ADMIN_WAIT_MS_CLUSTER_DEFAULT = 10_000;
+/** Pause between two tries of `lockd admin` while its `-wait` lasts. */
+export const ADMIN_WAIT_RETRY_MS = 500;
 export const WATCH_INTERVAL_MS_MIN = 100;
 /** How long `lockd health` waits for one answer. */
 export const HEALTH_TIMEOUT_MS = 2_000;

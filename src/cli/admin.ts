@@ -29,7 +29,12 @@
 import type { InfoJson, LockJson } from "../admin/views.ts";
 import { rfc3339, type Scheduler, systemScheduler } from "../clock.ts";
 import { formatHostPort, parseHostPort } from "../host_port.ts";
-import { WATCH_INTERVAL_MS_DEFAULT, WATCH_INTERVAL_MS_MIN } from "../limits.ts";
+import {
+  ADMIN_WAIT_MS_CLUSTER_DEFAULT,
+  ADMIN_WAIT_RETRY_MS,
+  WATCH_INTERVAL_MS_DEFAULT,
+  WATCH_INTERVAL_MS_MIN,
+} from "../limits.ts";
 import { type AdminRequest, adminRequester, type Answer, type Reply } from "./admin_request.ts";
 import {
   formatDurationMs,
@@ -69,6 +74,12 @@ const FLAGS: readonly FlagSpec[] = [
     kind: "duration",
     help: "with -watch: time between two requests",
     defaultText: `${WATCH_INTERVAL_MS_DEFAULT / 1000}s`,
+  },
+  {
+    name: "wait",
+    kind: "duration",
+    help: "ask again while no node answers for the leader (a fail-over), until this has passed",
+    defaultText: `${ADMIN_WAIT_MS_CLUSTER_DEFAULT / 1000}s with several -admin, else 0s`,
   },
 ];
 
@@ -239,6 +250,8 @@ interface Invocation {
   readonly json: boolean;
   /** With -watch: the interval. */
   readonly watchIntervalMs: number | null;
+  /** How long a first request is asked again while no node answers for the leader. */
+  readonly waitMs: number;
   /** `-admin`, and the base URL of each address. */
   readonly adminAddrs: readonly string[];
   readonly baseUrls: readonly string[];
@@ -284,8 +297,35 @@ export async function adminCommand(
     headers,
   );
   return invocation.watchIntervalMs === null
-    ? await askOnce(out, invocation, request)
+    ? await askOnce(out, invocation, retryWhileNoLeader(out.scheduler, invocation.waitMs, request))
     : await watch(out, invocation, invocation.watchIntervalMs, request);
+}
+
+/**
+ * `request`, asked again (every ADMIN_WAIT_RETRY_MS) until `waitMs` has passed while no node
+ * answers for the leader (none reachable, or every one a standby without a leader yet: 503
+ * `not-leader`), so that `lockd admin` run during a fail-over is held rather than refused. A
+ * failure no retry mends (a redirect outside -admin) ends it at once.
+ */
+function retryWhileNoLeader(
+  scheduler: Scheduler,
+  waitMs: number,
+  request: () => Promise<Reply>,
+): () => Promise<Reply> {
+  return async () => {
+    const endMs = scheduler.monotonicMs() + waitMs;
+    for (;;) {
+      const reply = await request();
+      const again = "failure" in reply
+        ? reply.final !== true
+        : reply.status === 503 && /not-leader/.test(reply.body);
+      const leftMs = endMs - scheduler.monotonicMs();
+      if (!again || leftMs <= 0) return reply;
+      await new Promise<void>((resolve) =>
+        scheduler.setTimer(resolve, Math.min(ADMIN_WAIT_RETRY_MS, leftMs))
+      );
+    }
+  };
 }
 
 /** Prints a usage error (one JSON line with -json) and returns 2. */
@@ -358,6 +398,8 @@ function parseInvocation(
     options: { match, fencingToken },
     json: values.get("json") === true,
     watchIntervalMs: watch ? intervalMs : null,
+    waitMs: (values.get("wait") as number | undefined) ??
+      (adminAddrs.length > 1 ? ADMIN_WAIT_MS_CLUSTER_DEFAULT : 0),
     adminAddrs,
     baseUrls,
     tokenFile: values.get("token-file") as string | undefined,

@@ -400,6 +400,7 @@ export class Session implements SessionPort, StallWatched {
       case "query":
       case "watch":
       case "unwatch":
+      case "downgrade":
         if (this.#state === "handshake") this.#unexpected(message);
         else this.#dispatch!.apply(message as DecodedClientRequest);
         return;

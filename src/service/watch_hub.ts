@@ -95,10 +95,13 @@ export interface WatchHubOptions {
   ) => LockState;
   /** Whether the session may read the lock (the ACL; a glob's matches are filtered silently). */
   readonly mayRead: (peer: Peer, name: string) => boolean;
+  /** Locks one watch may match (default LOCKS_PER_WATCH_MAX; tests give fewer). */
+  readonly locksPerWatchMax?: number;
 }
 
 export class WatchHub {
   readonly #options: WatchHubOptions;
+  readonly #locksMax: number;
   readonly #sessions = new Map<number, SessionWatches>();
   /** Watches of one lock name (exact patterns), by name. */
   readonly #exact = new Map<string, Set<Watch>>();
@@ -107,6 +110,7 @@ export class WatchHub {
 
   constructor(options: WatchHubOptions) {
     this.#options = options;
+    this.#locksMax = options.locksPerWatchMax ?? LOCKS_PER_WATCH_MAX;
   }
 
   /** Watches open now, all sessions together. */
@@ -146,7 +150,7 @@ export class WatchHub {
     }
     const exact = glob.literalPrefix === pattern && glob.matches(pattern);
     const names = exact ? [pattern] : this.#matching(peer, glob);
-    if (names.length > LOCKS_PER_WATCH_MAX) {
+    if (names.length > this.#locksMax) {
       this.#options.port(peer.sessionId)?.send(watchEnded(requestId, "too_many_locks"));
       return null;
     }
@@ -198,7 +202,7 @@ export class WatchHub {
           if (!watch.glob.matches(change.name)) continue;
           if (!this.#options.mayRead(session.peer, change.name)) continue;
           watch.names.add(change.name);
-          if (watch.names.size > LOCKS_PER_WATCH_MAX) {
+          if (watch.names.size > this.#locksMax) {
             this.#drop(session, watch);
             this.#options.port(session.peer.sessionId)?.send(
               watchEnded(watch.requestId, "too_many_locks"),
@@ -226,7 +230,7 @@ export class WatchHub {
       if (!glob.matches(lock.name) || !this.#options.mayRead(peer, lock.name)) continue;
       if (lock.holders.length === 0 && lock.queueLength === 0) continue;
       names.push(lock.name);
-      if (names.length > LOCKS_PER_WATCH_MAX) break;
+      if (names.length > this.#locksMax) break;
     }
     return names;
   }

@@ -419,6 +419,30 @@ Deno.test("reclaim: a suspend lock is suspended past its deadline and held again
   assert.equal(lock.state, "released");
 });
 
+Deno.test("reclaim: a suspended lock is lost with failover on CLAIM_VOID", async () => {
+  const answers: { conn: HostileConn; reclaim: Reclaim }[] = [];
+  await using a = leader(7, leaderA);
+  await using b = leader(8, (conn, m) => {
+    if (acks(conn, m)) return;
+    if (m.type === "resume") {
+      conn.send({
+        type: "resumed",
+        requestId: m.requestId,
+        outcome: "reclaim",
+        windowLeftMs: 4_000,
+      });
+    } else if (m.type === "reclaim") answers.push({ conn, reclaim: m });
+  });
+  await using client = await connect({ addrs: [a.addr, b.addr] });
+  const lock = await client.acquire("x", { leaseMs: 300, suspend: true });
+  a.kill();
+  await until(() => lock.suspended && answers.length > 0, "suspended, RECLAIM sent");
+  const { conn, reclaim } = answers[0];
+  conn.send(error(reclaim.requestId, WIRE_CODES.CLAIM_VOID.code, "x", "floor"));
+  await until(() => lock.lost.aborted, "lost");
+  assert.deepEqual([lostReason(lock), lock.suspended, lock.state], ["failover", false, "lost"]);
+});
+
 Deno.test("reclaim: a suspended lock is lost with failover when the reclaim window ends", async () => {
   await using a = leader(7, leaderA, { windowMs: 900 });
   await using b = leader(8, (conn, m) => void acks(conn, m));
@@ -521,7 +545,7 @@ Deno.test("reclaim: NOT_LEADER after WELCOME keeps the locks and follows the nam
 for (
   const [code, reason] of [["CLOSED_BY_ADMIN", "force"], ["IO_TIMEOUT", "io_timeout"]] as const
 ) {
-  Deno.test(`reclaim: ${code} ends the locks (${reason}) without a reclaim`, async () => {
+  Deno.test(`reclaim: ${code} ends the locks (force or io_timeout) without a reclaim: ${reason}`, async () => {
     await using a = leader(7, (conn, m) => {
       if (m.type === "acquire" && m.name === "x") conn.send(granted(m));
       else if (m.type === "acquire" && m.name === "end") {
