@@ -178,6 +178,12 @@ export const FRAME_WRITER_RETAINED_BYTES_MAX = 64 * 1024;
  */
 export const SESSION_WRITER_RETAINED_BYTES_MAX = 4 * 1024;
 /**
+ * Reply buffers kept for reuse between batches (per frame limit): an idle session holds none, a
+ * session borrows one for the frames of a batch. Enough for the sessions that write in one turn
+ * under load (64 clients); at most 64 × SESSION_WRITER_RETAINED_BYTES_MAX = 256 KiB stay.
+ */
+export const SESSION_WRITERS_POOLED_MAX = 64;
+/**
  * A connection that sent part of a frame and then nothing for this long has stalled: the
  * frame's buffer is cut down to the bytes that arrived (a legitimate frame's rest follows within
  * round trips; frames are sent in one write).

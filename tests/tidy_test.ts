@@ -481,12 +481,6 @@ const FILES_OVER_CAP: Readonly<Record<string, { lines: number; reason: string }>
     reason: "the HTTP connection guard (admission, the reserve, eviction, draining) over one " +
       "shared state; the eviction policy is the next part to move out",
   },
-  "src/protocol/session.ts": {
-    lines: 631,
-    reason: "one session's reading, handshake state and flushing (its dispatch and the " +
-      "handshake's checks are in dispatch.ts and handshake.ts); the write path is the next part " +
-      "to move out",
-  },
   "src/service/lock_service.ts": {
     lines: 783,
     reason: "the one command surface over the engine (every state change passes it; carrying " +
