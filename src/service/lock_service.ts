@@ -46,10 +46,8 @@ import { DeadlineTimer } from "./deadline_timer.ts";
 import { type CarriedOver, type Closing, EventCarrier } from "./event_carrier.ts";
 import type { LeadershipGate, OwnershipGate } from "./leadership_gate.ts";
 import { LockReads } from "./lock_reads.ts";
-import { lockChangeOf } from "./lock_state_frame.ts";
 import { type ReclaimRequest, Reclaims, type ReclaimStats } from "./reclaims.ts";
 import { type SessionPort, SessionRegistry } from "./session_registry.ts";
-import { WatchPacer } from "./watch_pacer.ts";
 import { SingleNodeGate } from "./single_node_gate.ts";
 
 const logger = log("protocol");
@@ -87,7 +85,6 @@ export class LockService {
   readonly #carrier: EventCarrier;
   readonly #reclaims: Reclaims;
   readonly #reads: LockReads;
-  readonly #watchPacer: WatchPacer;
   #acl: Acl;
   #lockRules: LockRules = NO_LOCK_RULES;
   #tokenRetry: Timer | undefined;
@@ -134,16 +131,14 @@ export class LockService {
       sessionEnded: (sessionId) => this.#connectionGone(sessionId),
       ownershipEnded: (name, token) => this.#reclaims.ownershipEnded(name, token),
     });
-    this.#watchPacer = new WatchPacer(this.#scheduler, () => this.#reads.watches);
     this.#reads = new LockReads({
       view: this.#engine.view,
       audit: this.#audit,
       counters: this.#counters,
       sessions: this.#sessions,
       acl: () => this.#acl,
-      nowMs: () => this.#scheduler.monotonicMs(),
+      scheduler: this.#scheduler,
       frameBytesMax: options.frameBytesMax ?? FRAME_BYTES_MAX_DEFAULT,
-      wake: () => this.#watchPacer.wake(),
     });
     this.#deadlines = new DeadlineTimer(this.#scheduler, () => this.tick());
     if (options.lockRules !== undefined) this.setLockRules(options.lockRules);
@@ -308,7 +303,6 @@ export class LockService {
   watch(peer: Peer, requestId: number, pattern: string): void {
     if (this.#deferRequest(peer, () => this.watch(peer, requestId, pattern))) return;
     this.#reads.watch(peer, requestId, pattern);
-    this.#watchPacer.wake();
   }
 
   /** UNWATCH: ends the watch (WATCH_ENDED). */
@@ -694,7 +688,7 @@ export class LockService {
   stop(): void {
     this.#stopped = true;
     this.#deadlines.stop();
-    this.#watchPacer.stop();
+    this.#reads.stop();
     this.#tokenRetry?.cancel();
     this.#tokenRetry = undefined;
   }
@@ -744,10 +738,7 @@ export class LockService {
   #apply(events: EngineEvent[], closing?: Closing, carried?: CarriedOver): void {
     for (const event of events) {
       this.#carrier.carry(event, closing, carried);
-      const change = lockChangeOf(event);
-      if (change === null) continue;
-      this.#reads.watches.changed(change);
-      this.#watchPacer.wake();
+      this.#reads.changed(event);
     }
     this.#deadlines.arm(this.#engine.nextDeadlineMs());
     if (this.#engine.isBlocked("token_store_unavailable") && !this.#inTokenRetry) {
