@@ -250,16 +250,30 @@ export class WatchHub {
     watch.waiting.set(change.name, { event: change.event, reason: change.reason });
   }
 
-  /** Existing locks `glob` matches that the session may read, by name. */
+  /**
+   * Existing locks `glob` matches that the session may read, by name; more than the bound when
+   * there are too many (then it stops counting: no sort or view of a large match).
+   */
   #matching(peer: Peer, glob: Glob): string[] {
-    const names: string[] = [];
-    for (const lock of this.#options.view.listLocks({ prefix: glob.literalPrefix }, 0)) {
-      if (!glob.matches(lock.name) || !this.#options.mayRead(peer, lock.name)) continue;
-      if (lock.holders.length === 0 && lock.queueLength === 0) continue;
-      names.push(lock.name);
-      if (names.length > this.#locksMax) break;
-    }
-    return names;
+    let matched = 0;
+    const { locks } = this.#options.view.pageLocks({
+      prefix: glob.literalPrefix,
+      matches: (name) => {
+        if (matched > this.#locksMax) return false;
+        if (!glob.matches(name) || !this.#options.mayRead(peer, name)) return false;
+        matched++;
+        return true;
+      },
+      sort: "name",
+      descending: false,
+      offset: 0,
+      limit: this.#locksMax + 1,
+      waitersMax: 0,
+    });
+    if (matched > this.#locksMax) return locks.map((lock) => lock.name);
+    return locks
+      .filter((lock) => lock.holders.length > 0 || lock.queueLength > 0)
+      .map((lock) => lock.name);
   }
 
   #drop(session: SessionWatches, watch: Watch): void {
