@@ -454,6 +454,10 @@ function isServerReply(message: { type: string }): message is ServerMessage {
     case "released":
     case "heartbeat_ack":
     case "resumed":
+    case "value_set":
+    case "lock_state":
+    case "watching":
+    case "watch_ended":
     case "error":
       return true;
     default:
