@@ -46,7 +46,6 @@ import { DeadlineTimer } from "./deadline_timer.ts";
 import { type CarriedOver, type Closing, EventCarrier } from "./event_carrier.ts";
 import type { LeadershipGate, OwnershipGate } from "./leadership_gate.ts";
 import { LockReads } from "./lock_reads.ts";
-import { lockChangeOf } from "./lock_state_frame.ts";
 import { type ReclaimRequest, Reclaims, type ReclaimStats } from "./reclaims.ts";
 import { type SessionPort, SessionRegistry } from "./session_registry.ts";
 import { SingleNodeGate } from "./single_node_gate.ts";
@@ -138,7 +137,7 @@ export class LockService {
       counters: this.#counters,
       sessions: this.#sessions,
       acl: () => this.#acl,
-      nowMs: () => this.#scheduler.monotonicMs(),
+      scheduler: this.#scheduler,
       frameBytesMax: options.frameBytesMax ?? FRAME_BYTES_MAX_DEFAULT,
     });
     this.#deadlines = new DeadlineTimer(this.#scheduler, () => this.tick());
@@ -689,6 +688,7 @@ export class LockService {
   stop(): void {
     this.#stopped = true;
     this.#deadlines.stop();
+    this.#reads.stop();
     this.#tokenRetry?.cancel();
     this.#tokenRetry = undefined;
   }
@@ -738,8 +738,7 @@ export class LockService {
   #apply(events: EngineEvent[], closing?: Closing, carried?: CarriedOver): void {
     for (const event of events) {
       this.#carrier.carry(event, closing, carried);
-      const change = lockChangeOf(event);
-      if (change !== null) this.#reads.watches.changed(change);
+      this.#reads.changed(event);
     }
     this.#deadlines.arm(this.#engine.nextDeadlineMs());
     if (this.#engine.isBlocked("token_store_unavailable") && !this.#inTokenRetry) {
