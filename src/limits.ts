@@ -178,6 +178,12 @@ export const FRAME_WRITER_RETAINED_BYTES_MAX = 64 * 1024;
  */
 export const SESSION_WRITER_RETAINED_BYTES_MAX = 4 * 1024;
 /**
+ * Reply buffers kept for reuse between batches (per frame limit): an idle session holds none, a
+ * session borrows one for the frames of a batch. Enough for the sessions that write in one turn
+ * under load (64 clients); at most 64 × SESSION_WRITER_RETAINED_BYTES_MAX = 256 KiB stay.
+ */
+export const SESSION_WRITERS_POOLED_MAX = 64;
+/**
  * A connection that sent part of a frame and then nothing for this long has stalled: the
  * frame's buffer is cut down to the bytes that arrived (a legitimate frame's rest follows within
  * round trips; frames are sent in one write).
@@ -436,6 +442,14 @@ export const CLIENT_OBSERVED_LOCKS_MAX = 65_536;
 export const ADMIN_REQUEST_TIMEOUT_MS = 10_000;
 /** `lockd admin -watch`: time between two requests, by default and at least (no busy polling). */
 export const WATCH_INTERVAL_MS_DEFAULT = 2_000;
+/**
+ * `lockd admin -wait`'s default with several `-admin` addresses (a cluster): while no node answers
+ * for the leader (a fail-over), a request is asked again until this has passed, as the clients'
+ * first connect does (CONNECT_TIMEOUT_MS_CLUSTER_DEFAULT). With one address: 0, one try.
+ */
+export const ADMIN_WAIT_MS_CLUSTER_DEFAULT = 10_000;
+/** Pause between two tries of `lockd admin` while its `-wait` lasts. */
+export const ADMIN_WAIT_RETRY_MS = 500;
 export const WATCH_INTERVAL_MS_MIN = 100;
 /** How long `lockd health` waits for one answer. */
 export const HEALTH_TIMEOUT_MS = 2_000;

@@ -120,6 +120,41 @@ Deno.test("limits: one largest frame fits a session's write buffer and a busy se
   assert.ok(limits.READ_BUFFER_BYTES_MAX >= limits.FRAME_BYTES_MAX_MAX);
 });
 
+Deno.test("limits: a longest value fits a LOCK_STATE and a RECLAIM in the frames clients read; a watch batch is a small part of a session's write buffer", () => {
+  const value = new Uint8Array(limits.LOCK_VALUE_BYTES_MAX_MAX);
+  const name = "n".repeat(limits.LOCK_NAME_BYTES_MAX);
+  const clientName = "c".repeat(limits.CLIENT_NAME_BYTES_MAX);
+  const state = encodeFrame({
+    type: "lock_state",
+    requestId: 1,
+    event: "state",
+    reason: "none",
+    kind: "exclusive",
+    limit: 1,
+    queueLength: 0,
+    owners: 1,
+    name,
+    holders: [{
+      token: 1,
+      heldMs: 0,
+      leaseMs: 0,
+      mode: "exclusive",
+      slot: 0,
+      identity: "i".repeat(4096),
+      clientName,
+      value,
+    }],
+  }, 2);
+  assert.ok(state.length <= limits.FRAME_BYTES_MAX_MAX, `${state.length}`);
+  assert.ok(limits.LOCK_VALUE_BYTES_MAX_DEFAULT <= limits.LOCK_VALUE_BYTES_MAX_MAX);
+  assert.ok(
+    limits.WATCH_BATCH_BYTES_MAX + limits.FRAME_BYTES_MAX_MAX <= limits.WRITE_BUFFER_BYTES_MAX / 4,
+  );
+  assert.ok(
+    limits.LOCKS_PER_WATCH_MAX * limits.WATCHES_PER_SESSION_MAX <= limits.CLAIMS_MAX_DEFAULT,
+  );
+});
+
 Deno.test("limits: a heartbeat every lease/3 keeps even the shortest lease before its client-side deadline", () => {
   // The client's margin before its local deadline (docs/protocol.md, "Writing a client").
   const margin = (leaseMs: number) =>

@@ -29,11 +29,22 @@
 import type { InfoJson, LockJson } from "../admin/views.ts";
 import { rfc3339, type Scheduler, systemScheduler } from "../clock.ts";
 import { formatHostPort, parseHostPort } from "../host_port.ts";
-import { WATCH_INTERVAL_MS_DEFAULT, WATCH_INTERVAL_MS_MIN } from "../limits.ts";
-import { type AdminRequest, adminRequester, type Answer, type Reply } from "./admin_request.ts";
+import {
+  ADMIN_WAIT_MS_CLUSTER_DEFAULT,
+  WATCH_INTERVAL_MS_DEFAULT,
+  WATCH_INTERVAL_MS_MIN,
+} from "../limits.ts";
+import {
+  type AdminRequest,
+  adminRequester,
+  type Answer,
+  type Reply,
+  retryWhileNoLeader,
+} from "./admin_request.ts";
 import {
   formatDurationMs,
   formatInfo,
+  formatLiftedReservation,
   formatLock,
   formatLockList,
   formatReleased,
@@ -69,6 +80,12 @@ const FLAGS: readonly FlagSpec[] = [
     kind: "duration",
     help: "with -watch: time between two requests",
     defaultText: `${WATCH_INTERVAL_MS_DEFAULT / 1000}s`,
+  },
+  {
+    name: "wait",
+    kind: "duration",
+    help: "ask again while no node answers for the leader (a fail-over), until this has passed",
+    defaultText: `${ADMIN_WAIT_MS_CLUSTER_DEFAULT / 1000}s with several -admin, else 0s`,
   },
 ];
 
@@ -155,6 +172,16 @@ const ADMIN_SUBCOMMANDS: Readonly<Record<string, AdminSubcommand>> = {
     }),
     print: (body) => formatReleased(JSON.parse(body) as LockJson),
   },
+  "lift-reservation": {
+    operands: ["NAME"],
+    flags: [],
+    summary: [
+      "cluster mode: free a lock kept for its holder's reclaim",
+      "after a fail-over (that holder is known to be gone)",
+    ],
+    request: ([name]) => ({ method: "POST", path: `${lockPath(name)}/lift-reservation` }),
+    print: (body) => formatLiftedReservation(JSON.parse(body) as LockJson),
+  },
   kick: {
     operands: ["NAME", "REMOTE_ADDR"],
     flags: [],
@@ -239,6 +266,8 @@ interface Invocation {
   readonly json: boolean;
   /** With -watch: the interval. */
   readonly watchIntervalMs: number | null;
+  /** How long a first request is asked again while no node answers for the leader. */
+  readonly waitMs: number;
   /** `-admin`, and the base URL of each address. */
   readonly adminAddrs: readonly string[];
   readonly baseUrls: readonly string[];
@@ -284,7 +313,7 @@ export async function adminCommand(
     headers,
   );
   return invocation.watchIntervalMs === null
-    ? await askOnce(out, invocation, request)
+    ? await askOnce(out, invocation, retryWhileNoLeader(out.scheduler, invocation.waitMs, request))
     : await watch(out, invocation, invocation.watchIntervalMs, request);
 }
 
@@ -358,6 +387,8 @@ function parseInvocation(
     options: { match, fencingToken },
     json: values.get("json") === true,
     watchIntervalMs: watch ? intervalMs : null,
+    waitMs: (values.get("wait") as number | undefined) ??
+      (adminAddrs.length > 1 ? ADMIN_WAIT_MS_CLUSTER_DEFAULT : 0),
     adminAddrs,
     baseUrls,
     tokenFile: values.get("token-file") as string | undefined,

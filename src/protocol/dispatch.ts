@@ -114,6 +114,9 @@ export class RequestDispatch {
       case "unwatch":
         service.unwatch(peer, message.requestId);
         return;
+      case "downgrade":
+        service.setMode(peer, message.requestId, message.name, message.token, "shared");
+        return;
       default:
         return unreachable(message);
     }

@@ -281,10 +281,29 @@ export class EventCarrier {
     );
   }
 
-  /** A holder downgraded to shared; a request for the mode it already has records nothing. */
+  /**
+   * A holder downgraded to shared (DOWNGRADE): its `downgrade` record, then ACQUIRED with the
+   * request's id, mode shared and a fresh ticket (a ticket names the mode). A holder that already
+   * was shared gets the same ACQUIRED without a record.
+   */
   #modeChanged(event: EventOf<"mode_changed">, port: SessionPort | undefined): void {
-    if (!event.changed) return;
     const peer = event.peer;
+    const claim = this.#engine.view.sessionClaim(peer.sessionId, event.name);
+    let reply: Acquired | null = null;
+    if (claim !== undefined && claim.state === "owned" && speaksV2(port)) {
+      reply = {
+        type: "acquired",
+        requestId: event.requestId,
+        name: event.name,
+        token: claim.token,
+        leaseMs: claim.leaseMs,
+      };
+      this.#addOwnedFields(reply, peer, claim);
+    }
+    if (!event.changed) {
+      if (reply !== null) port?.send(reply);
+      return;
+    }
     this.#record(
       {
         event: "downgrade",
@@ -297,7 +316,7 @@ export class EventCarrier {
         write_generation: event.writeGeneration,
       },
       port,
-      null,
+      reply,
     );
   }
 

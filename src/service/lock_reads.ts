@@ -16,6 +16,7 @@ import type { ServerCounters } from "../counters.ts";
 import type { AuditLog } from "../log/audit.ts";
 import { log } from "../log/diagnostic.ts";
 import type { Acl, AclAction } from "../security/acl.ts";
+import type { LockState } from "../wire/messages.ts";
 import { lockStateOf } from "./lock_state_frame.ts";
 import type { SessionRegistry } from "./session_registry.ts";
 import { WatchHub } from "./watch_hub.ts";
@@ -40,19 +41,29 @@ export class LockReads {
 
   constructor(options: LockReadsOptions) {
     this.#options = options;
+    // One change reaches every watcher of the lock: their frames share one read of its state
+    // (the engine's viewVersion grows with every change of owners, waiters, modes and values).
+    let last: { name: string; version: number; nowMs: number; state: LockState } | null = null;
     this.watches = new WatchHub({
       view: options.view,
       port: (sessionId) => options.sessions.get(sessionId),
-      stateOf: (name, requestId, event, reason) =>
-        lockStateOf(
-          options.view,
-          name,
-          options.nowMs(),
-          options.frameBytesMax,
-          requestId,
-          event,
-          reason,
-        ),
+      stateOf: (name, requestId, event, reason) => {
+        const version = options.view.viewVersion;
+        const nowMs = options.nowMs();
+        if (last?.name !== name || last.version !== version || last.nowMs !== nowMs) {
+          const state = lockStateOf(
+            options.view,
+            name,
+            nowMs,
+            options.frameBytesMax,
+            0,
+            event,
+            reason,
+          );
+          last = { name, version, nowMs, state };
+        }
+        return { ...last.state, requestId, event, reason };
+      },
       mayRead: (peer, name) => options.acl().decide(peer.identity, name, "read").allowed,
     });
   }

@@ -129,10 +129,7 @@ export class LockService {
       sessions: this.#sessions,
       gate: this.#gate,
       ownership: this.#ownership,
-      sessionEnded: (sessionId) => {
-        this.#reclaims.sessionEnded(sessionId);
-        this.#reads.watches.sessionEnded(sessionId);
-      },
+      sessionEnded: (sessionId) => this.#connectionGone(sessionId),
       ownershipEnded: (name, token) => this.#reclaims.ownershipEnded(name, token),
     });
     this.#reads = new LockReads({
@@ -373,11 +370,25 @@ export class LockService {
     const port = this.#sessions.get(sessionId);
     if ((port?.version ?? 1) < 2) return this.closeSession(sessionId, cause);
     this.#sessions.remove(sessionId);
+    this.#connectionGone(sessionId);
+    this.#decide(`close:${sessionId}`, () => {
+      this.#apply(this.#engine.orphanSession(this.now(), sessionId, cause));
+      const view = this.#engine.view;
+      const endMs = view.orphanLeaseEndMs(sessionId);
+      if (endMs === undefined) return; // it owned nothing: closed
+      logger.info("connection ended without GOODBYE; session kept for its client (orphaned)", {
+        session: sessionId,
+        remote_addr: view.sessionPeer(sessionId)?.remoteAddr ?? "",
+        ownerships: view.claimCountOf(sessionId),
+        leases_end_in_ms: Math.round(endMs - this.#scheduler.monotonicMs()),
+      });
+    });
+  }
+
+  /** A session's connection is gone (closed, or orphaned): its RESUME and watches end. */
+  #connectionGone(sessionId: number): void {
     this.#reclaims.sessionEnded(sessionId);
-    this.#decide(
-      `close:${sessionId}`,
-      () => this.#apply(this.#engine.orphanSession(this.now(), sessionId, cause)),
-    );
+    this.#reads.watches.sessionEnded(sessionId); // a watch lives as long as its connection
   }
 
   // ---- protocol version 2: reclaims and GOODBYE -------------------------------
@@ -441,6 +452,14 @@ export class LockService {
   /** Cluster mode, the window ended: the reservations of `names` end (once it may decide). */
   endReservations(names: readonly string[]): void {
     this.#decide("reservations", () => this.#reclaims.endReservations(names));
+  }
+
+  /** Cluster mode, an operator frees a lock reserved for reclaims (audited, reclaims.ts). */
+  liftReservation(name: string, actor: Actor): "lifted" | "not_leader" | "not_reserved" {
+    if (this.#gate !== undefined && !this.#gate.mayAct()) return "not_leader";
+    if (!this.#engine.view.isReserved(name)) return "not_reserved";
+    this.#reclaims.liftReservation(name, actor);
+    return "lifted";
   }
 
   /**

@@ -76,6 +76,8 @@ class SessionWatches {
   readonly watches = new Map<number, Watch>();
   /** A batch of this session's watch frames is on its way to the connection. */
   inFlight = false;
+  /** Called once the batch on its way is written (one function per session, not per batch). */
+  written: (() => void) | null = null;
 
   constructor(peer: Peer) {
     this.peer = peer;
@@ -95,10 +97,13 @@ export interface WatchHubOptions {
   ) => LockState;
   /** Whether the session may read the lock (the ACL; a glob's matches are filtered silently). */
   readonly mayRead: (peer: Peer, name: string) => boolean;
+  /** Locks one watch may match (default LOCKS_PER_WATCH_MAX; tests give fewer). */
+  readonly locksPerWatchMax?: number;
 }
 
 export class WatchHub {
   readonly #options: WatchHubOptions;
+  readonly #locksMax: number;
   readonly #sessions = new Map<number, SessionWatches>();
   /** Watches of one lock name (exact patterns), by name. */
   readonly #exact = new Map<string, Set<Watch>>();
@@ -107,6 +112,7 @@ export class WatchHub {
 
   constructor(options: WatchHubOptions) {
     this.#options = options;
+    this.#locksMax = options.locksPerWatchMax ?? LOCKS_PER_WATCH_MAX;
   }
 
   /** Watches open now, all sessions together. */
@@ -146,7 +152,7 @@ export class WatchHub {
     }
     const exact = glob.literalPrefix === pattern && glob.matches(pattern);
     const names = exact ? [pattern] : this.#matching(peer, glob);
-    if (names.length > LOCKS_PER_WATCH_MAX) {
+    if (names.length > this.#locksMax) {
       this.#options.port(peer.sessionId)?.send(watchEnded(requestId, "too_many_locks"));
       return null;
     }
@@ -186,10 +192,9 @@ export class WatchHub {
 
   /** A lock changed: every watch that matches it hears of it (coalesced, see the module). */
   changed(change: LockChange): void {
-    const touched = new Set<SessionWatches>();
     for (const watch of this.#exact.get(change.name) ?? []) {
       this.#note(watch, change);
-      touched.add(watch.session);
+      this.#flush(watch.session);
     }
     if (this.#globs.size > 0) {
       for (const watch of [...this.#globs]) {
@@ -198,7 +203,7 @@ export class WatchHub {
           if (!watch.glob.matches(change.name)) continue;
           if (!this.#options.mayRead(session.peer, change.name)) continue;
           watch.names.add(change.name);
-          if (watch.names.size > LOCKS_PER_WATCH_MAX) {
+          if (watch.names.size > this.#locksMax) {
             this.#drop(session, watch);
             this.#options.port(session.peer.sessionId)?.send(
               watchEnded(watch.requestId, "too_many_locks"),
@@ -207,10 +212,9 @@ export class WatchHub {
           }
         }
         this.#note(watch, change);
-        touched.add(session);
+        this.#flush(session);
       }
     }
-    for (const session of touched) this.#flush(session);
   }
 
   /** Records a change for a watch: a snapshot still to send shows it anyway. */
@@ -226,7 +230,7 @@ export class WatchHub {
       if (!glob.matches(lock.name) || !this.#options.mayRead(peer, lock.name)) continue;
       if (lock.holders.length === 0 && lock.queueLength === 0) continue;
       names.push(lock.name);
-      if (names.length > LOCKS_PER_WATCH_MAX) break;
+      if (names.length > this.#locksMax) break;
     }
     return names;
   }
@@ -249,6 +253,7 @@ export class WatchHub {
    * way: snapshots, WATCHING, then waiting changes, watch by watch, up to WATCH_BATCH_BYTES_MAX.
    */
   #flush(session: SessionWatches): void {
+    if (session.inFlight) return;
     const port = this.#options.port(session.peer.sessionId);
     if (port === undefined) return;
     while (!session.inFlight) {
@@ -261,14 +266,15 @@ export class WatchHub {
         continue;
       }
       session.inFlight = true;
-      port.sendObserved(last, () => {
+      session.written ??= () => {
         session.inFlight = false;
         if (session.watches.size === 0) {
           this.#sessions.delete(session.peer.sessionId);
           return;
         }
         this.#flush(session);
-      });
+      };
+      port.sendObserved(last, session.written);
     }
   }
 

@@ -336,10 +336,11 @@ export class FrameWriter {
         this.#u32(msg.requestId, "requestId");
         return;
       case "set_value":
+      case "downgrade":
         this.#u32(msg.requestId, "requestId");
         this.#u64(msg.token, "token");
         this.#str(msg.name, "name");
-        this.#bin(msg.value, "value");
+        if (msg.type === "set_value") this.#bin(msg.value, "value");
         return;
       case "value_set":
       case "query":
@@ -364,16 +365,12 @@ export class FrameWriter {
         for (const holder of msg.holders) this.#holder(holder);
         return;
       case "watch":
-        this.#u32(msg.requestId, "requestId");
-        this.#str(msg.pattern, "pattern");
-        return;
       case "watching":
-        this.#u32(msg.requestId, "requestId");
-        this.#u32(msg.locks, "locks");
-        return;
       case "watch_ended":
         this.#u32(msg.requestId, "requestId");
-        this.#enum(msg.reason, WATCH_END_REASONS, "reason");
+        if (msg.type === "watch") this.#str(msg.pattern, "pattern");
+        else if (msg.type === "watching") this.#u32(msg.locks, "locks");
+        else this.#enum(msg.reason, WATCH_END_REASONS, "reason");
         return;
       default:
         throw new RangeError(`Cannot encode message: ${msg.type} is no version-2-only type`);
@@ -584,6 +581,7 @@ const V2_ONLY_TYPE_BYTES: Partial<Record<string, number>> = {
   watching: MessageType.WATCHING,
   unwatch: MessageType.UNWATCH,
   watch_ended: MessageType.WATCH_ENDED,
+  downgrade: MessageType.DOWNGRADE,
 };
 function rangeError(field: string, value: number, what: string): RangeError {
   return new RangeError(`Cannot encode field "${field}": ${value} is not ${what}`);

@@ -53,9 +53,10 @@ function malformed(reason: string): ProtocolError {
   return new ProtocolError("MALFORMED_FRAME", reason);
 }
 
+const NO_BYTES = new Uint8Array(0); // shared by every idle reader and cursor (no room: not written)
 /** Reads the fields of one frame body in order; every read is bounds-checked. */
 class BodyCursor {
-  bytes: Uint8Array = new Uint8Array(0);
+  bytes: Uint8Array = NO_BYTES;
   pos = 0;
   end = 0;
   kind = "";
@@ -259,7 +260,7 @@ function decodeWith(
       };
       break;
     default:
-      if (cursor.version < 2 || type < MessageType.RESUME || type > MessageType.WATCH_ENDED) {
+      if (cursor.version < 2 || type < MessageType.RESUME || type > MessageType.DOWNGRADE) {
         throw malformed(
           `Cannot decode frame: unknown message type 0x${type.toString(16).padStart(2, "0")}`,
         );
@@ -450,6 +451,9 @@ function decodeReclaim(cursor: BodyCursor): DecodedMessage {
   };
 }
 
+/** Each type byte's name, for the errors of a body. */
+const TYPE_NAMES = new Map(Object.entries(MessageType).map(([name, b]) => [b as number, name]));
+
 /** The message types of version 2 only (kept apart so the common types' switch stays small). */
 function decodeV2Only(
   cursor: BodyCursor,
@@ -458,9 +462,9 @@ function decodeV2Only(
   start: number,
   end: number,
 ): DecodedMessage {
+  cursor.reset(bytes, start, end, TYPE_NAMES.get(type) ?? "");
   switch (type) {
     case MessageType.RESUME:
-      cursor.reset(bytes, start, end, "RESUME");
       return {
         type: "resume",
         requestId: cursor.u32("requestId"),
@@ -469,7 +473,6 @@ function decodeV2Only(
         claims: cursor.u16("claims"),
       };
     case MessageType.RESUMED:
-      cursor.reset(bytes, start, end, "RESUMED");
       return {
         type: "resumed",
         requestId: cursor.u32("requestId"),
@@ -477,13 +480,10 @@ function decodeV2Only(
         windowLeftMs: cursor.u32("windowLeftMs"),
       };
     case MessageType.RECLAIM:
-      cursor.reset(bytes, start, end, "RECLAIM");
       return decodeReclaim(cursor);
     case MessageType.GOODBYE:
-      cursor.reset(bytes, start, end, "GOODBYE");
       return { type: "goodbye", requestId: cursor.u32("requestId") };
     case MessageType.SET_VALUE:
-      cursor.reset(bytes, start, end, "SET_VALUE");
       return {
         type: "set_value",
         requestId: cursor.u32("requestId"),
@@ -492,25 +492,25 @@ function decodeV2Only(
         value: cursor.bin("value"),
       };
     case MessageType.VALUE_SET:
-      cursor.reset(bytes, start, end, "VALUE_SET");
       return { type: "value_set", requestId: cursor.u32("requestId"), name: cursor.str("name") };
     case MessageType.QUERY:
-      cursor.reset(bytes, start, end, "QUERY");
       return { type: "query", requestId: cursor.u32("requestId"), name: cursor.str("name") };
     case MessageType.LOCK_STATE:
-      cursor.reset(bytes, start, end, "LOCK_STATE");
       return decodeLockState(cursor);
     case MessageType.WATCH:
-      cursor.reset(bytes, start, end, "WATCH");
       return { type: "watch", requestId: cursor.u32("requestId"), pattern: cursor.str("pattern") };
     case MessageType.WATCHING:
-      cursor.reset(bytes, start, end, "WATCHING");
       return { type: "watching", requestId: cursor.u32("requestId"), locks: cursor.u32("locks") };
     case MessageType.UNWATCH:
-      cursor.reset(bytes, start, end, "UNWATCH");
       return { type: "unwatch", requestId: cursor.u32("requestId") };
+    case MessageType.DOWNGRADE:
+      return {
+        type: "downgrade",
+        requestId: cursor.u32("requestId"),
+        token: cursor.u64("token"),
+        name: cursor.str("name"),
+      };
     case MessageType.WATCH_ENDED:
-      cursor.reset(bytes, start, end, "WATCH_ENDED");
       return {
         type: "watch_ended",
         requestId: cursor.u32("requestId"),
@@ -570,7 +570,7 @@ export class FrameReader {
   #error: ProtocolError | null = null;
 
   /** A partial frame (header included) copied out of earlier chunks. */
-  #partial: Uint8Array = new Uint8Array(0);
+  #partial: Uint8Array = NO_BYTES;
   #partialLen = 0;
   /** Length prefix of the partial frame, or -1 while fewer than 4 header bytes are in. */
   #partialFrameBytes = -1;
@@ -632,7 +632,7 @@ export class FrameReader {
   release(): void {
     this.#partialLen = 0;
     this.#partialFrameBytes = -1;
-    this.#setPartial(new Uint8Array(0));
+    this.#setPartial(NO_BYTES);
   }
 
   /** Feeds bytes read from the peer. `chunk` is never read again after this returns. */
@@ -787,7 +787,7 @@ export class FrameReader {
     this.#partialLen = 0;
     this.#partialFrameBytes = -1;
     if (this.#partial.byteLength > FRAME_READER_RETAINED_BYTES_MAX) {
-      this.#setPartial(new Uint8Array(0));
+      this.#setPartial(NO_BYTES);
     }
   }
 }

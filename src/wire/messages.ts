@@ -43,7 +43,7 @@ export const EMPTY_TICKET: Uint8Array = Object.freeze(new Uint8Array(0)) as Uint
 /** "No value": an empty `bin` field, and what a version-1 frame decodes to. Shared, length 0. */
 export const EMPTY_VALUE: Uint8Array = Object.freeze(new Uint8Array(0)) as Uint8Array;
 
-/** Type byte of each message. 0x17 to 0x22 are version 2 only. */
+/** Type byte of each message. 0x17 to 0x23 are version 2 only. */
 export const MessageType = {
   HELLO: 0x01,
   WELCOME: 0x02,
@@ -66,6 +66,7 @@ export const MessageType = {
   WATCHING: 0x20,
   UNWATCH: 0x21,
   WATCH_ENDED: 0x22,
+  DOWNGRADE: 0x23,
   ERROR: 0x7f,
 } as const;
 
@@ -335,6 +336,17 @@ export interface Unwatch {
   type: "unwatch";
   requestId: number;
 }
+/**
+ * Client → server (issue 22): make the exclusive ownership with `token` shared, in place (same
+ * token); answered by ACQUIRED with this request id (mode shared, a fresh ticket). There is no
+ * upgrade: release, then acquire exclusive.
+ */
+export interface Downgrade {
+  type: "downgrade";
+  requestId: number;
+  token: number;
+  name: string;
+}
 /** Server → client (issue 23): the watch with this request id is over. */
 export interface WatchEnded {
   type: "watch_ended";
@@ -355,7 +367,8 @@ export type ClientRequest =
   | SetValue
   | Query
   | Watch
-  | Unwatch;
+  | Unwatch
+  | Downgrade;
 export type ClientMessage = Hello | ClientRequest;
 export type ServerMessage =
   | Welcome

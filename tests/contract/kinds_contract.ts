@@ -20,6 +20,7 @@ import {
 } from "../../src/wire/messages.ts";
 import { TEST_ACTOR } from "../helpers/start_server.ts";
 import {
+  acquire,
   auditCount,
   type ContractCase,
   type ContractClient,
@@ -156,6 +157,103 @@ export const KINDS_CONTRACT: readonly ContractCase[] = [{
     assert.equal(g3.mode, "shared");
     assert.equal(g3.writeGeneration, gw.token, "the last exclusive grant's token");
     assert.ok(g3.token > gw.token);
+    await closeAll(r1, r2, w, r3);
+  },
+}, {
+  name:
+    "DOWNGRADE makes a writer a reader in place (ACQUIRED, same token); readers waiting at the head join it; a stale token gets NOT_OWNER, a semaphore INVALID_ARGUMENT",
+  async run(server) {
+    const [w, r, s] = await Promise.all([server.open(), server.open(), server.open()]);
+    const gw = grantOf(await acquireKind(w, 1, "rw/down"), 1);
+    expectQueued(await acquireKind(r, 1, "rw/down", { mode: "shared" }), 1, 1);
+    await w.send({ type: "downgrade", requestId: 2, token: gw.token + 1, name: "rw/down" });
+    expectError(await w.next(), "NOT_OWNER", 2, "rw/down");
+    await w.send({ type: "downgrade", requestId: 3, token: gw.token, name: "rw/down" });
+    const down = grantOf(await w.next(), 3);
+    assert.deepEqual(
+      [down.token, down.mode, down.writeGeneration, down.limit, down.slot],
+      [gw.token, "shared", gw.token, 1, 0],
+    );
+    assert.notDeepEqual(down.ticket, gw.ticket, "a fresh ticket: it names the mode");
+    const gr = grantOf(await r.next(), 1);
+    assert.deepEqual([gr.mode, gr.writeGeneration], ["shared", gw.token]);
+    assert.deepEqual(server.engine.getLock("rw/down")?.holders.map((h) => h.mode), [
+      "shared",
+      "shared",
+    ]);
+    // Already shared: the same answer, nothing changes.
+    await w.send({ type: "downgrade", requestId: 4, token: gw.token, name: "rw/down" });
+    assert.equal(grantOf(await w.next(), 4).mode, "shared");
+    const gs = grantOf(await acquireKind(s, 1, "sem/down", { limit: 2 }), 1);
+    await s.send({ type: "downgrade", requestId: 2, token: gs.token, name: "sem/down" });
+    const refused = await s.next();
+    expectError(refused, "INVALID_ARGUMENT", 2, "sem/down");
+    assert.match(errorMessage(refused), /a semaphore with limit 2/);
+    const records = await auditCount(server, 4);
+    assert.deepEqual(
+      records.filter((rec) => rec.event === "downgrade").map((
+        rec,
+      ) => [rec.token, rec.write_generation]),
+      [[gw.token, gw.token]],
+    );
+    await closeAll(w, r, s);
+  },
+}, {
+  name:
+    "a version-1 session only ever owns a lock alone: on a semaphore it gets INVALID_ARGUMENT naming it, on a shared lock it is a writer",
+  async run(server) {
+    const [a, r] = await Promise.all([server.open(), server.open()]);
+    const v1 = await server.open(1);
+    grantOf(await acquireKind(a, 1, "v1/sem", { limit: 3 }), 1);
+    const refused = await acquire(v1, 1, "v1/sem");
+    expectError(refused, "INVALID_ARGUMENT", 1, "v1/sem");
+    assert.match(errorMessage(refused), /a semaphore with limit 3.*limit 1/);
+    const gr = grantOf(await acquireKind(r, 1, "v1/rw", { mode: "shared" }), 1);
+    expectQueued(await acquire(v1, 2, "v1/rw"), 2, 1);
+    await release(r, 2, "v1/rw", gr.token);
+    const writer = await v1.next();
+    assert.ok(writer?.type === "acquired" && writer.requestId === 2);
+    assert.deepEqual(server.engine.getLock("v1/rw")?.holders.map((h) => h.mode), ["exclusive"]);
+    await closeAll(a, r, v1);
+  },
+}, {
+  name: "a semaphore's queue obeys -max-waiters-per-lock: LIMIT_EXCEEDED, nothing stored",
+  config: { waitersPerLockMax: 1 },
+  async run(server) {
+    const [a, b, c] = await Promise.all([server.open(), server.open(), server.open()]);
+    grantOf(await acquireKind(a, 1, "sem/q", { limit: 2 }), 1);
+    grantOf(await acquireKind(b, 1, "sem/q", { limit: 2 }), 1);
+    expectQueued(await acquireKind(c, 1, "sem/q", { limit: 2 }), 1, 1);
+    const d = await server.open();
+    expectError(await acquireKind(d, 1, "sem/q", { limit: 2 }), "LIMIT_EXCEEDED", 1, "sem/q");
+    assert.equal(server.engine.getLock("sem/q")?.queueLength, 1);
+    await closeAll(a, b, c, d);
+  },
+}, {
+  name:
+    "shared locks: each reader's lease runs on its own; a removed waiting reader leaves; a rule's lock-delay after an expired reader holds the writer back",
+  async run(server) {
+    server.service.setLockRules(parseLockRules("shared docs/** lock-delay=1s\n", "t.rules"));
+    const [r1, r2, w, r3] = await Promise.all(Array.from({ length: 4 }, () => server.open()));
+    const g1 = grantOf(await acquireKind(r1, 1, "docs/a", { mode: "shared", leaseMs: 300 }), 1);
+    const g2 = grantOf(await acquireKind(r2, 1, "docs/a", { mode: "shared", leaseMs: 600 }), 1);
+    expectQueued(await acquireKind(w, 1, "docs/a", { leaseMs: 5_000 }), 1, 1);
+    expectQueued(await acquireKind(r3, 1, "docs/a", { mode: "shared" }), 1, 2);
+    assert.equal(
+      server.service.kickWaiter("docs/a", remoteOf(server, r3), TEST_ACTOR).status,
+      "kicked",
+    );
+    expectError(await r3.next(), "CLOSED_BY_ADMIN", 0, "docs/a");
+    server.advance(300);
+    expectError(await r1.next(), "LEASE_EXPIRED", 1, "docs/a");
+    assert.deepEqual(server.engine.getLock("docs/a")?.holders.map((h) => h.token), [g2.token]);
+    await release(r2, 2, "docs/a", g2.token);
+    // r1's expiry started a lock-delay of 1 s: the writer waits for it though nobody owns the lock.
+    server.advance(999);
+    assert.equal(server.engine.getLock("docs/a")?.holders.length, 0);
+    server.advance(1);
+    const gw = grantOf(await w.next(), 1);
+    assert.ok(gw.token > g2.token && g1.token < g2.token);
     await closeAll(r1, r2, w, r3);
   },
 }, {

@@ -40,8 +40,8 @@ export interface ContractServer {
   readonly engine: LockEngineView;
   /** Operator actions go through the service, as the admin API does. */
   readonly service: LockService;
-  /** Opens a session (HELLO done). */
-  open(): Promise<ContractClient>;
+  /** Opens a session (HELLO done), at the transport's protocol version or at `version`. */
+  open(version?: number): Promise<ContractClient>;
   /** Opens a connection whose HELLO is refused; returns the refusal. */
   openRefused(): Promise<ServerMessage | null>;
   /** Moves the server's clock, running every deadline that falls due. */

@@ -178,20 +178,20 @@ const serviceTransport = (version: number): ContractTransport => ({
     const service = new LockService({ engine, audit, scheduler, counters: new ServerCounters() });
     audit.onHealthChange = (failure) => service.auditHealthChanged(failure);
     let nextPort = 40_000;
-    const open = (): ContractClient | ServerMessage => {
-      const port = new ServicePort(version);
+    const open = (at = version): ContractClient | ServerMessage => {
+      const port = new ServicePort(at);
       const opened = service.openSession("", `127.0.0.1:${nextPort++}`, port);
       if ("code" in opened) {
         return errorFrame(0, "", opened);
       }
-      return serviceClient(service, opened, port, version);
+      return serviceClient(service, opened, port, at);
     };
     return Promise.resolve({
       identity: "",
       engine: engine.view,
       service,
-      open() {
-        const client = open();
+      open(at?: number) {
+        const client = open(at);
         if ("type" in client) throw new Error(`HELLO refused: ${JSON.stringify(client)}`);
         return Promise.resolve(client);
       },
@@ -239,7 +239,7 @@ function socketTransport(
         }
         clients.splice(clients.indexOf(raw), 1);
       };
-      const wrap = (raw: RawClient): ContractClient => ({
+      const wrap = (raw: RawClient, version: number): ContractClient => ({
         sessionId: raw.welcome!.sessionId,
         version,
         send: (...messages) => raw.send(...messages),
@@ -263,10 +263,10 @@ function socketTransport(
         identity,
         engine: t.server.context.engine,
         service: t.server.context.service,
-        async open() {
-          const raw = await (await connect(t.addr)).hello("contract", version);
+        async open(at = version) {
+          const raw = await (await connect(t.addr)).hello("contract", at);
           clients.push(raw);
-          return wrap(raw);
+          return wrap(raw, at);
         },
         async openRefused() {
           await using raw = await connect(t.addr);

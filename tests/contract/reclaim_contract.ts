@@ -3,8 +3,8 @@
  * `lock_contract_test.ts` against the service, TCP, TLS and mTLS with version-2 sessions:
  * tickets and order keys in ACQUIRED and QUEUED, GOODBYE against a connection that just ends
  * (orphaned: its ownerships stay until their leases end), RESUME (`moved` while the old session
- * is open or orphaned, `none` once it is gone), RECLAIMs kept and void,
- * and the rules of RESUME and RECLAIM.
+ * is open or orphaned, `none` once it is gone), RECLAIMs kept and void, and the rules of RESUME
+ * and RECLAIM.
  *
  * @module
  */

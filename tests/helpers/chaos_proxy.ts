@@ -17,6 +17,8 @@ export class ChaosProxy implements AsyncDisposable {
   heldSinceMs: number | null = null;
   /** Bytes kept while held, per direction of each connection, in order. */
   readonly #held = new Map<Deno.Conn, Uint8Array[]>();
+  /** Connections whose bytes are swallowed both ways (`stallOpen()`); new ones pass. */
+  readonly #stalled = new Set<Deno.Conn>();
   readonly #listener: Deno.TcpListener;
   readonly #conns = new Set<Deno.Conn>();
   readonly #pumps = new Set<Promise<void>>();
@@ -47,6 +49,15 @@ export class ChaosProxy implements AsyncDisposable {
         }
       }
     })();
+  }
+
+  /**
+   * Stalls the connections open now, both ways and for good (their bytes are swallowed, nothing
+   * is closed), while connections made later pass: a path that went silent, and a new one that
+   * gets through.
+   */
+  stallOpen(): void {
+    for (const conn of this.#conns) this.#stalled.add(conn);
   }
 
   /**
@@ -144,7 +155,7 @@ export class ChaosProxy implements AsyncDisposable {
       for (;;) {
         const n = await from.read(buffer);
         if (n === null) break;
-        if (stalled()) continue;
+        if (stalled() || this.#stalled.has(from)) continue;
         const pending = this.#held.get(to);
         if (this.heldSinceMs !== null || pending !== undefined) {
           // Held, or still delivering what was held: keep the order.

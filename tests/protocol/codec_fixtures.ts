@@ -354,6 +354,12 @@ export const examplesV2: [string, Message][] = [
     value: EMPTY_VALUE,
   }],
   ["a VALUE_SET", { type: "value_set", requestId: 5, name: "service/leader" }],
+  ["a DOWNGRADE", {
+    type: "downgrade",
+    requestId: 14,
+    token: 1_795_426_718_504_007,
+    name: "reports/daily",
+  }],
   ["a QUERY", { type: "query", requestId: 6, name: "service/leader" }],
   ["a LOCK_STATE of an idle lock", {
     type: "lock_state",
@@ -627,6 +633,7 @@ export const messageArbV2: fc.Arbitrary<Message> = fc.oneof(
   record({ type: fc.constant("watch" as const), requestId: u32, pattern: str }),
   record({ type: fc.constant("watching" as const), requestId: u32, locks: u32 }),
   record({ type: fc.constant("unwatch" as const), requestId: u32 }),
+  record({ type: fc.constant("downgrade" as const), requestId: u32, token: u64, name: str }),
   record({
     type: fc.constant("watch_ended" as const),
     requestId: u32,

@@ -78,6 +78,7 @@ Deno.test("every message type has a round-trip example", () => {
     watching: MessageType.WATCHING,
     unwatch: MessageType.UNWATCH,
     watch_ended: MessageType.WATCH_ENDED,
+    downgrade: MessageType.DOWNGRADE,
     error: MessageType.ERROR,
   };
   const v1Types = Object.keys(byteOf).filter((type) =>

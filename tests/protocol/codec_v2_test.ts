@@ -471,8 +471,8 @@ const malformedV2: [string, number, Uint8Array, RegExp][] = [
   [
     "the type after the last version-2 type",
     2,
-    frameOf(0x23, 0, 0, 0, 1),
-    /unknown message type 0x23/,
+    frameOf(0x24, 0, 0, 0, 1),
+    /unknown message type 0x24/,
   ],
   [
     "a version-2 ACQUIRE read as version 1",

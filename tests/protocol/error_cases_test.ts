@@ -20,6 +20,7 @@ import {
   withNeutral,
 } from "../../src/wire/messages.ts";
 import { VERSION } from "../../src/version.ts";
+import { parseLockRules } from "../../src/security/lock_rules.ts";
 import { writeAcl } from "../helpers/acl_file.ts";
 import { startEtcdCluster } from "../helpers/cluster_fixture.ts";
 import { skipWithoutEtcd } from "../helpers/etcd.ts";
@@ -110,6 +111,21 @@ async function server(
 ): Promise<TestServer & { scheduler: ManualScheduler }> {
   const scheduler = new ManualScheduler();
   return Object.assign(await startTestServer(config, { scheduler }), { scheduler });
+}
+
+/** A version-2 session of a server whose ACL denies reading `secret/**` to everybody. */
+async function withReadAcl(
+  play: (raw: RawClient) => Promise<Observation[]>,
+): Promise<Observation[]> {
+  const dir = await Deno.makeTempDir();
+  try {
+    const aclFile = await writeAcl(dir, "deny ** secret/** read\nallow ** **\n");
+    await using t = await server({ aclFile });
+    await using raw = await RawClient.session(t.addr, 2);
+    return await play(raw);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 }
 
 async function acquire(
@@ -699,6 +715,86 @@ const scenarios: Record<string, () => Promise<Observation[]>> = {
       value: new Uint8Array(17),
     });
     return [await observe(raw, { requestId: 2, requestName: "v/a" })];
+  },
+
+  async "QUERY with a name that breaks the [lock name rules](#lock-names) (version 2)"() {
+    await using t = await server();
+    await using raw = await RawClient.session(t.addr, 2);
+    const out: Observation[] = [];
+    for (const [requestId, name] of [[1, ""], [2, "a\u0000b"], [3, "x".repeat(1025)]] as const) {
+      await raw.send({ type: "query", requestId, name });
+      out.push(await observe(raw, { requestId, requestName: name }));
+    }
+    return out;
+  },
+
+  async "QUERY of a lock the ACL does not let this identity read (version 2)"() {
+    return await withReadAcl(async (raw) => {
+      await raw.send({ type: "query", requestId: 4, name: "secret/db" });
+      return [await observe(raw, { requestId: 4, requestName: "secret/db" })];
+    });
+  },
+
+  async "WATCH of one lock the ACL does not let this identity read (version 2)"() {
+    return await withReadAcl(async (raw) => {
+      await raw.send({ type: "watch", requestId: 5, pattern: "secret/db" });
+      return [await observe(raw, { requestId: 5, requestName: "" })];
+    });
+  },
+
+  async "WATCH with an invalid glob, or the request id of a watch still open (version 2)"() {
+    await using t = await server();
+    await using raw = await RawClient.session(t.addr, 2);
+    await raw.send({ type: "watch", requestId: 1, pattern: "jobs/[" });
+    const out = [await observe(raw, { requestId: 1, requestName: "" })];
+    await raw.send({ type: "watch", requestId: 2, pattern: "jobs/a" });
+    assert.equal((await raw.next())?.type, "lock_state");
+    assert.equal((await raw.next())?.type, "watching");
+    await raw.send({ type: "watch", requestId: 2, pattern: "jobs/b" });
+    out.push(await observe(raw, { requestId: 2, requestName: "" }));
+    return out;
+  },
+
+  async "WATCH while the session has `WATCHES_PER_SESSION_MAX` (16) watches open (version 2)"() {
+    await using t = await server();
+    await using raw = await RawClient.session(t.addr, 2);
+    for (let i = 1; i <= 16; i++) {
+      await raw.send({ type: "watch", requestId: i, pattern: `w/${i}/*` });
+      assert.deepEqual(await raw.next(), { type: "watching", requestId: i, locks: 0 });
+    }
+    await raw.send({ type: "watch", requestId: 17, pattern: "w/more" });
+    return [await observe(raw, { requestId: 17, requestName: "" })];
+  },
+
+  async "DOWNGRADE with a token this session does not own, a stale one included (version 2)"() {
+    await using t = await server();
+    await using raw = await RawClient.session(t.addr, 2);
+    await raw.send({ type: "acquire", requestId: 1, name: "d/a", leaseMs: 0, waitMs: 0 });
+    const granted = await raw.next();
+    assert.ok(granted?.type === "acquired");
+    const out: Observation[] = [];
+    for (
+      const [requestId, name, token] of [[2, "d/a", granted.token - 1], [3, "d/b", 1]] as const
+    ) {
+      await raw.send({ type: "downgrade", requestId, name, token });
+      out.push(await observe(raw, { requestId, requestName: name }));
+    }
+    return out;
+  },
+
+  async "DOWNGRADE of a semaphore, or of a lock a server rule makes exclusive (version 2)"() {
+    await using t = await server();
+    t.server.context.service.setLockRules(parseLockRules("exclusive fixed/**\n", "t.rules"));
+    await using raw = await RawClient.session(t.addr, 2);
+    const out: Observation[] = [];
+    for (const [id, name, limit] of [[1, "d/sem", 3], [3, "fixed/x", 0]] as const) {
+      await raw.send({ type: "acquire", requestId: id, name, leaseMs: 0, waitMs: 0, limit });
+      const granted = await raw.next();
+      assert.ok(granted?.type === "acquired", JSON.stringify(granted));
+      await raw.send({ type: "downgrade", requestId: id + 1, name, token: granted.token });
+      out.push(await observe(raw, { requestId: id + 1, requestName: name }));
+    }
+    return out;
   },
 
   async "the server starts shutting down (with or without a session open)"() {

@@ -8,6 +8,13 @@
  */
 
 import assert from "node:assert/strict";
+import { ManualScheduler } from "../../src/clock.ts";
+import { LockEngine } from "../../src/core/engine.ts";
+import { ServerCounters } from "../../src/counters.ts";
+import { AuditLog } from "../../src/log/audit.ts";
+import { randomTicketKey, Tickets } from "../../src/security/tickets.ts";
+import { LockService } from "../../src/service/lock_service.ts";
+import { openTokenIssuer } from "../../src/storage/token_store.ts";
 import { WIRE_CODES } from "../../src/wire/codes.ts";
 import {
   type Acquired,
@@ -17,7 +24,15 @@ import {
   WAIT_FOREVER,
 } from "../../src/wire/messages.ts";
 import { TEST_ACTOR } from "../helpers/start_server.ts";
-import { type Client, type ServiceHarness, serviceHarness, settle } from "./service_harness.ts";
+import { MemorySink } from "../helpers/memory_sink.ts";
+import { FakeGate, FakeRecords } from "./fake_gate.ts";
+import {
+  type Client,
+  FramePort,
+  type ServiceHarness,
+  serviceHarness,
+  settle,
+} from "./service_harness.ts";
 
 const V2 = 2;
 
@@ -241,4 +256,63 @@ Deno.test("an operator force-release ends an orphaned ownership (force) and gran
   await settle();
   assert.deepEqual((await releases(h)).at(-1), ["o/shut", "graceful"]);
   assert.equal(h.engine.stats.sessionsOrphaned, 0);
+});
+
+Deno.test("cluster mode: a connection that ends while the leader cannot decide is orphaned once it may; a step-down ends the orphan (failover)", async () => {
+  const scheduler = new ManualScheduler();
+  let decide = true;
+  const gate = Object.assign(
+    new FakeGate({
+      term: 5,
+      records: new FakeRecords(),
+      tickets: new Tickets(randomTicketKey(), "test"),
+    }),
+    {
+      admit: () => null,
+      promise: (_leaseMs: number, deliver: () => void) => deliver(),
+      mayAct: () => true,
+      mayDecide: () => decide,
+    },
+  );
+  const engine = new LockEngine({ tokens: openTokenIssuer(null, scheduler.wallMs()) });
+  const sink = new MemorySink();
+  const audit = new AuditLog(sink, { scheduler });
+  const service = new LockService({
+    engine,
+    audit,
+    scheduler,
+    counters: new ServerCounters(),
+    gate,
+  });
+  service.leading();
+  const open = (name: string) => {
+    const port = new FramePort(V2);
+    const peer = service.openSession("", `127.0.0.1:${name.length + 40_000}`, port, name);
+    assert.ok(!("code" in peer));
+    return { peer, port };
+  };
+  const [a, b] = [open("a"), open("bb")];
+  service.acquire(a.peer, 1, "c/held", 10_000, null);
+  service.acquire(b.peer, 1, "c/wanted", 10_000, null);
+  service.acquire(a.peer, 2, "c/wanted", 10_000, null);
+  gate.commit();
+  await settle();
+  decide = false;
+  service.connectionLost(a.peer.sessionId, "io_error");
+  assert.equal(engine.view.getLock("c/wanted")?.waiters.length, 1, "nothing decided yet");
+  assert.equal(engine.stats.sessionsOrphaned, 0);
+  decide = true;
+  service.decisionsResumed();
+  assert.equal(engine.view.getLock("c/wanted")?.waiters.length, 0, "its wait left");
+  assert.equal(engine.view.holderOf("c/held")?.connected, false);
+  service.closeAllForFailover("", "test");
+  await settle();
+  assert.deepEqual(
+    sink.records().filter((r) => r.event === "release").map((r) => [r.lock, r.reason]),
+    [["c/held", "failover"], ["c/wanted", "failover"]],
+  );
+  assert.equal(engine.stats.sessionsOrphaned, 0);
+  service.beginShutdown();
+  service.stop();
+  await audit.close();
 });

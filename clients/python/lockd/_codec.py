@@ -61,6 +61,7 @@ WATCH = 0x1F
 WATCHING = 0x20
 UNWATCH = 0x21
 WATCH_ENDED = 0x22
+DOWNGRADE = 0x23
 ERROR = 0x7F
 
 # The names of each enum field's byte values (None: the byte names nothing).
@@ -274,10 +275,19 @@ class WatchEnded:
     reason: Union[str, int]
 
 
+@dataclass(frozen=True)
+class Downgrade:
+    """Make the exclusive ownership with ``token`` shared, in place; answered by ACQUIRED."""
+
+    request_id: int
+    token: int
+    name: str
+
+
 Message = Union[
     Hello, Welcome, Acquire, Queued, Acquired, Release, Released, Heartbeat, HeartbeatAck, Error,
     Resume, Resumed, Reclaim, Goodbye, SetValue, ValueSet, Query, LockState, Watch, Watching,
-    Unwatch, WatchEnded,
+    Unwatch, WatchEnded, Downgrade,
 ]
 
 # Field layout of each message type, in wire order: (attribute, kind). A kind is a type of
@@ -418,6 +428,7 @@ _V2: dict[type, tuple[int, _Layout]] = {
     Watching: (WATCHING, (("request_id", "u32"), ("locks", "u32"))),
     Unwatch: (UNWATCH, (("request_id", "u32"),)),
     WatchEnded: (WATCH_ENDED, (("request_id", "u32"), ("reason", WATCH_END_REASONS))),
+    Downgrade: (DOWNGRADE, (("request_id", "u32"), ("token", "u64"), ("name", "str"))),
 }
 _LAYOUTS = {1: _V1, 2: _V2}
 _BY_TYPE_BYTE = {

@@ -36,6 +36,7 @@ _CLASSES = {
     "watching": wire.Watching,
     "unwatch": wire.Unwatch,
     "watch_ended": wire.WatchEnded,
+    "downgrade": wire.Downgrade,
     "error": wire.Error,
 }
 _BYTES_FIELDS = {"ticket", "value"}  # b16 and bin: hex strings in the doc's JSON
@@ -75,7 +76,7 @@ def doc_examples() -> list[tuple[str, int, dict, bytes]]:
     for match in pattern.finditer(DOC):
         heading = list(heading_pattern.finditer(DOC[: match.start()]))[-1]
         type_byte = int(heading.group(2), 16)
-        version = 2 if heading.group(3) or wire.RESUME <= type_byte <= wire.WATCH_ENDED else 1
+        version = 2 if heading.group(3) or wire.RESUME <= type_byte <= wire.DOWNGRADE else 1
         digits = "".join(re.sub(r"#.*", "", line).replace(" ", "") for line in match.group(2).splitlines())
         found.append((heading.group(1), version, json.loads(match.group(1)), bytes.fromhex(digits)))
     return found
@@ -88,6 +89,7 @@ class DocExamples(unittest.TestCase):
             "HELLO", "WELCOME", "ACQUIRE", "QUEUED", "ACQUIRED", "RELEASE", "RELEASED", "HEARTBEAT",
             "HEARTBEAT_ACK", "ERROR", "RESUME", "RESUMED", "RECLAIM", "GOODBYE", "SET_VALUE",
             "VALUE_SET", "QUERY", "LOCK_STATE", "WATCH", "WATCHING", "UNWATCH", "WATCH_ENDED",
+            "DOWNGRADE",
         })
         self.assertEqual(
             sorted(h for h, version, _, _ in examples if version == 2 and h in {"WELCOME", "ACQUIRE", "QUEUED", "ACQUIRED"}),
@@ -215,6 +217,7 @@ class Version2(unittest.TestCase):
             wire.Unwatch(7),
             wire.WatchEnded(7, "too_many_locks"),
             wire.WatchEnded(7, 0xFF),
+            wire.Downgrade(14, 1795426718504007, "reports/daily"),
             wire.Heartbeat(9),
             wire.Error(12, 0x12, "jobs/nightly", "void"),
         ]
