@@ -327,6 +327,10 @@ const EXPORTED_FOR_TESTS: Readonly<Record<string, string>> = {
   "src/cli/run.ts: EXIT_WAIT_TIMEOUT": "the status tests/cli/run_test.ts expects by name",
   "src/cli/run.ts: EXIT_LOCK_LOST": "the status tests/cli/run_test.ts expects by name",
   "src/cli/run.ts: RUN_FLAGS": "`lockd run`'s flag table, compared with its documentation",
+  "src/cli/observe.ts: OBSERVE_EXIT":
+    "`lockd observe`'s exit statuses, compared with docs/operations.md's table",
+  "src/cli/observe.ts: OBSERVE_FLAGS":
+    "`lockd observe`'s flag table, compared with docs/operations.md",
   "src/cli/serve.ts: SERVE_FLAGS": "`lockd serve`'s flag table, compared with docs/operations.md",
   "src/client/redirect.ts: parseLeaderAddress":
     "the parser of a NOT_LEADER's untrusted address, fed hostile input directly",
