@@ -17,7 +17,8 @@ import {
   AUDIT_WRITE_BYTES_MAX,
   AUDIT_WRITE_TIMEOUT_MS_DEFAULT,
 } from "../limits.ts";
-import { type AuditRecord, formatAuditLine } from "./audit_records.ts";
+import type { AuditRecord } from "./audit_records.ts";
+import { encodeAuditLine } from "./audit_line.ts";
 import { errorText } from "../error_text.ts";
 import { log } from "./diagnostic.ts";
 import { sinkWritesSynchronously, stdioWritesSynchronously } from "./sink_kind.ts";
@@ -103,7 +104,6 @@ export class AuditLog {
   readonly #closeTimeoutMs: number;
   readonly #pendingRecordsMax: number;
   readonly #pendingBytesMax: number;
-  readonly #encoder = new TextEncoder();
   #state: SinkState = "idle";
   /** Records not yet taken by a write, oldest first; `#queueHead` is the first one. */
   #queue: AuditEntry[] = [];
@@ -206,7 +206,7 @@ export class AuditLog {
       return;
     }
     if (this.term !== null && record.term === undefined) record = { ...record, term: this.term };
-    const line = this.#encoder.encode(formatAuditLine(this.#wallMs(), record));
+    const line = encodeAuditLine(this.#wallMs(), record);
     this.#queue.push({ line, onWritten });
     this.#pendingRecords++;
     this.#pendingBytes += line.length;
