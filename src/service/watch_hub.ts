@@ -113,6 +113,11 @@ export class WatchHub {
     this.#locksMax = options.locksPerWatchMax ?? LOCKS_PER_WATCH_MAX;
   }
 
+  /** Whether no watch is open (nothing to tell of a change: the service skips it). */
+  get empty(): boolean {
+    return this.#exact.size === 0 && this.#globs.size === 0;
+  }
+
   /** Watches open now, all sessions together. */
   get size(): number {
     let size = 0;
