@@ -5,7 +5,13 @@
 
 import assert from "node:assert/strict";
 import { encodeAuditLine } from "../../src/log/audit_line.ts";
-import { type AuditRecord, formatAuditLine } from "../../src/log/audit_records.ts";
+import {
+  AUDIT_COMMON_FIELDS,
+  AUDIT_EVENT_FIELDS,
+  AUDIT_OPTIONAL_FIELDS,
+  type AuditRecord,
+  formatAuditLine,
+} from "../../src/log/audit_records.ts";
 
 const encoder = new TextEncoder();
 const WALL_MS = Date.UTC(2026, 10, 28, 13, 0, 0, 123);
@@ -120,4 +126,33 @@ Deno.test("audit line: numbers that are no safe integers are written as JSON.str
       String(waited),
     );
   }
+});
+
+Deno.test("audit line: every field the tables name, on every event, is written as formatAuditLine writes it", () => {
+  // Records built from the field tables themselves: a field added to a table but not to the
+  // encoder's own reading of an event fails here.
+  for (const [event, own] of Object.entries(AUDIT_EVENT_FIELDS)) {
+    const optional = AUDIT_OPTIONAL_FIELDS[event as keyof typeof AUDIT_OPTIONAL_FIELDS];
+    for (const withOptional of [false, true]) {
+      const record: Record<string, unknown> = { event, term: 5 };
+      let n = 1;
+      for (const name of [...AUDIT_COMMON_FIELDS, ...own, ...(withOptional ? optional : [])]) {
+        if (name !== "event") record[name] = n++ % 2 === 0 ? n * 1000 : `${name} "${n}"`;
+      }
+      assert.deepEqual(
+        encodeAuditLine(WALL_MS, record as unknown as AuditRecord),
+        encoder.encode(formatAuditLine(WALL_MS, record as unknown as AuditRecord)),
+        `${event}${withOptional ? " with its optional fields" : ""}`,
+      );
+    }
+  }
+});
+
+Deno.test("audit line: lines keep their bytes while later lines fill and replace the arena", () => {
+  const lines: [Uint8Array, string][] = [];
+  for (let i = 0; i < 400; i++) {
+    const record = records("n".repeat(i * 7))[i % 14];
+    lines.push([encodeAuditLine(WALL_MS + i, record), formatAuditLine(WALL_MS + i, record)]);
+  }
+  for (const [bytes, text] of lines) assert.equal(new TextDecoder().decode(bytes), text);
 });
