@@ -57,6 +57,7 @@ export class SessionOutput {
   #flushScheduled = false;
   /** The write in flight: its bytes, how far it got, the observers of its frames, its job. */
   #bytes: Uint8Array = NO_BYTES;
+  #inFlight: FrameWriter | null = null;
   #offset = 0;
   #batchObserved: readonly (() => void)[] = NO_OBSERVERS;
   #job: InstanceType<typeof SessionOutput.Job> | null = null;
@@ -169,7 +170,11 @@ export class SessionOutput {
       return;
     }
     this.#writing = true;
-    this.#bytes = writer.take();
+    // The bytes are a view of the writer's buffer (no copy): frames decided while they are
+    // written go into another writer, and this one goes back to the pool once they are written.
+    this.#bytes = writer.take(false);
+    this.#inFlight = writer;
+    this.#writer = null;
     this.#offset = 0;
     this.#batchObserved = this.#observed?.takeBatch() ?? NO_OBSERVERS;
     this.#watchdog.writeStarted(this.#watched);
@@ -200,6 +205,7 @@ export class SessionOutput {
       const observed = output.#batchObserved;
       output.#batchObserved = NO_OBSERVERS;
       output.#bytes = NO_BYTES;
+      output.#returnInFlight();
       for (const written of observed) written();
       output.#writeNext();
     } catch {
@@ -219,6 +225,7 @@ export class SessionOutput {
   #endWriting(): void {
     this.#writing = false;
     this.#bytes = NO_BYTES;
+    this.#returnInFlight();
     this.#batchObserved = NO_OBSERVERS;
     if (this.#job !== null) {
       giveJob(this.#job);
@@ -240,6 +247,13 @@ export class SessionOutput {
   close(): void {
     this.#observed?.clear();
     if (!this.#writing) this.#returnWriter();
+  }
+
+  /** The writer whose bytes were being written: they are written (or failed), it goes back. */
+  #returnInFlight(): void {
+    if (this.#inFlight === null) return;
+    this.#writers.give(this.#inFlight);
+    this.#inFlight = null;
   }
 
   /** Everything encoded was written (or the session closed): the writer goes back to the pool. */
