@@ -192,6 +192,12 @@ export const SESSION_WRITER_RETAINED_BYTES_MAX = 4 * 1024;
  */
 export const SESSION_WRITERS_POOLED_MAX = 64;
 /**
+ * The audit encoder's arena: lines are encoded one after the other into it, and views of it are
+ * queued (no buffer per line). Large enough for a turn's records under load; a full one stays
+ * alive only while lines of it wait to be written.
+ */
+export const AUDIT_ARENA_BYTES = 64 * 1024;
+/**
  * A connection that sent part of a frame and then nothing for this long has stalled: the
  * frame's buffer is cut down to the bytes that arrived (a legitimate frame's rest follows within
  * round trips; frames are sent in one write).

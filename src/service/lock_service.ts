@@ -223,7 +223,9 @@ export class LockService {
       this.closeSession(peer.sessionId, "failover", notLeaderError("", "this node does not lead"));
       return;
     }
+    // The retry closure only where requests may wait (cluster mode): none per request else.
     if (
+      this.#gate !== undefined &&
       this.#deferRequest(peer, () => this.acquire(peer, requestId, name, leaseMs, waitMs, claim))
     ) {
       return;
@@ -313,7 +315,8 @@ export class LockService {
 
   /** RELEASE: ends an ownership (its token) or cancels a queued claim (token 0). */
   release(peer: Peer, requestId: number, name: string, token: number): void {
-    if (this.#deferRequest(peer, () => this.release(peer, requestId, name, token))) return;
+    const gated = this.#gate !== undefined;
+    if (gated && this.#deferRequest(peer, () => this.release(peer, requestId, name, token))) return;
     this.#apply(
       this.#engine.release(this.now(), { sessionId: peer.sessionId, requestId, name, token }),
     );
@@ -322,7 +325,11 @@ export class LockService {
   /** HEARTBEAT: renews every ownership of the session; the ACK says how many. */
   heartbeat(peer: Peer, requestId: number): void {
     // Renews nothing the node cannot stand behind, and keeps the ACK behind earlier requests.
-    if (this.#deferRequest(peer, () => this.heartbeat(peer, requestId))) return;
+    if (
+      this.#gate !== undefined && this.#deferRequest(peer, () => this.heartbeat(peer, requestId))
+    ) {
+      return;
+    }
     const renewed = this.#engine.heartbeat(this.#scheduler.monotonicMs(), peer.sessionId);
     const port = this.#sessions.get(peer.sessionId);
     if (port === undefined) return;
@@ -736,9 +743,10 @@ export class LockService {
 
   /** Carries out engine events in order (`EventCarrier`), then re-arms the deadline timer. */
   #apply(events: EngineEvent[], closing?: Closing, carried?: CarriedOver): void {
+    const watches = this.#reads.watches;
     for (const event of events) {
       this.#carrier.carry(event, closing, carried);
-      this.#reads.changed(event);
+      if (!watches.empty) this.#reads.changed(event); // no lock-change object while no watch is open
     }
     this.#deadlines.arm(this.#engine.nextDeadlineMs());
     if (this.#engine.isBlocked("token_store_unavailable") && !this.#inTokenRetry) {

@@ -125,6 +125,11 @@ export class WatchHub {
     this.#locksMax = options.locksPerWatchMax ?? LOCKS_PER_WATCH_MAX;
   }
 
+  /** Whether no watch is open (nothing to tell of a change: the service skips it). */
+  get empty(): boolean {
+    return this.#exact.size === 0 && this.#globs.size === 0;
+  }
+
   /** Whether some session has frames to send (`flush` sends them). */
   get pending(): boolean {
     return this.#dirty.size > 0;
