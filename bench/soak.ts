@@ -1,7 +1,12 @@
 /**
  * `deno task soak [-duration 60]`: chaos soak against `lockd serve`
  * subprocesses sharing one -data-dir. Clients acquire random locks from a
- * small set and, while holding, write to a fenced in-process resource. A
+ * small set and, while holding, write to a fenced in-process resource.
+ * Version-2 clients do the same on semaphores (the resource keeps the last
+ * token per slot) and shared locks (reader/writer exclusion, the readers'
+ * write generation), and watchers beside them check what they hear and, after
+ * quiet, that their last states equal the server's (bench/soak_kinds.ts,
+ * bench/soak_watch.ts). A
  * chaos driver mixes clean releases, crashes (socket closed), stalls
  * (heartbeats stop → expired), half-open clients (nothing sent → io_timeout),
  * admin force-releases and waiter removals, and server restarts (SIGKILL and
@@ -14,6 +19,16 @@ import { FrameReader } from "../src/wire/frame_reader.ts";
 import type { Message } from "../src/wire/messages.ts";
 import { BenchConn } from "./bench_client.ts";
 import { type LockdProc, spawnLockd } from "./lockd_proc.ts";
+import {
+  checkKindAudit,
+  kindChaos,
+  kindClientLoop,
+  KindTracker,
+  SEMAPHORES,
+  SHARED_LOCKS,
+  type SoakContext,
+} from "./soak_kinds.ts";
+import { Watchers } from "./soak_watch.ts";
 
 function flag(name: string, fallback: string): string {
   const i = Deno.args.findIndex((a) => a === `-${name}` || a === `--${name}`);
@@ -21,6 +36,8 @@ function flag(name: string, fallback: string): string {
 }
 const DURATION_MS = Number(flag("duration", "60")) * 1000;
 const CLIENTS = Number(flag("clients", "24"));
+/** Version-2 clients on the semaphores and shared locks (bench/soak_kinds.ts). */
+const KIND_CLIENTS = Number(flag("kind-clients", "12"));
 const LOCKS = 6;
 const LEASE_MS = 600;
 const HEARTBEAT_MS = 150;
@@ -93,6 +110,25 @@ function toldExpired(h: Holder, lock: string): boolean {
 
 let run = 0;
 let server!: LockdProc;
+const ctx: SoakContext = {
+  breach,
+  fault,
+  op: () => operations++,
+  expected,
+  run: () => run,
+  addr: () => server.addr,
+  adminAddr: () => server.adminAddr,
+  toldExpired: (conn, lock) =>
+    conn.unsolicited.some((m) => m.type === "error" && m.code === 0x05 && m.name === lock),
+  write: (key, token) => resource.write(key, token),
+};
+const kinds = new KindTracker(ctx);
+const watchers = new Watchers(ctx);
+const ALL_LOCKS = [
+  ...Array.from({ length: LOCKS }, (_, i) => `soak/${i}`),
+  ...SEMAPHORES,
+  ...SHARED_LOCKS,
+];
 const dataDir = await Deno.makeTempDir({ prefix: "lockd-soak-" });
 const auditFile = (r: number) => `${dataDir}/audit-${r}.jsonl`;
 const killedRuns = new Set<number>();
@@ -114,6 +150,28 @@ async function startRun(): Promise<void> {
       "0s",
     ],
   });
+  await watchers.start();
+}
+
+/**
+ * The run's clients are gone: waits until the server holds no lock and only the watchers' sessions
+ * (at most 8 s: orphaned and half-open ownerships end with their leases and the I/O timeout), then
+ * compares every watcher's last states with the server's.
+ */
+async function quiet(): Promise<void> {
+  const until = performance.now() + 8_000;
+  while (performance.now() < until) {
+    try {
+      const res = await fetch(`http://${server.adminAddr}/api/info`);
+      const info = await res.json();
+      if (info.locks === 0 && info.sessions <= 3) break;
+    } catch {
+      // the admin API answers again in a moment
+    }
+    await sleep(200);
+  }
+  await sleep(300); // the last events on their way to the watchers
+  await watchers.compareWithServer(ALL_LOCKS);
 }
 
 type Mode = "clean" | "crash" | "stall" | "half_open";
@@ -391,8 +449,14 @@ while (performance.now() < end) {
   const runUntil = Math.min(end, performance.now() + RUN_MS);
   await Promise.all([
     ...Array.from({ length: CLIENTS }, (_, i) => clientLoop(i, runUntil)),
+    ...Array.from(
+      { length: KIND_CLIENTS },
+      (_, i) => kindClientLoop(ctx, kinds, i, runUntil, LEASE_MS, HEARTBEAT_MS),
+    ),
     chaos(runUntil),
+    kindChaos(ctx, kinds, runUntil),
   ]);
+  await quiet();
   if (performance.now() >= end) break;
   // Restart with the same data dir; mark every current holder unhealthy first.
   for (const h of holder.values()) h.healthy = false;
@@ -403,10 +467,13 @@ while (performance.now() < end) {
   fault(kill ? "sigkill" : "sigterm");
   await server.stop(kill ? "SIGKILL" : "SIGTERM");
   holder.clear();
+  kinds.reset();
+  await watchers.stop();
   await startRun();
 }
 
 // Last run: every client has left; gauges must be 0 and counters equal the audit counts.
+await watchers.stop();
 await sleep(1_500);
 const m = await metrics();
 for (const g of ["lockd_connections_active", "lockd_locks_held", "lockd_waiters"]) {
@@ -429,13 +496,20 @@ if (info.locks !== 0 || info.sessions !== 0) {
   );
 }
 await server.stop("SIGTERM");
-for (let r = 1; r <= run; r++) checkAudit(r);
-await Deno.remove(dataDir, { recursive: true });
+let kindGrantsChecked = 0;
+for (let r = 1; r <= run; r++) {
+  checkAudit(r);
+  kindGrantsChecked += checkKindAudit(ctx, kinds, r, auditRecords(r));
+}
+if (Deno.env.get("SOAK_KEEP")) console.log(`kept ${dataDir}`);
+else await Deno.remove(dataDir, { recursive: true });
 
 const faultText = Object.entries(faults).map(([k, v]) => `${k}=${v}`).join(" ");
 console.log(
   `soak: ${((performance.now() - started) / 1000).toFixed(0)} s, ${run} server runs, ` +
     `operations=${operations} writes_accepted=${resource.accepted} writes_fenced=${resource.fenced} ` +
-    `audit_ownerships_checked=${auditChecked} faults: ${faultText} breaches=${breaches.length}`,
+    `audit_ownerships_checked=${auditChecked} kind_grants_checked=${kindGrantsChecked} ` +
+    `reader_generations=${kinds.readsChecked} watcher_states=${watchers.states} ` +
+    `watcher_states_compared=${watchers.compared} faults: ${faultText} breaches=${breaches.length}`,
 );
 Deno.exit(breaches.length === 0 ? 0 : 1);
