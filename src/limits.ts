@@ -178,6 +178,12 @@ export const FRAME_WRITER_RETAINED_BYTES_MAX = 64 * 1024;
  */
 export const SESSION_WRITER_RETAINED_BYTES_MAX = 4 * 1024;
 /**
+ * Reply buffers kept for reuse between batches (per frame limit): an idle session holds none, a
+ * session borrows one for the frames of a batch. Enough for the sessions that write in one turn
+ * under load (64 clients); at most 64 × SESSION_WRITER_RETAINED_BYTES_MAX = 256 KiB stay.
+ */
+export const SESSION_WRITERS_POOLED_MAX = 64;
+/**
  * A connection that sent part of a frame and then nothing for this long has stalled: the
  * frame's buffer is cut down to the bytes that arrived (a legitimate frame's rest follows within
  * round trips; frames are sent in one write).
@@ -426,6 +432,12 @@ export const DIAGNOSTIC_LOG_FLUSH_MS = 1_000;
 
 // ---- command-line clients -----------------------------------------------------------------
 
+/**
+ * Locks one `client.observe` keeps track of (each with its last kind and at most one state
+ * waiting for the reader): far above what a server lets one WATCH match (LOCKS_PER_WATCH_MAX
+ * here, and a client may talk to another server); a server that names more breaks the protocol.
+ */
+export const CLIENT_OBSERVED_LOCKS_MAX = 65_536;
 /** How long one request of `lockd admin` may take before it gives up. */
 export const ADMIN_REQUEST_TIMEOUT_MS = 10_000;
 /** `lockd admin -watch`: time between two requests, by default and at least (no busy polling). */

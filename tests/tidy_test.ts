@@ -443,9 +443,11 @@ const TEST_FILE_LINES_MAX = 1_000;
  */
 const FILES_OVER_CAP: Readonly<Record<string, { lines: number; reason: string }>> = {
   "src/client/client.ts": {
-    lines: 879,
-    reason: "the library's public surface (connect, Client, Lock) and its reconnect loop; the " +
-      "reconnect loop is the next part to move into a module of its own",
+    lines: 897,
+    reason: "the library's public surface (connect, Client, Lock) and its reconnect loop (raised " +
+      "from 879 by the hooks of lock kinds, values, query and observe, issues 22 and 23, whose " +
+      "logic lives in claim_kind.ts, looks.ts and observe.ts); the reconnect loop is the next " +
+      "part to move into a module of its own",
   },
   "src/cluster/leadership_machine.ts": {
     lines: 955,
@@ -479,16 +481,11 @@ const FILES_OVER_CAP: Readonly<Record<string, { lines: number; reason: string }>
     reason: "the HTTP connection guard (admission, the reserve, eviction, draining) over one " +
       "shared state; the eviction policy is the next part to move out",
   },
-  "src/protocol/session.ts": {
-    lines: 631,
-    reason: "one session's reading, handshake state and flushing (its dispatch and the " +
-      "handshake's checks are in dispatch.ts and handshake.ts); the write path is the next part " +
-      "to move out",
-  },
   "src/service/lock_service.ts": {
-    lines: 789,
+    lines: 783,
     reason: "the one command surface over the engine (every state change passes it; carrying " +
-      "out events is event_carrier.ts, reclaims and the takeover's reservations reclaims.ts); " +
+      "out events is event_carrier.ts, reclaims, the takeover's reservations and their lifting " +
+      "reclaims.ts); " +
       "cluster mode's deferral of decisions is the next part to move out",
   },
 };

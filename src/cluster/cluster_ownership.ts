@@ -227,7 +227,9 @@ export class ClusterOwnership {
    */
   serve(takeover: Takeover): void {
     const nowMs = this.#o.scheduler.monotonicMs();
-    const endsAtMs = Math.max(nowMs + this.#o.graceMs, takeover.horizonUntilMs);
+    // The first term of a cluster takes no tickets: its window lasts only the horizon (if any).
+    const graceMs = takeover.terms.served === 0 ? 0 : this.#o.graceMs;
+    const endsAtMs = Math.max(nowMs + graceMs, takeover.horizonUntilMs);
     const window = new ReclaimWindow({
       term: takeover.term,
       terms: takeover.terms,

@@ -454,6 +454,14 @@ export class LockService {
     this.#decide("reservations", () => this.#reclaims.endReservations(names));
   }
 
+  /** Cluster mode, an operator frees a lock reserved for reclaims (audited, reclaims.ts). */
+  liftReservation(name: string, actor: Actor): "lifted" | "not_leader" | "not_reserved" {
+    if (this.#gate !== undefined && !this.#gate.mayAct()) return "not_leader";
+    if (!this.#engine.view.isReserved(name)) return "not_reserved";
+    this.#reclaims.liftReservation(name, actor);
+    return "lifted";
+  }
+
   /**
    * The sessions that have claims (owned or queued), for a planned hand-over's list: their
    * clients will RESUME at the next leader.

@@ -32,6 +32,7 @@
 import type { LockEngine } from "../core/engine.ts";
 import type { CloseCause, EngineEvent, Instant, Peer, SessionClaimView } from "../core/types.ts";
 import type { AuditLog } from "../log/audit.ts";
+import type { Actor } from "../log/audit_records.ts";
 import type { ReclaimRecord } from "../log/audit_records.ts";
 import { log } from "../log/diagnostic.ts";
 import type { Acl } from "../security/acl.ts";
@@ -233,12 +234,28 @@ export class Reclaims {
    * queue's head is granted), and the gate hears of every lock left idle (its record may go).
    */
   endReservations(names: readonly string[]): void {
-    const { engine, ownership } = this.#o;
-    const now = this.#o.now();
-    for (const name of names) {
-      if (engine.view.isReserved(name)) this.#o.apply(engine.liftReservation(now, name));
-      if (engine.view.isIdle(name)) ownership.idle(name);
+    for (const name of names) this.liftReservation(name, null);
+  }
+
+  /**
+   * Frees a lock reserved for reclaims (audited `reservation_lifted`, by an operator or, with
+   * `actor` null, by the window's end): its queue's head is granted; an idle lock's record may go.
+   */
+  liftReservation(name: string, actor: Actor | null): void {
+    const { engine, audit } = this.#o;
+    if (engine.view.isReserved(name)) {
+      audit.append({
+        event: "reservation_lifted",
+        lock: name,
+        token: null,
+        identity: "",
+        remote_addr: "",
+        session: 0,
+        ...(actor === null ? { by: "window" } : { by: "operator", actor }),
+      });
+      this.#o.apply(engine.liftReservation(this.#o.now(), name));
     }
+    if (engine.view.isIdle(name)) this.#o.ownership.idle(name);
   }
 
   // ---- claims of an earlier term (or none) -----------------------------------------

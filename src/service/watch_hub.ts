@@ -76,6 +76,8 @@ class SessionWatches {
   readonly watches = new Map<number, Watch>();
   /** A batch of this session's watch frames is on its way to the connection. */
   inFlight = false;
+  /** Called once the batch on its way is written (one function per session, not per batch). */
+  written: (() => void) | null = null;
 
   constructor(peer: Peer) {
     this.peer = peer;
@@ -190,10 +192,9 @@ export class WatchHub {
 
   /** A lock changed: every watch that matches it hears of it (coalesced, see the module). */
   changed(change: LockChange): void {
-    const touched = new Set<SessionWatches>();
     for (const watch of this.#exact.get(change.name) ?? []) {
       this.#note(watch, change);
-      touched.add(watch.session);
+      this.#flush(watch.session);
     }
     if (this.#globs.size > 0) {
       for (const watch of [...this.#globs]) {
@@ -211,10 +212,9 @@ export class WatchHub {
           }
         }
         this.#note(watch, change);
-        touched.add(session);
+        this.#flush(session);
       }
     }
-    for (const session of touched) this.#flush(session);
   }
 
   /** Records a change for a watch: a snapshot still to send shows it anyway. */
@@ -253,6 +253,7 @@ export class WatchHub {
    * way: snapshots, WATCHING, then waiting changes, watch by watch, up to WATCH_BATCH_BYTES_MAX.
    */
   #flush(session: SessionWatches): void {
+    if (session.inFlight) return;
     const port = this.#options.port(session.peer.sessionId);
     if (port === undefined) return;
     while (!session.inFlight) {
@@ -265,14 +266,15 @@ export class WatchHub {
         continue;
       }
       session.inFlight = true;
-      port.sendObserved(last, () => {
+      session.written ??= () => {
         session.inFlight = false;
         if (session.watches.size === 0) {
           this.#sessions.delete(session.peer.sessionId);
           return;
         }
         this.#flush(session);
-      });
+      };
+      port.sendObserved(last, session.written);
     }
   }
 
