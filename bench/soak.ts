@@ -103,10 +103,29 @@ interface Holder {
  */
 const forcesIssued = new Map<string, number>();
 
-/** Whether the server told this holder its lease on `lock` expired (it is then no valid holder). */
-function toldExpired(h: Holder, lock: string): boolean {
-  return h.conn.unsolicited.some((m) => m.type === "error" && m.code === 0x05 && m.name === lock);
+/**
+ * The end of an ownership on `lock` the server told `conn` of, unasked: LEASE_EXPIRED naming the
+ * lock ("expired"), or a closing ERROR (request id 0) that ended the whole session, e.g. its I/O
+ * timeout ("io_timeout") when the machine starved this process of CPU past -io-timeout. Null when
+ * the server told nothing. A holder that was told is no valid holder from then on.
+ */
+function toldEnd(conn: BenchConn, lock: string): string | null {
+  for (const m of conn.unsolicited) {
+    if (m.type !== "error" || m.requestId !== 0) continue;
+    if (m.code === 0x05 && m.name === lock) return "expired";
+    if (m.code === 0x0e) return "io_timeout";
+    if (m.code === 0x02) return "force";
+    if (m.code !== 0x05) return "closed";
+  }
+  return null;
 }
+
+function toldExpired(h: Holder, lock: string): boolean {
+  return toldEnd(h.conn, lock) !== null;
+}
+
+/** Connection and lock of each ownership by "run:token", to ask `toldEnd` at the audit check. */
+const ownerships = new Map<string, { conn: BenchConn; lock: string }>();
 
 let run = 0;
 let server!: LockdProc;
@@ -118,8 +137,8 @@ const ctx: SoakContext = {
   run: () => run,
   addr: () => server.addr,
   adminAddr: () => server.adminAddr,
-  toldExpired: (conn, lock) =>
-    conn.unsolicited.some((m) => m.type === "error" && m.code === 0x05 && m.name === lock),
+  toldExpired: (conn, lock) => toldEnd(conn, lock) !== null,
+  owned: (key, conn, lock) => ownerships.set(key, { conn, lock }),
   write: (key, token) => resource.write(key, token),
 };
 const kinds = new KindTracker(ctx);
@@ -203,6 +222,7 @@ async function clientLoop(id: number, until: number): Promise<void> {
         operations++;
         if (a.type !== "acquired") continue;
         const key = `${myRun}:${a.token}`;
+        ownerships.set(key, { conn, lock });
         if (a.token <= (maxToken.get(lock) ?? 0)) {
           breach(`token ${a.token} for ${lock} not above ${maxToken.get(lock)}`);
         }
@@ -248,6 +268,8 @@ async function clientLoop(id: number, until: number): Promise<void> {
         } else if (mode === "stall") {
           expected.set(key, ["expired"]); // lease 600 ms ends before the 1 s io timeout
           await sleep(LEASE_MS + 300);
+          // A loaded machine may be late: wait until the server says the lease is over.
+          for (let w = 0; w < 40 && toldEnd(conn, lock) === null; w++) await sleep(50);
           // Late write with the old token: the resource must refuse it if someone took over.
           await resource.write(lock, a.token);
           conn.close();
@@ -401,7 +423,15 @@ function checkAudit(r: number): void {
     const want = expected.get(`${r}:${t}`);
     // Ownerships still open at a SIGTERM end with the shutdown's reason; only judge those we caused.
     const endedByShutdown = terminatedRuns.has(r) && rel.reason === "graceful";
-    if (want && !want.includes(rel.reason) && !endedByShutdown) {
+    // The server may end an ownership before its client does when this machine starves the
+    // client of CPU past the lease or the I/O timeout; then it told the client so (a closing
+    // ERROR, LEASE_EXPIRED), and that reason stands.
+    const owned = ownerships.get(`${r}:${t}`);
+    const told = owned === undefined ? null : toldEnd(owned.conn, owned.lock);
+    const forced = rel.reason === "force" && want?.[0] !== "force";
+    if (want && !want.includes(rel.reason) && !endedByShutdown && !forced && told === rel.reason) {
+      fault(`told_${told}_first`);
+    } else if (want && !want.includes(rel.reason) && !endedByShutdown) {
       // A force-release or a restart may overtake the planned ending.
       if (!(want[0] !== "force" && rel.reason === "force")) {
         breach(`run ${r}: token ${t} ended ${rel.reason}, expected ${want.join("|")}`);
@@ -465,10 +495,10 @@ while (performance.now() < end) {
   if (kill) killedRuns.add(run);
   else terminatedRuns.add(run);
   fault(kill ? "sigkill" : "sigterm");
+  await watchers.stop();
   await server.stop(kill ? "SIGKILL" : "SIGTERM");
   holder.clear();
   kinds.reset();
-  await watchers.stop();
   await startRun();
 }
 

@@ -32,8 +32,10 @@ export interface SoakContext {
   run(): number;
   addr(): string;
   adminAddr(): string | null;
-  /** Whether the server told this connection its lease on `lock` expired. */
+  /** Whether the server told this connection its ownership of `lock` ended (see soak.ts). */
   toldExpired(conn: BenchConn, lock: string): boolean;
+  /** Notes the connection of an ownership ("run:token") for the audit check. */
+  owned(key: string, conn: BenchConn, lock: string): void;
   /** A write to the per-slot fenced resource (key, token): false when fenced off. */
   write(key: string, token: number): Promise<boolean>;
 }
@@ -219,6 +221,7 @@ export async function kindClientLoop(
         }
         if (a.type !== "acquired") continue;
         const key = `${myRun}:${a.token}`;
+        ctx.owned(key, conn, lock);
         const owner = await tracker.granted(lock, a, conn, semaphore);
         await use(ctx, conn, lock, owner.slot, a.token, semaphore);
         if (!semaphore && mode === "exclusive" && Math.random() < DOWNGRADE_SHARE) {
@@ -244,6 +247,7 @@ export async function kindClientLoop(
         } else if (end === "stall") {
           ctx.expected.set(key, ["expired"]);
           await sleep(leaseMs + 300);
+          for (let w = 0; w < 40 && !ctx.toldExpired(conn, lock); w++) await sleep(50);
           if (semaphore) await ctx.write(`${lock}#${owner.slot}`, a.token);
           conn.close();
         } else {

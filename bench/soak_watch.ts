@@ -43,6 +43,9 @@ class Watcher {
   readonly #current = new Map<string, Set<number>>();
   conn: BenchConn | null = null;
   #heartbeat: ReturnType<typeof setInterval> | undefined;
+  #stopping = false;
+  /** Settles when the watches of the current connection are open. */
+  ready: Promise<void> = Promise.resolve();
   states = 0;
 
   constructor(ctx: SoakContext, name: string, patterns: readonly string[]) {
@@ -53,18 +56,45 @@ class Watcher {
 
   /** Connects and opens its watches (the snapshots replace whatever the last run left). */
   async start(): Promise<void> {
+    this.#stopping = false;
+    this.ready = this.#open();
+    await this.ready;
+  }
+
+  async #open(): Promise<void> {
     this.last.clear();
     const conn = await BenchConn.session(this.#ctx.addr(), this.name, undefined, 2);
     this.conn = conn;
     // A session that sends nothing is closed by the I/O timeout, watches or not.
     this.#heartbeat = setInterval(() => conn.heartbeat().catch(() => {}), HEARTBEAT_MS);
+    conn.done.then(() => this.#lost(conn));
     for (const pattern of this.#patterns) {
-      const { reply } = this.conn.watch(pattern, { onState: (s) => this.#heard(s) });
+      const { reply } = conn.watch(pattern, { onState: (s) => this.#heard(s) });
       const r = await reply;
       if (r.type !== "watching") {
         this.#ctx.breach(`watcher ${this.name}: WATCH ${pattern} answered ${JSON.stringify(r)}`);
       }
     }
+  }
+
+  /**
+   * The server closed the connection while the run goes on (its I/O timeout, when this machine
+   * starves the soak of CPU): watch again, as a client does after a reconnect; the fresh
+   * snapshots replace the last states, and tokens must still never go backwards.
+   */
+  #lost(conn: BenchConn): void {
+    clearInterval(this.#heartbeat);
+    if (this.#stopping || this.conn !== conn) return;
+    this.#ctx.fault("watcher_reconnected");
+    this.ready = (async () => {
+      while (!this.#stopping) {
+        try {
+          return await this.#open();
+        } catch {
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      }
+    })();
   }
 
   /** Whether one of its patterns matches `name` (every soak lock is `soak/` and one more part). */
@@ -73,6 +103,8 @@ class Watcher {
   }
 
   async stop(): Promise<void> {
+    this.#stopping = true;
+    await this.ready.catch(() => {});
     clearInterval(this.#heartbeat);
     await this.conn?.goodbye();
     await this.conn?.done;
@@ -151,6 +183,7 @@ export class Watchers {
         server.set(name, r);
       }
       for (const w of this.#all) {
+        await w.ready.catch(() => {});
         if (w.conn === null || w.conn.closed) {
           const why = w.conn?.unsolicited.map((m) => JSON.stringify(m)).join(", ");
           this.#ctx.breach(`watcher ${w.name} lost its connection before quiet (${why})`);
