@@ -13,7 +13,7 @@
  */
 
 import { BenchConn, quantile, sortedCopy } from "./bench_client.ts";
-import { type LockdProc, rssBytes } from "./lockd_proc.ts";
+import { cpuSeconds, type LockdProc, rssBytes } from "./lockd_proc.ts";
 import type { PhaseCost } from "./server_cost.ts";
 
 /** What bench/main.ts lends these scenarios. */
@@ -188,6 +188,7 @@ const SAMPLED_WATCHERS = 100;
 const ROUNDS = 2;
 
 interface WatchWorker {
+  readonly pid: number;
   next(): Promise<Record<string, number>>;
   send(line: string): Promise<void>;
   close(): Promise<void>;
@@ -216,6 +217,7 @@ function startWatchWorker(kit: KindsBenchKit, addr: string, pattern: string): Wa
   let rest = "";
   const lines: string[] = [];
   return {
+    pid: child.pid,
     async next() {
       for (;;) {
         if (lines.length > 0) return JSON.parse(lines.shift()!);
@@ -241,13 +243,24 @@ function startWatchWorker(kit: KindsBenchKit, addr: string, pattern: string): Wa
   };
 }
 
+interface Handoffs {
+  perS: number;
+  acquiredAt: Map<number, number>;
+  /** CPU seconds per second of the phase (warm-up included): the server's, the watchers'. */
+  serverCpu: number;
+  watchersCpu: number;
+}
+
 /** One phase of 16 clients handing `name` over as fast as it goes: hand-offs/s, ACQUIRED reads. */
 async function handoffPhase(
   kit: KindsBenchKit,
   conns: BenchConn[],
   name: string,
-): Promise<{ perS: number; acquiredAt: Map<number, number> }> {
+  pids: { server: number; watchers: number },
+): Promise<Handoffs> {
   const acquiredAt = new Map<number, number>();
+  const cpu0 = [cpuSeconds(pids.server), cpuSeconds(pids.watchers)];
+  const t0 = performance.now();
   const { elapsedMs } = await kit.timedLoops(conns.length, async (i, measuring, stop) => {
     while (!stop()) {
       const a = await conns[i].acquire(name, 0, WAIT_FOREVER);
@@ -256,32 +269,43 @@ async function handoffPhase(
       await conns[i].release(name, a.token);
     }
   });
-  return { perS: (acquiredAt.size / elapsedMs) * 1000, acquiredAt };
+  const s = (performance.now() - t0) / 1000;
+  return {
+    perS: (acquiredAt.size / elapsedMs) * 1000,
+    acquiredAt,
+    serverCpu: (cpuSeconds(pids.server) - cpu0[0]) / s,
+    watchersCpu: (cpuSeconds(pids.watchers) - cpu0[1]) / s,
+  };
 }
 
 async function watchers(kit: KindsBenchKit): Promise<void> {
   await kit.withServer(async (addr, proc) => {
+    if (proc === null) {
+      kit.notes.push("Scenario 11: skipped with -addr (needs the server's pid for CPU and RSS)");
+      return;
+    }
     const name = "w/leader";
     const worker = startWatchWorker(kit, addr, name);
     const holders = await sessions(addr, 16, 1);
     const file = await Deno.makeTempFile({ prefix: "lockd-bench-acquired-" });
     try {
       await worker.next(); // the watchers' sessions are open
-      const without: number[] = [];
-      const withW: number[] = [];
+      const pids = { server: proc.pid, watchers: worker.pid };
+      const without: Handoffs[] = [];
+      const withW: Handoffs[] = [];
       const latencies: Record<string, number>[] = [];
       let rssPerWatch = NaN;
       for (let r = 0; r < ROUNDS; r++) {
-        without.push((await handoffPhase(kit, holders, name)).perS);
+        without.push(await handoffPhase(kit, holders, name, pids));
         await sleep(300);
-        const before = proc === null ? NaN : rssBytes(proc.pid);
+        const before = rssBytes(proc.pid);
         await worker.send("watch");
         const watching = await worker.next();
         if (watching.refused > 0) throw new Error(`${watching.refused} WATCHes refused`);
         await sleep(1_000);
-        if (r === 0 && proc !== null) rssPerWatch = (rssBytes(proc.pid) - before) / WATCHERS;
-        const phase = await handoffPhase(kit, holders, name);
-        withW.push(phase.perS);
+        if (r === 0) rssPerWatch = (rssBytes(proc.pid) - before) / WATCHERS;
+        const phase = await handoffPhase(kit, holders, name, pids);
+        withW.push(phase);
         await Deno.writeTextFile(file, JSON.stringify(Object.fromEntries(phase.acquiredAt)));
         await worker.send(`latency ${file}`);
         latencies.push(await worker.next());
@@ -293,10 +317,20 @@ async function watchers(kit: KindsBenchKit): Promise<void> {
       kit.row({
         scenario: s,
         metric: `hand-offs/s without / with watchers (${ROUNDS} rounds, alternating)`,
-        value: `${without.map(Math.round).join(", ")} / ${withW.map(Math.round).join(", ")}`,
+        value: `${without.map((h) => Math.round(h.perS)).join(", ")} / ${
+          withW.map((h) => Math.round(h.perS)).join(", ")
+        }`,
         unit: "/s",
       });
-      const ratio = sum(withW) / sum(without);
+      kit.row({
+        scenario: s,
+        metric: "CPU without / with watchers: server, watchers' process",
+        value: `${without.map((h) => round(h.serverCpu, 2)).join(", ")} / ${
+          withW.map((h) => `${round(h.serverCpu, 2)}, ${round(h.watchersCpu, 2)}`).join("; ")
+        }`,
+        unit: "cores",
+      });
+      const ratio = sum(withW.map((h) => h.perS)) / sum(without.map((h) => h.perS));
       kit.row({
         scenario: s,
         metric: "with / without watchers",
@@ -316,7 +350,7 @@ async function watchers(kit: KindsBenchKit): Promise<void> {
       kit.row({
         scenario: s,
         metric: "server RSS per watch",
-        value: Number.isNaN(rssPerWatch) ? "-" : round(rssPerWatch / 1024, 2),
+        value: round(rssPerWatch / 1024, 2),
         unit: "KiB",
       });
       kit.notes.push(
