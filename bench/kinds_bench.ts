@@ -120,7 +120,11 @@ async function semaphore(kit: KindsBenchKit): Promise<void> {
 /** Per slot, in token order: the next grant's ACQUIRED read − the previous one's RELEASED read. */
 function handoffs(grants: Grant[]): { sorted: Float64Array; negative: number } {
   const bySlot = new Map<number, Grant[]>();
-  for (const g of grants) bySlot.set(g.slot, [...bySlot.get(g.slot) ?? [], g]);
+  for (const g of grants) {
+    const list = bySlot.get(g.slot) ?? [];
+    list.push(g);
+    bySlot.set(g.slot, list);
+  }
   const out: number[] = [];
   let negative = 0;
   for (const list of bySlot.values()) {

@@ -16,6 +16,7 @@
 
 import { FrameWriter } from "../src/wire/frame.ts";
 import { FrameReader } from "../src/wire/frame_reader.ts";
+import { WIRE_CODES } from "../src/wire/codes.ts";
 import type { Message } from "../src/wire/messages.ts";
 import { BenchConn } from "./bench_client.ts";
 import { type LockdProc, spawnLockd } from "./lockd_proc.ts";
@@ -104,24 +105,28 @@ interface Holder {
 const forcesIssued = new Map<string, number>();
 
 /**
- * The end of an ownership on `lock` the server told `conn` of, unasked: LEASE_EXPIRED naming the
- * lock ("expired"), or a closing ERROR (request id 0) that ended the whole session, e.g. its I/O
+ * The end of the ownership of `lock` with `token` the server told `conn` of, unasked: LEASE_EXPIRED
+ * naming it ("expired"), or a closing ERROR (request id 0) that ended the whole session, e.g. its I/O
  * timeout ("io_timeout") when the machine starved this process of CPU past -io-timeout. Null when
  * the server told nothing. A holder that was told is no valid holder from then on.
  */
-function toldEnd(conn: BenchConn, lock: string): string | null {
+function toldEnd(conn: BenchConn, lock: string, token: number): string | null {
   for (const m of conn.unsolicited) {
     if (m.type !== "error" || m.requestId !== 0) continue;
-    if (m.code === 0x05 && m.name === lock) return "expired";
-    if (m.code === 0x0e) return "io_timeout";
-    if (m.code === 0x02) return "force";
-    if (m.code !== 0x05) return "closed";
+    if (m.code === WIRE_CODES.LEASE_EXPIRED.code) {
+      // Its message names the token: "Lost lock "a": its lease expired (token 17)".
+      if (m.name === lock && m.message.endsWith(`(token ${token})`)) return "expired";
+      continue;
+    }
+    if (m.code === WIRE_CODES.IO_TIMEOUT.code) return "io_timeout";
+    if (m.code === WIRE_CODES.CLOSED_BY_ADMIN.code) return "force";
+    return "closed";
   }
   return null;
 }
 
 function toldExpired(h: Holder, lock: string): boolean {
-  return toldEnd(h.conn, lock) !== null;
+  return toldEnd(h.conn, lock, h.token) !== null;
 }
 
 /** Connection and lock of each ownership by "run:token", to ask `toldEnd` at the audit check. */
@@ -137,7 +142,7 @@ const ctx: SoakContext = {
   run: () => run,
   addr: () => server.addr,
   adminAddr: () => server.adminAddr,
-  toldExpired: (conn, lock) => toldEnd(conn, lock) !== null,
+  toldEnded: (conn, lock, token) => toldEnd(conn, lock, token) !== null,
   owned: (key, conn, lock) => ownerships.set(key, { conn, lock }),
   write: (key, token) => resource.write(key, token),
 };
@@ -183,7 +188,7 @@ async function quiet(): Promise<void> {
     try {
       const res = await fetch(`http://${server.adminAddr}/api/info`);
       const info = await res.json();
-      if (info.locks === 0 && info.sessions <= 3) break;
+      if (info.locks === 0 && info.sessions <= watchers.sessions) break;
     } catch {
       // the admin API answers again in a moment
     }
@@ -269,7 +274,7 @@ async function clientLoop(id: number, until: number): Promise<void> {
           expected.set(key, ["expired"]); // lease 600 ms ends before the 1 s io timeout
           await sleep(LEASE_MS + 300);
           // A loaded machine may be late: wait until the server says the lease is over.
-          for (let w = 0; w < 40 && toldEnd(conn, lock) === null; w++) await sleep(50);
+          for (let w = 0; w < 40 && toldEnd(conn, lock, a.token) === null; w++) await sleep(50);
           // Late write with the old token: the resource must refuse it if someone took over.
           await resource.write(lock, a.token);
           conn.close();
@@ -427,7 +432,7 @@ function checkAudit(r: number): void {
     // client of CPU past the lease or the I/O timeout; then it told the client so (a closing
     // ERROR, LEASE_EXPIRED), and that reason stands.
     const owned = ownerships.get(`${r}:${t}`);
-    const told = owned === undefined ? null : toldEnd(owned.conn, owned.lock);
+    const told = owned === undefined ? null : toldEnd(owned.conn, owned.lock, t);
     const forced = rel.reason === "force" && want?.[0] !== "force";
     if (want && !want.includes(rel.reason) && !endedByShutdown && !forced && told === rel.reason) {
       fault(`told_${told}_first`);

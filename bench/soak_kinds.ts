@@ -6,6 +6,7 @@
  * slot, exclusion, write generations) after each server run.
  */
 
+import { WIRE_CODES } from "../src/wire/codes.ts";
 import type { Acquired } from "../src/wire/messages.ts";
 import { BenchConn } from "./bench_client.ts";
 
@@ -15,9 +16,7 @@ export const SEMAPHORE_LIMIT = 3;
 /** Shared (read/write) locks of the soak. */
 export const SHARED_LOCKS = ["soak/rw-0", "soak/rw-1"];
 const READER_SHARE = 0.7;
-const DUPLICATE_CLAIM = 0x08;
-const INVALID_ARGUMENT = 0x0b;
-const NOT_OWNER = 0x06;
+const { DUPLICATE_CLAIM, INVALID_ARGUMENT, NOT_OWNER } = WIRE_CODES;
 const DOWNGRADE_SHARE = 0.3;
 
 /** What the soak's driver lends this module. */
@@ -32,8 +31,8 @@ export interface SoakContext {
   run(): number;
   addr(): string;
   adminAddr(): string | null;
-  /** Whether the server told this connection its ownership of `lock` ended (see soak.ts). */
-  toldExpired(conn: BenchConn, lock: string): boolean;
+  /** Whether the server told this connection its ownership of `lock` with `token` ended (soak.ts). */
+  toldEnded(conn: BenchConn, lock: string, token: number): boolean;
   /** Notes the connection of an ownership ("run:token") for the audit check. */
   owned(key: string, conn: BenchConn, lock: string): void;
   /** A write to the per-slot fenced resource (key, token): false when fenced off. */
@@ -124,7 +123,7 @@ export class KindTracker {
       // The old owner's LEASE_EXPIRED travels on its own socket: give it a moment to arrive.
       await sleep(200);
       const what = semaphore ? `slot ${slot} of ${lock}` : `${lock} (${mode})`;
-      if (o.healthy && !this.#ctx.toldExpired(o.conn, lock)) {
+      if (o.healthy && !this.#ctx.toldEnded(o.conn, lock, o.token)) {
         this.#ctx.breach(`${what} granted (token ${a.token}) while token ${o.token} was healthy`);
       } else if (o.healthy) {
         this.#ctx.fault("heartbeating_holder_expired");
@@ -215,7 +214,10 @@ export async function kindClientLoop(
           value: encoder.encode(`c=${id}`),
         });
         ctx.op();
-        if (a.type === "error" && (a.code === INVALID_ARGUMENT || a.code === DUPLICATE_CLAIM)) {
+        if (
+          a.type === "error" &&
+          (a.code === INVALID_ARGUMENT.code || a.code === DUPLICATE_CLAIM.code)
+        ) {
           // These claims agree with their lock's kind and limit, one claim per lock at a time.
           ctx.breach(`${lock} refused a ${mode} claim: ${a.message}`);
         }
@@ -247,7 +249,7 @@ export async function kindClientLoop(
         } else if (end === "stall") {
           ctx.expected.set(key, ["expired"]);
           await sleep(leaseMs + 300);
-          for (let w = 0; w < 40 && !ctx.toldExpired(conn, lock); w++) await sleep(50);
+          for (let w = 0; w < 40 && !ctx.toldEnded(conn, lock, a.token); w++) await sleep(50);
           if (semaphore) await ctx.write(`${lock}#${owner.slot}`, a.token);
           conn.close();
         } else {
@@ -284,7 +286,7 @@ async function use(
   if (Math.random() < 0.5) {
     const r = await conn.setValue(lock, token, encoder.encode(`t=${token}`));
     ctx.op();
-    if (r.type === "error" && r.code !== NOT_OWNER /* force-released meanwhile */) {
+    if (r.type === "error" && r.code !== NOT_OWNER.code /* force-released meanwhile */) {
       ctx.breach(`SET_VALUE of ${lock} token ${token}: ${r.message}`);
     }
   } else {

@@ -155,6 +155,11 @@ export class Watchers {
     this.#all = WATCHER_PATTERNS.map((p, i) => new Watcher(ctx, `soak-watcher-${i}`, p));
   }
 
+  /** Sessions the watchers keep open. */
+  get sessions(): number {
+    return this.#all.length;
+  }
+
   get states(): number {
     return this.#all.reduce((n, w) => n + w.states, 0);
   }
