@@ -4,8 +4,10 @@
  * @module
  */
 
-import { LockLostError, type LostReason } from "./errors.ts";
-import { EMPTY_TICKET } from "../wire/messages.ts";
+import { ConnectionError, LockdError, LockLostError, type LostReason } from "./errors.ts";
+import { EMPTY_TICKET, EMPTY_VALUE } from "../wire/messages.ts";
+import { WIRE_CODES } from "../wire/codes.ts";
+import { valueBytes } from "./claim_kind.ts";
 import { localDeadlineMs } from "./timing.ts";
 
 /**
@@ -63,6 +65,31 @@ export interface Lock extends AsyncDisposable, EventTarget {
    * to a new leader after a fail-over is `held`.
    */
   readonly state: LockState;
+  /** `exclusive` or `shared` (protocol version 2; version 1 has exclusive locks only). */
+  readonly mode: "exclusive" | "shared";
+  /** The lock's limit: N for a semaphore of N, else 1. */
+  readonly limit: number;
+  /**
+   * The semaphore slot this ownership holds, 0 to `limit - 1` (0 for exclusive and shared
+   * locks): a resource that must refuse stale holders of a slot keeps the last token per slot.
+   */
+  readonly slot: number;
+  /**
+   * A shared grant: the token of the lock's last exclusive grant (0 when none is known), so a
+   * reader can tell whether what it reads was written by the newest writer; else 0.
+   */
+  readonly writeGeneration: number;
+  /** The holder's value as the server has it (the acquire's, then each `setValue`'s). */
+  readonly value: Uint8Array;
+  /**
+   * Replaces the holder's value (SET_VALUE, protocol version 2): what `query` and `observe`
+   * show others, e.g. a leader's address; a string is sent as UTF-8. Rejects with a
+   * {@link LockLostError} when the lock was lost, a {@link LockdError} NOT_OWNER when the
+   * server no longer has this ownership or INVALID_ARGUMENT for a value longer than the
+   * server takes, and a retryable `ConnectionError` while the lock is being carried over to a
+   * new connection.
+   */
+  setValue(value: Uint8Array | string): Promise<void>;
   /**
    * Ends the ownership and resolves once the server confirmed it, or once the ownership ended
    * anyway (lost, connection closed, lease no longer confirmed). Resolves at once when the lock
@@ -112,6 +139,14 @@ export class LockHandle extends EventTarget implements Lock {
   /** An owned RECLAIM on its way: its request id (0: none) and its send time. */
   reclaimRequestId = 0;
   reclaimSentAtMs = 0;
+  readonly mode: "exclusive" | "shared";
+  readonly limit: number;
+  readonly slot: number;
+  readonly writeGeneration: number;
+  value: Uint8Array;
+  readonly #values?: {
+    setValue(name: string, token: number, value: Uint8Array): Promise<void>;
+  };
   #state: "held" | "releasing" | "released" | "lost" = "held";
   #releasing: Promise<void> | null = null;
   readonly #lost = new AbortController();
@@ -128,6 +163,11 @@ export class LockHandle extends EventTarget implements Lock {
       confirmedSendMs: number;
       confirmer: Confirmer;
       suspend?: boolean;
+      /** The ACQUIRED's kind fields (absent: a plain lock) and the acquire's value. */
+      grant?: { mode?: unknown; limit?: number; slot?: number; writeGeneration?: number };
+      value?: Uint8Array;
+      /** Where `setValue` sends SET_VALUE (absent: values are refused). */
+      values?: { setValue(name: string, token: number, value: Uint8Array): Promise<void> };
     },
     sendRelease: (handle: LockHandle) => Promise<void>,
     checkDeadline: (handle: LockHandle) => void = () => {},
@@ -140,6 +180,12 @@ export class LockHandle extends EventTarget implements Lock {
     this.confirmedSendMs = fields.confirmedSendMs;
     this.confirmer = fields.confirmer;
     this.suspend = fields.suspend ?? false;
+    this.mode = fields.grant?.mode === "shared" ? "shared" : "exclusive";
+    this.limit = fields.grant?.limit ?? 1;
+    this.slot = fields.grant?.slot ?? 0;
+    this.writeGeneration = fields.grant?.writeGeneration ?? 0;
+    this.value = fields.value ?? EMPTY_VALUE;
+    this.#values = fields.values;
     this.#sendRelease = sendRelease;
     this.#checkDeadline = checkDeadline;
   }
@@ -181,6 +227,27 @@ export class LockHandle extends EventTarget implements Lock {
   /** The deadline, read against the clock now: a timer that has not run yet cannot lag it. */
   #check(): void {
     if (this.#state === "held" || this.#state === "releasing") this.#checkDeadline(this);
+  }
+
+  async setValue(value: Uint8Array | string): Promise<void> {
+    const bytes = valueBytes(value);
+    this.#check();
+    if (this.#state === "lost") throw this.#lost.signal.reason;
+    if (this.#state !== "held") {
+      throw new LockdError(
+        WIRE_CODES.NOT_OWNER.code,
+        this.name,
+        `Cannot set the value of lock "${this.name}": it was released`,
+      );
+    }
+    if (this.phase !== "confirmed" || this.#values === undefined) {
+      throw new ConnectionError(
+        `Cannot set the value of lock "${this.name}": it is being carried over to a new ` +
+          "connection; try again",
+      );
+    }
+    await this.#values.setValue(this.name, this.token, bytes);
+    this.value = bytes;
   }
 
   release(): Promise<void> {
