@@ -490,3 +490,21 @@ Deno.test("m2 sim: a HELLO held while the next leader takes over is held on past
   assert.ok(servedAtMs > 1.5 * FAKE_TTL_MS, `served ${servedAtMs} ms after the HELLO`);
   assert.equal(answer?.type, "welcome", JSON.stringify(answer));
 });
+
+Deno.test("m2 sim: after a leader that kept no records (a rolling upgrade from milestone 1), the new leader grants nothing until that leader's published promises ran out", async () => {
+  await using fake = fakeCluster(WALL_MS);
+  // What a milestone-1 leader leaves: a horizon, no `terms`, no records.
+  await fake.etcd.txn([], [{
+    type: "put",
+    key: "test/horizon",
+    value: JSON.stringify({ term: 1, lease_ms: 5_000 }),
+  }], []);
+  const n1 = await node(fake, "n1");
+  let servedAtMs = -1;
+  for (let t = 0; t < 8_000 && servedAtMs < 0; t += 50) {
+    await fake.run(50);
+    if (serving(n1)) servedAtMs = t;
+  }
+  assert.ok(servedAtMs >= 4_500, `served ${servedAtMs} ms after start`);
+  assert.equal(n1.t.server.context.cluster!.status.phase, "serving");
+});
