@@ -106,6 +106,8 @@ export class Looks {
 
   query(name: string): Promise<LockInfo> {
     if (this.#over) return Promise.reject(this.#over);
+    const unsendable = wireStrRefusal("a lock name", name);
+    if (unsendable !== null) return Promise.reject(unsendable);
     return new Promise((resolve, reject) => {
       const query: PendingQuery = { name, resolve, reject, settled: false };
       this.#sendQuery(query);
@@ -114,8 +116,9 @@ export class Looks {
 
   observe(pattern: string, options: ObserveOptions = {}): Observation {
     const observer = new Observer(pattern, (o) => this.#unobserve(o));
-    if (this.#over) {
-      observer.fail(this.#over);
+    const over = this.#over ?? wireStrRefusal("a pattern", pattern);
+    if (over !== null) {
+      observer.fail(over);
       return observer;
     }
     if (options.signal?.aborted) {
@@ -135,6 +138,9 @@ export class Looks {
       return Promise.reject(
         new ConnectionError(`Cannot set the value of lock "${name}": not connected; try again`),
       );
+    }
+    if (connection.connection.welcome.version < 2) {
+      return Promise.reject(version1(connection, `set the value of lock "${name}"`, name));
     }
     const refusal = valueRefusal(
       connection.connection.welcome,
@@ -375,6 +381,15 @@ export function valueRefusal(
     : `Cannot ${action} lock "${name}": a value of ${value.length} bytes is longer than the ` +
       `server's ${max}`;
   return new LockdError(WIRE_CODES.INVALID_ARGUMENT.code, name, message);
+}
+
+/** A name or pattern the wire cannot carry (it is sent again on every reconnect), or null. */
+function wireStrRefusal(what: string, text: unknown): Error | null {
+  if (typeof text !== "string") return new TypeError(`${what} is a string, not ${typeof text}`);
+  const bytes = new TextEncoder().encode(text).length;
+  return bytes > 0xffff
+    ? new RangeError(`${what} cannot be sent: ${bytes} bytes, above 65535`)
+    : null;
 }
 
 function version1(connection: LookConnection, what: string, name: string): LockdError {

@@ -79,6 +79,9 @@ Deno.test("setValue with a value longer than the server takes is refused before 
   }
   await lock.release();
   await assert.rejects(lock.setValue("x"), /released/);
+  // A name or pattern the wire cannot carry is refused when asked, never on a later reconnect.
+  await assert.rejects(client.query("x".repeat(70_000)), RangeError);
+  await assert.rejects(client.observe("y".repeat(70_000)).next(), RangeError);
 });
 
 /** A scripted version-2 server whose `request` answers WATCH, QUERY and the rest. */
@@ -331,5 +334,6 @@ Deno.test("a version-1 server gets plain locks only: kinds, values and looks are
   await assert.rejects(client.observe(LEADER).next(), /version 1/);
   const plain = await client.acquire("p");
   assert.deepEqual([plain.mode, plain.limit, plain.slot], ["exclusive", 1, 0]);
+  await assert.rejects(plain.setValue(""), /version 1/); // SET_VALUE is a version-2 message
   await plain.release();
 });

@@ -154,6 +154,20 @@ def default_client_name(program: str = f"lockd-python/{VERSION}") -> str:
     return compose_client_name(program, host, os.getpid())
 
 
+def _check_wire_str(what: str, text: object) -> None:
+    """A name or pattern the wire can carry (the server judges the rest): a ``str`` of at most
+    65,535 UTF-8 bytes, without lone surrogates. Checked when asked, as it is sent again on
+    every reconnect."""
+    if not isinstance(text, str):
+        raise TypeError(f"{what} is a str, not {type(text).__name__}")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} cannot be sent: it has a lone surrogate") from None
+    if size > wire.STR_BYTES_MAX:
+        raise ValueError(f"{what} cannot be sent: {size} bytes, above {wire.STR_BYTES_MAX}")
+
+
 def _value_too_long(action: str, name: str, length: int, welcome: wire.Welcome) -> str:
     if welcome.value_bytes_max == 0:
         return f'Cannot {action} lock "{name}": this server takes no lock values (protocol version 2 with values)'
@@ -359,8 +373,7 @@ class Client:
         one ends first. Raises ``InvalidArgumentError`` (a bad name, or a server of version 1)
         or ``AclDeniedError``."""
         self._usable()
-        if not isinstance(name, str):
-            raise TypeError(f"a lock name is a str, not {type(name).__name__}")
+        _check_wire_str("a lock name", name)
         query = PendingQuery(name, self._running_loop().create_future())
         self._send_query(query)
         try:
@@ -379,8 +392,7 @@ class Client:
         fail-over it watches again and starts over with a fresh snapshot. End it with
         ``await observer.aclose()`` or ``async with client.observe(...) as states:``."""
         self._usable()
-        if not isinstance(pattern, str):
-            raise TypeError(f"a pattern is a str, not {type(pattern).__name__}")
+        _check_wire_str("a pattern", pattern)
         self._running_loop()
         observer = Observer(self, pattern)
         self._observers.append(observer)

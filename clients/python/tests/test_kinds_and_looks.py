@@ -133,6 +133,11 @@ class KindsAndValues(unittest.IsolatedAsyncioTestCase):
                         await client.acquire(LEADER, **kind)
                 with self.assertRaises(TypeError):
                     await client.acquire(LEADER, value=7)  # type: ignore[arg-type]
+                # A name or pattern the wire cannot carry: refused when asked, not at a reconnect.
+                with self.assertRaises(ValueError):
+                    await client.query("x" * 70_000)
+                with self.assertRaises(ValueError):
+                    client.observe("\udc00")
                 self.assertFalse([m for m in fake.received if isinstance(m, wire.Acquire)])
 
     async def test_a_grant_of_another_kind_than_asked_is_a_protocol_error(self) -> None:
