@@ -1203,7 +1203,9 @@ class Client:
                 self._violation(session, misfit)
                 return
         if isinstance(message, wire.Acquired):
-            if message.request_id in session.reclaims:
+            if message.request_id in session.downgrades:
+                self._on_downgraded(session, message)
+            elif message.request_id in session.reclaims:
                 self._on_reclaim_kept(session, message)
             else:
                 self._on_acquired(session, message)
@@ -1462,7 +1464,8 @@ class Client:
             session.ledger.unwatch_sent(request_id)
             self._send(session, wire.Unwatch(request_id))
 
-    async def _set_value(self, lock: Lock, value: bytes) -> None:
+    def _confirmed_session(self, lock: Lock, what: str) -> Session:
+        """The connection ``lock`` is confirmed on, for a request about it; raises when there is none."""
         session = lock._session
         if (
             lock._phase != "held"
@@ -1471,12 +1474,32 @@ class Client:
             or session.owned.get(lock._acquire_id) is not lock
         ):
             raise LockdConnectionError(
-                f'Cannot set the value of lock "{lock.name}": it is being carried over to a new connection; try again'
+                f'Cannot {what} lock "{lock.name}": it is being carried over to a new connection; try again'
             )
         if lock._released:
-            raise LockdError(f'Cannot set the value of lock "{lock.name}": it was released', lock_name=lock.name)
+            raise LockdError(f'Cannot {what} lock "{lock.name}": it was released', lock_name=lock.name)
         if session.version == 1:
-            raise self._version_1_refusal(session, f'set the value of lock "{lock.name}"', lock.name)
+            raise self._version_1_refusal(session, f'{what} lock "{lock.name}"', lock.name)
+        return session
+
+    async def _downgrade(self, lock: Lock) -> None:
+        session = self._confirmed_session(lock, "downgrade")
+        future: asyncio.Future[None] = self._running_loop().create_future()
+        request_id = self._new_request_id(session)
+        session.downgrades[request_id] = (lock, future)
+        session.ledger.downgrade_sent(request_id, lock.name, lock.token)
+        self._send(session, wire.Downgrade(request_id, lock.token, lock.name))
+        await future
+
+    def _on_downgraded(self, session: Session, message: wire.Acquired) -> None:
+        lock, future = session.downgrades.pop(message.request_id)
+        lock.mode, lock.write_generation = "shared", message.write_generation
+        self._take_grant(session, lock, message)  # a ticket names the mode: the new one counts
+        if not future.done():
+            future.set_result(None)
+
+    async def _set_value(self, lock: Lock, value: bytes) -> None:
+        session = self._confirmed_session(lock, "set the value of")
         if len(value) > session.welcome.value_bytes_max:
             raise InvalidArgumentError(
                 _value_too_long("set the value of", lock.name, len(value), session.welcome), lock_name=lock.name
@@ -1545,6 +1568,11 @@ class Client:
             if not value_set[2].done():
                 value_set[2].set_exception(error)
             return True
+        downgrade = session.downgrades.pop(request_id, None)
+        if downgrade is not None:
+            if not downgrade[1].done():
+                downgrade[1].set_exception(error)
+            return True
         return False
 
     def _looks_ended(self, session: Session) -> None:
@@ -1564,6 +1592,12 @@ class Client:
                     LockdConnectionError(f'Cannot set the value of lock "{lock.name}": the connection ended first')
                 )
         session.value_sets.clear()
+        for lock, future in session.downgrades.values():
+            if not future.done():
+                future.set_exception(
+                    LockdConnectionError(f'Cannot downgrade lock "{lock.name}": the connection ended first')
+                )
+        session.downgrades.clear()
 
     # -- the end of a connection --------------------------------------------------------
 
