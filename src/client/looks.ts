@@ -19,10 +19,11 @@
  * @module
  */
 
-import { LOCK_NAME_BYTES_MAX } from "../limits.ts";
+import { LEASE_MS_MIN, LOCK_NAME_BYTES_MAX } from "../limits.ts";
 import { WIRE_CODES } from "../wire/codes.ts";
 import { cutUtf8 } from "../wire/frame.ts";
 import type {
+  Acquired,
   ClientRequest,
   ErrorMessage,
   LockState as WireLockState,
@@ -58,7 +59,13 @@ type Expected =
     readonly value: Uint8Array;
     readonly done: (error: unknown) => void;
   }
-  | { readonly kind: "watch"; readonly observer: Observer; snapshots: number; watching: boolean };
+  | { readonly kind: "watch"; readonly observer: Observer; snapshots: number; watching: boolean }
+  | {
+    readonly kind: "downgrade";
+    readonly name: string;
+    readonly token: number;
+    readonly done: (error: unknown, grant?: Acquired) => void;
+  };
 
 interface PendingQuery {
   readonly name: string;
@@ -77,8 +84,9 @@ const NOT_LOOK_ANSWERS: ReadonlySet<number> = new Set([
 ]);
 
 /** The frames that answer looks. */
-type LookReply = WireLockState | Watching | WatchEnded | ValueSet | ErrorMessage;
+type LookReply = WireLockState | Watching | WatchEnded | ValueSet | ErrorMessage | Acquired;
 const LOOK_REPLIES: ReadonlySet<string> = new Set([
+  "acquired",
   "lock_state",
   "watching",
   "watch_ended",
@@ -162,6 +170,32 @@ export class Looks {
     });
   }
 
+  /**
+   * DOWNGRADE of an exclusive ownership held on the current connection (lock_handle.ts checks
+   * that): resolves with the ACQUIRED that answers it (checked: the same ownership, now shared).
+   */
+  downgrade(name: string, token: number): Promise<Acquired> {
+    const connection = this.#connection;
+    if (connection === null) {
+      return Promise.reject(
+        new ConnectionError(`Cannot downgrade lock "${name}": not connected; try again`),
+      );
+    }
+    if (connection.connection.welcome.version < 2) {
+      return Promise.reject(version1(connection, `downgrade lock "${name}"`, name));
+    }
+    return new Promise((resolve, reject) => {
+      const requestId = this.#newRequestId();
+      this.#expected.set(requestId, {
+        kind: "downgrade",
+        name,
+        token,
+        done: (error, grant) => error === null ? resolve(grant!) : reject(error),
+      });
+      connection.connection.send({ type: "downgrade", requestId, token, name });
+    });
+  }
+
   /** A new connection is open (after its RESUME and RECLAIMs): queries and watches go out. */
   attached(connection: LookConnection): void {
     this.#connection = connection;
@@ -181,9 +215,10 @@ export class Looks {
       if (expected.kind === "query") this.#unsentQueries.add(expected.query);
       else if (expected.kind === "watch") expected.observer.connectionEnded();
       else {
+        const action = expected.kind === "downgrade" ? "downgrade" : "set the value of";
         expected.done(
           new ConnectionError(
-            `Cannot set the value of lock "${expected.name}": the connection ended first`,
+            `Cannot ${action} lock "${expected.name}": the connection ended first`,
           ),
         );
       }
@@ -218,6 +253,14 @@ export class Looks {
     if (!LOOK_REPLIES.has(reply.type)) return `${what}, which is not an answer to a look`;
     const message = reply as LookReply;
     if (message.type === "error") return this.#error(what, message, expected);
+    if (message.type === "acquired") {
+      if (expected.kind !== "downgrade") return `${what}, which is not a DOWNGRADE`;
+      const misfit = downgradeMisfit(message, expected, connection.connection.welcome);
+      if (misfit !== null) return `${what} ${misfit}`;
+      this.#expected.delete(message.requestId);
+      expected.done(null, message);
+      return null;
+    }
     if (message.type === "value_set") {
       if (expected.kind !== "set_value") return `${what}, which is not a SET_VALUE`;
       if (message.name !== expected.name) return wrongName(what, message.name, expected.name);
@@ -266,7 +309,9 @@ export class Looks {
     message: WireLockState,
     expected: Expected,
   ): string | null {
-    if (expected.kind === "set_value") return `${what}, which is not a QUERY or WATCH`;
+    if (expected.kind === "set_value" || expected.kind === "downgrade") {
+      return `${what}, which is not a QUERY or WATCH`;
+    }
     if (expected.kind === "query") {
       if (message.event !== "state") return `${what} with event ${message.event} for a QUERY`;
       if (message.name !== expected.name) return wrongName(what, message.name, expected.name);
@@ -298,7 +343,8 @@ export class Looks {
     const codeText = `${what} with code ${message.code}`;
     if (
       NOT_LOOK_ANSWERS.has(message.code) ||
-      (message.code === WIRE_CODES.NOT_OWNER.code && expected.kind !== "set_value")
+      (message.code === WIRE_CODES.NOT_OWNER.code &&
+        (expected.kind === "query" || expected.kind === "watch"))
     ) {
       return `${codeText}: not an answer to a ${kind}`;
     }
@@ -390,6 +436,27 @@ function wireStrRefusal(what: string, text: unknown): Error | null {
   return bytes > 0xffff
     ? new RangeError(`${what} cannot be sent: ${bytes} bytes, above 65535`)
     : null;
+}
+
+/** What is wrong with the ACQUIRED answering a DOWNGRADE (the same ownership, now shared), or null. */
+function downgradeMisfit(
+  message: Acquired,
+  asked: { readonly name: string; readonly token: number },
+  welcome: Welcome,
+): string | null {
+  if (message.name !== asked.name) return wrongName("", message.name, asked.name).trim();
+  if (message.token !== asked.token) {
+    return `with token ${message.token}, but the DOWNGRADE named token ${asked.token}`;
+  }
+  if (!(message.leaseMs >= LEASE_MS_MIN && message.leaseMs <= welcome.leaseMaxMs)) {
+    return `with a lease of ${message.leaseMs} ms`;
+  }
+  const { mode, limit = 1, slot = 0, writeGeneration = 0 } = message;
+  if (mode !== "shared" || limit !== 1 || slot !== 0 || writeGeneration > message.token) {
+    return `with mode ${mode}, limit ${limit}, slot ${slot} and write generation ` +
+      `${writeGeneration}: not the ownership made shared`;
+  }
+  return null;
 }
 
 function version1(connection: LookConnection, what: string, name: string): LockdError {

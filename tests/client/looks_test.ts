@@ -337,3 +337,61 @@ Deno.test("a version-1 server gets plain locks only: kinds, values and looks are
   await assert.rejects(plain.setValue(""), /version 1/); // SET_VALUE is a version-2 message
   await plain.release();
 });
+
+Deno.test("a writer downgrades in place: a waiting reader is granted beside it; a semaphore refuses", async () => {
+  await using t = await startTestServer();
+  await using one = await connect({ addr: t.addr });
+  await using two = await connect({ addr: t.addr });
+  const writer = await one.acquire("reports/weekly");
+  const reading = two.acquire("reports/weekly", { mode: "shared", waitMs: 5_000 });
+  await eventually(async () => (await one.query("reports/weekly")).queueLength === 1, "queued");
+  await writer.downgrade();
+  assert.deepEqual([writer.mode, writer.writeGeneration, writer.state], [
+    "shared",
+    writer.token,
+    "held",
+  ]);
+  const reader = await reading;
+  assert.deepEqual([reader.mode, reader.writeGeneration], ["shared", writer.token]);
+  await writer.downgrade(); // shared already: nothing to do
+  const render = await one.acquire("jobs/render-x", { limit: 3 });
+  await assert.rejects(
+    render.downgrade(),
+    (e) => e instanceof LockdError && e.codeName === "INVALID_ARGUMENT",
+  );
+  assert.deepEqual(
+    [(await two.query("reports/weekly")).kind, (await two.query("reports/weekly")).owners],
+    ["shared", 2],
+  );
+  assert.equal(one.protocolErrors, 0);
+});
+
+Deno.test("hostile server, looks: a DOWNGRADE answered for another token is a protocol error and the lock stays exclusive", async () => {
+  await using server = scripted((conn, message) => {
+    if (message.type === "acquire") {
+      conn.send({
+        type: "acquired",
+        requestId: message.requestId,
+        name: message.name,
+        token: TOKEN,
+        leaseMs: 10_000,
+        limit: 1,
+      });
+    } else if (message.type === "downgrade") {
+      conn.send({
+        type: "acquired",
+        requestId: message.requestId,
+        name: message.name,
+        token: TOKEN + 1,
+        leaseMs: 10_000,
+        mode: "shared",
+        limit: 1,
+        writeGeneration: TOKEN + 1,
+      });
+    }
+  });
+  await using client = await connect({ addr: server.addr, reconnect: false });
+  const lock = await client.acquire("reports/daily");
+  await assert.rejects(lock.downgrade(), /connection ended first/);
+  assert.deepEqual([lock.mode, client.protocolErrors], ["exclusive", 1]);
+});
