@@ -133,7 +133,12 @@ export class Looks {
       observer.end();
       return observer;
     }
-    options.signal?.addEventListener("abort", () => void observer.close(), { once: true });
+    const signal = options.signal;
+    if (signal !== undefined) {
+      const onAbort = () => void observer.close();
+      signal.addEventListener("abort", onAbort, { once: true });
+      observer.onDone = () => signal.removeEventListener("abort", onAbort);
+    }
     this.#observers.add(observer);
     if (this.#connection !== null) this.#sendWatch(this.#connection, observer);
     return observer;
