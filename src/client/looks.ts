@@ -232,8 +232,8 @@ export class Looks {
   }
 
   /**
-   * The client is closed (`error` null: observers end quietly) or failed for good (they and
-   * every query fail with `error`).
+   * The client is closed (`observersFail` false: observers end quietly) or failed for good
+   * (observers fail with `error`); queries waiting for a connection fail with `error` either way.
    */
   stop(error: Error, observersFail: boolean): void {
     this.detached();
