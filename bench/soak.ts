@@ -427,8 +427,8 @@ function checkAudit(r: number): void {
   }
   /** When the server ended ownerships first and told their clients: the server was starved. */
   const starvedAtMs: number[] = [];
-  /** Crashes of version-1 clients that ended `expired`: judged once `starvedAtMs` is known. */
-  const crashesExpired: { t: number; atMs: number; text: string }[] = [];
+  /** Other ends by a lease or the I/O timeout: judged once `starvedAtMs` is known. */
+  const timedOut: { atMs: number; text: string }[] = [];
   for (const [t, n] of acquires) {
     auditChecked++;
     if (n !== 1) breach(`run ${r}: token ${t} acquired ${n} times in the audit log`);
@@ -458,20 +458,21 @@ function checkAudit(r: number): void {
         const text = `run ${r}: token ${t} (${owned?.lock}) ended ${rel.reason}, expected ${
           want.join("|")
         } (heard ${heard})`;
-        if (want.includes("io_timeout") && rel.reason === "expired") {
-          crashesExpired.push({ t, atMs: rel.atMs, text });
+        if (rel.reason === "expired" || rel.reason === "io_timeout") {
+          timedOut.push({ atMs: rel.atMs, text });
         } else {
           breach(text);
         }
       }
     }
   }
-  // A crashed client's FIN that the server reads only after the lease ran out ends it `expired`:
-  // no bug when the server was starved at that moment, which shows as heartbeating holders it
-  // expired first within STARVED_NEAR_MS of it.
-  for (const c of crashesExpired) {
+  // A crashed client's FIN that the server reads only after the lease ran out ends it `expired`
+  // (or `io_timeout`, when the silence before it outlasted the I/O timeout), and the client never
+  // reads what it was told: no bug when the server was starved at that moment, which shows as
+  // heartbeating holders it ended first, and told so, within STARVED_NEAR_MS of it.
+  for (const c of timedOut) {
     if (starvedAtMs.some((atMs) => Math.abs(atMs - c.atMs) <= STARVED_NEAR_MS)) {
-      fault("crash_expired_while_starved");
+      fault("timed_out_while_starved");
     } else {
       breach(c.text);
     }
