@@ -330,8 +330,8 @@ export class ClusterOwnership {
     return this.records.beforeDeliver(name, restored);
   }
 
-  ended(name: string, token: number, graceful: boolean, slot: number): void {
-    this.#window?.ended(name, token);
+  ended(name: string, token: number, graceful: boolean, slot: number, shared: boolean): void {
+    this.#window?.ended(name, token, slot, shared);
     this.records.ended(name, token, graceful, slot);
   }
 

@@ -507,8 +507,9 @@ export interface ReserveOptions {
   /** Monotonic ms at which the reservation ends by itself. */
   readonly untilMs: number;
   /**
-   * How many restored ownerships end it early (default 1: the owner of an exclusive lock);
-   * Infinity: only `untilMs` or `liftReservation` end it.
+   * How many restored ownerships end it early (at least 1). Without it (a takeover, which does
+   * not know how many holders a lock had), the restore that leaves the lock no room for another
+   * owner ends it: an exclusive owner, a semaphore's every slot; never a shared lock's readers.
    */
   readonly claims?: number;
 }

@@ -93,9 +93,10 @@ export interface OwnershipGate {
    * W2: an ownership of `name` with `token` (in `slot`) ended, as the engine decided it, before
    * any later grant of the lock in the same step is passed to `beforeDeliver`. `graceful` is
    * false for `expired`, `io_timeout` (a version-2 session gone without GOODBYE included),
-   * `force` and `failover`: the floor of the lock (slot) rises to `token`.
+   * `force` and `failover`: the floor of the lock (slot) rises to `token`. `shared`: a reader's
+   * ownership (readers share slot 0).
    */
-  ended(name: string, token: number, graceful: boolean, slot: number): void;
+  ended(name: string, token: number, graceful: boolean, slot: number, shared: boolean): void;
   /**
    * W3: the lock has no owner and no waiter any more (after an end or a wait's end); its record
    * may go after the linger. Not called for a lock the engine drops without an event (a
