@@ -11,6 +11,7 @@ import { cpuSeconds, type LockdProc, rssBytes, spawnLockd } from "./lockd_proc.t
 import { engineRemoval } from "./engine_removal.ts";
 import { compareClusterMode, ROUNDS } from "./cluster_bench.ts";
 import { etcdAvailable } from "./etcd_proc.ts";
+import { kindScenarios } from "./kinds_bench.ts";
 import {
   GcTrace,
   type OpCost,
@@ -35,7 +36,9 @@ const OUT = flag("out", `${ROOT}bench/results/latest.json`);
 const FD_LIMIT = 20_000;
 /** Comma-separated scenario numbers to run (e.g. `-scenarios 5,7`); all by default. */
 const SCENARIOS = new Set(
-  flag("scenarios", "1,2,3,4,5,6,7,8").split(",").map((x) => x.trim()).filter((x) => x !== ""),
+  flag("scenarios", "1,2,3,4,5,6,7,8,9,10,11").split(",").map((x) => x.trim()).filter((x) =>
+    x !== ""
+  ),
 );
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -964,6 +967,15 @@ if (SCENARIOS.has("5")) await adminScrape();
 if (SCENARIOS.has("6")) await expiry();
 if (SCENARIOS.has("7")) await tlsScenarios();
 if (SCENARIOS.has("8")) await clusterScenario();
+// 9 to 11: lock kinds and watchers over protocol version 2 (bench/kinds_bench.ts).
+await kindScenarios({
+  root: ROOT,
+  commands,
+  notes,
+  row,
+  withServer: (fn) => withServer((addr, proc) => fn(addr, proc)),
+  timedLoops: (n, loop) => timedLoops(n, loop),
+}, SCENARIOS);
 const totalS = (performance.now() - started) / 1000;
 console.log(`\nNotes:\n${notes.map((n) => `- ${n}`).join("\n")}`);
 console.log(`\nTotal ${round(totalS, 1)} s`);

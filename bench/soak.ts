@@ -1,7 +1,12 @@
 /**
  * `deno task soak [-duration 60]`: chaos soak against `lockd serve`
  * subprocesses sharing one -data-dir. Clients acquire random locks from a
- * small set and, while holding, write to a fenced in-process resource. A
+ * small set and, while holding, write to a fenced in-process resource.
+ * Version-2 clients do the same on semaphores (the resource keeps the last
+ * token per slot) and shared locks (reader/writer exclusion, the readers'
+ * write generation), and watchers beside them check what they hear and, after
+ * quiet, that their last states equal the server's (bench/soak_kinds.ts,
+ * bench/soak_watch.ts). A
  * chaos driver mixes clean releases, crashes (socket closed), stalls
  * (heartbeats stop → expired), half-open clients (nothing sent → io_timeout),
  * admin force-releases and waiter removals, and server restarts (SIGKILL and
@@ -11,9 +16,20 @@
 
 import { FrameWriter } from "../src/wire/frame.ts";
 import { FrameReader } from "../src/wire/frame_reader.ts";
+import { WIRE_CODES } from "../src/wire/codes.ts";
 import type { Message } from "../src/wire/messages.ts";
 import { BenchConn } from "./bench_client.ts";
 import { type LockdProc, spawnLockd } from "./lockd_proc.ts";
+import {
+  checkKindAudit,
+  kindChaos,
+  kindClientLoop,
+  KindTracker,
+  SEMAPHORES,
+  SHARED_LOCKS,
+  type SoakContext,
+} from "./soak_kinds.ts";
+import { Watchers } from "./soak_watch.ts";
 
 function flag(name: string, fallback: string): string {
   const i = Deno.args.findIndex((a) => a === `-${name}` || a === `--${name}`);
@@ -21,6 +37,8 @@ function flag(name: string, fallback: string): string {
 }
 const DURATION_MS = Number(flag("duration", "60")) * 1000;
 const CLIENTS = Number(flag("clients", "24"));
+/** Version-2 clients on the semaphores and shared locks (bench/soak_kinds.ts). */
+const KIND_CLIENTS = Number(flag("kind-clients", "12"));
 const LOCKS = 6;
 const LEASE_MS = 600;
 const HEARTBEAT_MS = 150;
@@ -86,13 +104,55 @@ interface Holder {
  */
 const forcesIssued = new Map<string, number>();
 
-/** Whether the server told this holder its lease on `lock` expired (it is then no valid holder). */
-function toldExpired(h: Holder, lock: string): boolean {
-  return h.conn.unsolicited.some((m) => m.type === "error" && m.code === 0x05 && m.name === lock);
+/**
+ * The end of the ownership of `lock` with `token` the server told `conn` of, unasked: LEASE_EXPIRED
+ * naming it ("expired"), or a closing ERROR (request id 0) that ended the whole session, e.g. its I/O
+ * timeout ("io_timeout") when the machine starved this process of CPU past -io-timeout. Null when
+ * the server told nothing. A holder that was told is no valid holder from then on.
+ */
+function toldEnd(conn: BenchConn, lock: string, token: number): string | null {
+  for (const m of conn.unsolicited) {
+    if (m.type !== "error" || m.requestId !== 0) continue;
+    if (m.code === WIRE_CODES.LEASE_EXPIRED.code) {
+      // Its message names the token: "Lost lock "a": its lease expired (token 17)".
+      if (m.name === lock && m.message.endsWith(`(token ${token})`)) return "expired";
+      continue;
+    }
+    if (m.code === WIRE_CODES.IO_TIMEOUT.code) return "io_timeout";
+    if (m.code === WIRE_CODES.CLOSED_BY_ADMIN.code) return "force";
+    return "closed";
+  }
+  return null;
 }
+
+function toldExpired(h: Holder, lock: string): boolean {
+  return toldEnd(h.conn, lock, h.token) !== null;
+}
+
+/** Connection and lock of each ownership by "run:token", to ask `toldEnd` at the audit check. */
+const ownerships = new Map<string, { conn: BenchConn; lock: string }>();
 
 let run = 0;
 let server!: LockdProc;
+const ctx: SoakContext = {
+  breach,
+  fault,
+  op: () => operations++,
+  expected,
+  run: () => run,
+  addr: () => server.addr,
+  adminAddr: () => server.adminAddr,
+  toldEnded: (conn, lock, token) => toldEnd(conn, lock, token) !== null,
+  owned: (key, conn, lock) => ownerships.set(key, { conn, lock }),
+  write: (key, token) => resource.write(key, token),
+};
+const kinds = new KindTracker(ctx);
+const watchers = new Watchers(ctx);
+const ALL_LOCKS = [
+  ...Array.from({ length: LOCKS }, (_, i) => `soak/${i}`),
+  ...SEMAPHORES,
+  ...SHARED_LOCKS,
+];
 const dataDir = await Deno.makeTempDir({ prefix: "lockd-soak-" });
 const auditFile = (r: number) => `${dataDir}/audit-${r}.jsonl`;
 const killedRuns = new Set<number>();
@@ -114,6 +174,28 @@ async function startRun(): Promise<void> {
       "0s",
     ],
   });
+  await watchers.start();
+}
+
+/**
+ * The run's clients are gone: waits until the server holds no lock and only the watchers' sessions
+ * (at most 8 s: orphaned and half-open ownerships end with their leases and the I/O timeout), then
+ * compares every watcher's last states with the server's.
+ */
+async function quiet(): Promise<void> {
+  const until = performance.now() + 8_000;
+  while (performance.now() < until) {
+    try {
+      const res = await fetch(`http://${server.adminAddr}/api/info`);
+      const info = await res.json();
+      if (info.locks === 0 && info.sessions <= watchers.sessions) break;
+    } catch {
+      // the admin API answers again in a moment
+    }
+    await sleep(200);
+  }
+  await sleep(300); // the last events on their way to the watchers
+  await watchers.compareWithServer(ALL_LOCKS);
 }
 
 type Mode = "clean" | "crash" | "stall" | "half_open";
@@ -145,6 +227,7 @@ async function clientLoop(id: number, until: number): Promise<void> {
         operations++;
         if (a.type !== "acquired") continue;
         const key = `${myRun}:${a.token}`;
+        ownerships.set(key, { conn, lock });
         if (a.token <= (maxToken.get(lock) ?? 0)) {
           breach(`token ${a.token} for ${lock} not above ${maxToken.get(lock)}`);
         }
@@ -190,6 +273,8 @@ async function clientLoop(id: number, until: number): Promise<void> {
         } else if (mode === "stall") {
           expected.set(key, ["expired"]); // lease 600 ms ends before the 1 s io timeout
           await sleep(LEASE_MS + 300);
+          // A loaded machine may be late: wait until the server says the lease is over.
+          for (let w = 0; w < 40 && toldEnd(conn, lock, a.token) === null; w++) await sleep(50);
           // Late write with the old token: the resource must refuse it if someone took over.
           await resource.write(lock, a.token);
           conn.close();
@@ -343,7 +428,15 @@ function checkAudit(r: number): void {
     const want = expected.get(`${r}:${t}`);
     // Ownerships still open at a SIGTERM end with the shutdown's reason; only judge those we caused.
     const endedByShutdown = terminatedRuns.has(r) && rel.reason === "graceful";
-    if (want && !want.includes(rel.reason) && !endedByShutdown) {
+    // The server may end an ownership before its client does when this machine starves the
+    // client of CPU past the lease or the I/O timeout; then it told the client so (a closing
+    // ERROR, LEASE_EXPIRED), and that reason stands.
+    const owned = ownerships.get(`${r}:${t}`);
+    const told = owned === undefined ? null : toldEnd(owned.conn, owned.lock, t);
+    const forced = rel.reason === "force" && want?.[0] !== "force";
+    if (want && !want.includes(rel.reason) && !endedByShutdown && !forced && told === rel.reason) {
+      fault(`told_${told}_first`);
+    } else if (want && !want.includes(rel.reason) && !endedByShutdown) {
       // A force-release or a restart may overtake the planned ending.
       if (!(want[0] !== "force" && rel.reason === "force")) {
         breach(`run ${r}: token ${t} ended ${rel.reason}, expected ${want.join("|")}`);
@@ -391,8 +484,14 @@ while (performance.now() < end) {
   const runUntil = Math.min(end, performance.now() + RUN_MS);
   await Promise.all([
     ...Array.from({ length: CLIENTS }, (_, i) => clientLoop(i, runUntil)),
+    ...Array.from(
+      { length: KIND_CLIENTS },
+      (_, i) => kindClientLoop(ctx, kinds, i, runUntil, LEASE_MS, HEARTBEAT_MS),
+    ),
     chaos(runUntil),
+    kindChaos(ctx, kinds, runUntil),
   ]);
+  await quiet();
   if (performance.now() >= end) break;
   // Restart with the same data dir; mark every current holder unhealthy first.
   for (const h of holder.values()) h.healthy = false;
@@ -401,12 +500,15 @@ while (performance.now() < end) {
   if (kill) killedRuns.add(run);
   else terminatedRuns.add(run);
   fault(kill ? "sigkill" : "sigterm");
+  await watchers.stop();
   await server.stop(kill ? "SIGKILL" : "SIGTERM");
   holder.clear();
+  kinds.reset();
   await startRun();
 }
 
 // Last run: every client has left; gauges must be 0 and counters equal the audit counts.
+await watchers.stop();
 await sleep(1_500);
 const m = await metrics();
 for (const g of ["lockd_connections_active", "lockd_locks_held", "lockd_waiters"]) {
@@ -429,13 +531,20 @@ if (info.locks !== 0 || info.sessions !== 0) {
   );
 }
 await server.stop("SIGTERM");
-for (let r = 1; r <= run; r++) checkAudit(r);
-await Deno.remove(dataDir, { recursive: true });
+let kindGrantsChecked = 0;
+for (let r = 1; r <= run; r++) {
+  checkAudit(r);
+  kindGrantsChecked += checkKindAudit(ctx, kinds, r, auditRecords(r));
+}
+if (Deno.env.get("SOAK_KEEP")) console.log(`kept ${dataDir}`);
+else await Deno.remove(dataDir, { recursive: true });
 
 const faultText = Object.entries(faults).map(([k, v]) => `${k}=${v}`).join(" ");
 console.log(
   `soak: ${((performance.now() - started) / 1000).toFixed(0)} s, ${run} server runs, ` +
     `operations=${operations} writes_accepted=${resource.accepted} writes_fenced=${resource.fenced} ` +
-    `audit_ownerships_checked=${auditChecked} faults: ${faultText} breaches=${breaches.length}`,
+    `audit_ownerships_checked=${auditChecked} kind_grants_checked=${kindGrantsChecked} ` +
+    `reader_generations=${kinds.readsChecked} watcher_states=${watchers.states} ` +
+    `watcher_states_compared=${watchers.compared} faults: ${faultText} breaches=${breaches.length}`,
 );
 Deno.exit(breaches.length === 0 ? 0 : 1);

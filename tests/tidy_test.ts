@@ -295,8 +295,6 @@ const EXPORTED_FOR_TESTS: Readonly<Record<string, string>> = {
   "src/admin/views.ts: valueJson":
     "a lock value as JSON (text when UTF-8, else null; base64 always), table-tested alone; QUERY " +
     "and WATCH (issue 23) are its next users",
-  "src/log/audit_records.ts: AUDIT_OPTIONAL_FIELDS":
-    "the optional audit fields, compared with docs/operations.md's table",
   "src/security/lock_rules.ts: LockRulesParseError": "the error class tests match",
   "src/security/lock_rules.ts: parseLockRules": "the rules grammar, table-tested alone",
   "src/wire/messages.ts: FIRST_V2_TYPE":
@@ -327,6 +325,10 @@ const EXPORTED_FOR_TESTS: Readonly<Record<string, string>> = {
   "src/cli/run.ts: EXIT_WAIT_TIMEOUT": "the status tests/cli/run_test.ts expects by name",
   "src/cli/run.ts: EXIT_LOCK_LOST": "the status tests/cli/run_test.ts expects by name",
   "src/cli/run.ts: RUN_FLAGS": "`lockd run`'s flag table, compared with its documentation",
+  "src/cli/observe.ts: OBSERVE_EXIT":
+    "`lockd observe`'s exit statuses, compared with docs/operations.md's table",
+  "src/cli/observe.ts: OBSERVE_FLAGS":
+    "`lockd observe`'s flag table, compared with docs/operations.md",
   "src/cli/serve.ts: SERVE_FLAGS": "`lockd serve`'s flag table, compared with docs/operations.md",
   "src/client/redirect.ts: parseLeaderAddress":
     "the parser of a NOT_LEADER's untrusted address, fed hostile input directly",
@@ -349,10 +351,9 @@ const EXPORTED_FOR_TESTS: Readonly<Record<string, string>> = {
     "a bound other limits derive from; tests/limits_test.ts asserts the relation",
   "src/limits.ts: REQUEST_FRAME_BYTES_MAX":
     "a bound other limits derive from; tests/limits_test.ts asserts the relation",
-  "src/log/audit_records.ts: AUDIT_COMMON_FIELDS":
-    "the audit records' field table, compared with docs/operations.md",
-  "src/log/audit_records.ts: AUDIT_EVENT_FIELDS":
-    "the audit records' field table, compared with docs/operations.md",
+  "src/log/audit_records.ts: formatAuditLine":
+    "the definition of an audit line as text: the server writes its bytes with audit_line.ts's " +
+    "encoder, which tests compare with it",
   "src/security/acl.ts: AclParseError": "the error the ACL tests match for a refused file",
   "src/security/acl.ts: parseAcl": "the ACL file parser, table-tested without a server",
   "src/security/cert_checks.ts: readCertificateProfile":

@@ -172,6 +172,8 @@ export class ClusterNode implements LeadershipGate {
       onDeposed: (current) => this.leadership.deposed(current),
       service: () => this.#service,
       locks: () => this.#locks,
+      ownHorizonMs: () => this.#publishingMs === 0 ? this.#horizonMs : null,
+      onClosed: () => this.#flushPromises(),
     });
   }
 
@@ -554,7 +556,7 @@ export class ClusterNode implements LeadershipGate {
 
   /** Publishes (in etcd, under this term) that promises may reach `leaseMs` ahead. */
   #publishHorizon(leaseMs: number): void {
-    if (this.#publishingMs !== 0) return;
+    if (this.#publishingMs !== 0 || this.ownership.closing) return;
     const term = this.leadership.term;
     if (term === 0) return;
     this.#publishingMs = leaseMs;

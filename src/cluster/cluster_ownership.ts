@@ -63,6 +63,13 @@ export interface ClusterOwnershipOptions {
   readonly onDeposed: (current: KeyValue | undefined) => void;
   /** The lock service (attached after construction). */
   readonly service: () => LockService | null;
+  /**
+   * The window closed: the horizon to publish in its place (this term's own longest promise), or
+   * null while a publication of the node is in flight (asked again later). While the write is in
+   * flight `closing` is true and the node publishes nothing; `onClosed` follows it.
+   */
+  readonly ownHorizonMs?: () => number | null;
+  readonly onClosed?: () => void;
   /** The engine's read side (attached with the service). */
   readonly locks: () => LockEngineView | null;
 }
@@ -107,6 +114,7 @@ export class ClusterOwnership {
   #horizonUntilMs = 0;
   #windowTimer: Timer | null = null;
   #closeTimer: Timer | null = null;
+  #closing = false;
 
   constructor(options: ClusterOwnershipOptions) {
     this.#o = options;
@@ -294,21 +302,51 @@ export class ClusterOwnership {
     this.#writeClosed(term, window);
   }
 
-  /** `terms.closed = true` (best effort: the records' terms keep reclaims safe without it). */
+  /** A write of the window's end is in flight: the node publishes no horizon meanwhile. */
+  get closing(): boolean {
+    return this.#closing;
+  }
+
+  /**
+   * `terms.closed = true` (best effort: the records' terms keep reclaims safe without it), and
+   * the horizon back to this term's own: the last term's promises have run out, so the next
+   * leader need not wait for them. Retried until it lands or the term ends.
+   */
   #writeClosed(term: number, window: ReclaimWindow): void {
-    const value = formatTerms({ served: term, closed: true, before: window.terms.served });
-    this.#o.etcd.txn(
-      [{ key: this.#keys.leader, target: "create", revision: term }],
-      [{ type: "put", key: this.#keys.terms, value }],
-      [],
-      { timeoutMs: this.#o.ttlMs / 2 },
-    ).catch(() => {
+    const retry = () => {
       if (this.#o.term() !== term) return;
       this.#closeTimer = this.#o.scheduler.setTimer(() => {
         this.#closeTimer = null;
         if (this.#o.term() === term) this.#writeClosed(term, window);
       }, CLUSTER_RETRY_MS);
-    });
+    };
+    const horizonMs = this.#o.ownHorizonMs === undefined ? 0 : this.#o.ownHorizonMs();
+    if (horizonMs === null) {
+      retry();
+      return;
+    }
+    const value = formatTerms({ served: term, closed: true, before: window.terms.served });
+    const horizon = JSON.stringify({ term, lease_ms: horizonMs });
+    this.#closing = true;
+    this.#o.etcd.txn(
+      [{ key: this.#keys.leader, target: "create", revision: term }],
+      [
+        { type: "put", key: this.#keys.terms, value },
+        { type: "put", key: `${this.#o.cluster}/horizon`, value: horizon },
+      ],
+      [],
+      { timeoutMs: this.#o.ttlMs / 2 },
+    ).then(
+      () => {
+        this.#closing = false;
+        this.#o.onClosed?.();
+      },
+      () => {
+        this.#closing = false;
+        this.#o.onClosed?.();
+        retry();
+      },
+    );
   }
 
   // ---- OwnershipGate ---------------------------------------------------------------------
@@ -394,6 +432,7 @@ export class ClusterOwnership {
     this.#windowTimer = null;
     this.#closeTimer?.cancel();
     this.#closeTimer = null;
+    this.#closing = false;
   }
 }
 

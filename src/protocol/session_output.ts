@@ -8,7 +8,11 @@
  */
 
 import type { ServerCounters } from "../counters.ts";
-import { LOCK_NAME_BYTES_MAX, WRITE_BUFFER_BYTES_MAX } from "../limits.ts";
+import {
+  LOCK_NAME_BYTES_MAX,
+  SESSION_WRITERS_POOLED_MAX,
+  WRITE_BUFFER_BYTES_MAX,
+} from "../limits.ts";
 import { log } from "../log/diagnostic.ts";
 import type { StallWatchdog, StallWatched } from "../service/stall_watchdog.ts";
 import { cutUtf8, type FrameWriter } from "../wire/frame.ts";
@@ -51,6 +55,12 @@ export class SessionOutput {
   version = 1;
   #writing = false;
   #flushScheduled = false;
+  /** The write in flight: its bytes, how far it got, the observers of its frames, its job. */
+  #bytes: Uint8Array = NO_BYTES;
+  #inFlight: FrameWriter | null = null;
+  #offset = 0;
+  #batchObserved: readonly (() => void)[] = NO_OBSERVERS;
+  #job: InstanceType<typeof SessionOutput.Job> | null = null;
   /** Frames whose writing someone waits for (`observe`; created at the first). */
   #observed: ObservedFrames | null = null;
 
@@ -119,7 +129,7 @@ export class SessionOutput {
     }
     if (!this.#flushScheduled && !this.#writing) {
       this.#flushScheduled = true;
-      queueMicrotask(() => this.#flush());
+      if (toFlush.push(this) === 1) queueMicrotask(flushAll);
     }
   }
 
@@ -139,38 +149,111 @@ export class SessionOutput {
     return true;
   }
 
-  async #flush(): Promise<void> {
-    this.#flushScheduled = false;
-    if (this.#writing) return;
-    this.#writing = true;
-    const owner = this.#owner;
-    try {
-      while (this.#writer !== null && this.#writer.byteLength > 0 && !owner.closed) {
-        const bytes = this.#writer.take();
-        const observed = this.#observed?.takeBatch() ?? NO_OBSERVERS;
-        this.#watchdog.writeStarted(this.#watched);
-        let offset = 0;
-        while (offset < bytes.length) {
-          offset += await owner.transport.write(offset === 0 ? bytes : bytes.subarray(offset));
-        }
-        this.#watchdog.writeEnded(this.#watched);
-        for (const written of observed) written();
-      }
-    } catch {
-      this.#watchdog.writeEnded(this.#watched);
-      this.#writing = false;
-      owner.writeFailed();
-      return;
-    }
-    this.#writing = false;
-    this.#returnWriter();
-    owner.flushed();
+  /** The turn's flush (`flushAll`): writes the batch unless a write is in flight. */
+  static flush(output: SessionOutput): void {
+    output.#flushScheduled = false;
+    if (!output.#writing) output.#writeNext();
   }
 
-  /** The session closed: nobody waits for a frame any more, the writer goes back. */
+  /**
+   * Writes what was encoded since the last write, one socket write (and the rest of a partial
+   * one) at a time, until nothing is left; then the writer goes back and the owner hears of it.
+   * No promise or closure of its own per write: the callbacks are a pooled `WriteJob`'s.
+   */
+  #writeNext(): void {
+    const writer = this.#writer;
+    const owner = this.#owner;
+    if (writer === null || writer.byteLength === 0 || owner.closed) {
+      this.#endWriting();
+      this.#returnWriter();
+      owner.flushed();
+      return;
+    }
+    this.#writing = true;
+    // The bytes are a view of the writer's buffer (no copy): frames decided while they are
+    // written go into another writer, and this one goes back to the pool once they are written.
+    this.#bytes = writer.take(false);
+    this.#inFlight = writer;
+    this.#writer = null;
+    this.#offset = 0;
+    this.#batchObserved = this.#observed?.takeBatch() ?? NO_OBSERVERS;
+    this.#watchdog.writeStarted(this.#watched);
+    this.#send();
+  }
+
+  #send(): void {
+    const bytes = this.#offset === 0 ? this.#bytes : this.#bytes.subarray(this.#offset);
+    let pending: Promise<number>;
+    try {
+      pending = this.#owner.transport.write(bytes);
+    } catch {
+      this.#writeFailed();
+      return;
+    }
+    this.#job ??= takeJob(this);
+    pending.then(this.#job.wrote, this.#job.failed);
+  }
+
+  static #wrote(output: SessionOutput, n: number): void {
+    try {
+      output.#offset += n;
+      if (output.#offset < output.#bytes.length) {
+        output.#send();
+        return;
+      }
+      output.#watchdog.writeEnded(output.#watched);
+      const observed = output.#batchObserved;
+      output.#batchObserved = NO_OBSERVERS;
+      output.#bytes = NO_BYTES;
+      output.#returnInFlight();
+      for (const written of observed) written();
+      output.#writeNext();
+    } catch {
+      output.#writeFailed();
+    }
+  }
+
+  #writeFailed(): void {
+    this.#watchdog.writeEnded(this.#watched);
+    this.#endWriting();
+    this.#owner.writeFailed();
+    // The session closed before (a write was in flight then): the writer comes back now.
+    if (this.#owner.closed) this.#returnWriter();
+  }
+
+  /** No write in flight any more: the buffers and the job go. */
+  #endWriting(): void {
+    this.#writing = false;
+    this.#bytes = NO_BYTES;
+    this.#returnInFlight();
+    this.#batchObserved = NO_OBSERVERS;
+    if (this.#job !== null) {
+      giveJob(this.#job);
+      this.#job = null;
+    }
+  }
+
+  /**
+   * The callbacks of one write in flight, pooled: a session borrows a job while it writes and
+   * gives it back when writing ends, so no closure is allocated per write nor kept per session.
+   */
+  static readonly Job = class WriteJob {
+    output: SessionOutput | null = null;
+    readonly wrote = (n: number) => SessionOutput.#wrote(this.output!, n);
+    readonly failed = () => this.output!.#writeFailed();
+  };
+
+  /** The session closed: nobody waits for a frame any more, the writer goes back (once no write is in flight). */
   close(): void {
     this.#observed?.clear();
-    this.#returnWriter();
+    if (!this.#writing) this.#returnWriter();
+  }
+
+  /** The writer whose bytes were being written: they are written (or failed), it goes back. */
+  #returnInFlight(): void {
+    if (this.#inFlight === null) return;
+    this.#writers.give(this.#inFlight);
+    this.#inFlight = null;
   }
 
   /** Everything encoded was written (or the session closed): the writer goes back to the pool. */
@@ -179,4 +262,29 @@ export class SessionOutput {
     this.#writers.give(this.#writer);
     this.#writer = null;
   }
+}
+
+const NO_BYTES = new Uint8Array(0);
+
+/** The outputs that have frames to write this turn, flushed together by one microtask. */
+const toFlush: SessionOutput[] = [];
+
+function flushAll(): void {
+  // An output flushed here may schedule more (a callback of a write that completed at once):
+  // they join the array and are flushed in this same pass.
+  for (let i = 0; i < toFlush.length; i++) SessionOutput.flush(toFlush[i]);
+  toFlush.length = 0;
+}
+
+const jobs: InstanceType<typeof SessionOutput.Job>[] = [];
+
+function takeJob(output: SessionOutput): InstanceType<typeof SessionOutput.Job> {
+  const job = jobs.pop() ?? new SessionOutput.Job();
+  job.output = output;
+  return job;
+}
+
+function giveJob(job: InstanceType<typeof SessionOutput.Job>): void {
+  job.output = null;
+  if (jobs.length < SESSION_WRITERS_POOLED_MAX) jobs.push(job);
 }

@@ -46,7 +46,6 @@ import { DeadlineTimer } from "./deadline_timer.ts";
 import { type CarriedOver, type Closing, EventCarrier } from "./event_carrier.ts";
 import type { LeadershipGate, OwnershipGate } from "./leadership_gate.ts";
 import { LockReads } from "./lock_reads.ts";
-import { lockChangeOf } from "./lock_state_frame.ts";
 import { type ReclaimRequest, Reclaims, type ReclaimStats } from "./reclaims.ts";
 import { type SessionPort, SessionRegistry } from "./session_registry.ts";
 import { SingleNodeGate } from "./single_node_gate.ts";
@@ -138,7 +137,7 @@ export class LockService {
       counters: this.#counters,
       sessions: this.#sessions,
       acl: () => this.#acl,
-      nowMs: () => this.#scheduler.monotonicMs(),
+      scheduler: this.#scheduler,
       frameBytesMax: options.frameBytesMax ?? FRAME_BYTES_MAX_DEFAULT,
     });
     this.#deadlines = new DeadlineTimer(this.#scheduler, () => this.tick());
@@ -224,7 +223,9 @@ export class LockService {
       this.closeSession(peer.sessionId, "failover", notLeaderError("", "this node does not lead"));
       return;
     }
+    // The retry closure only where requests may wait (cluster mode): none per request else.
     if (
+      this.#gate !== undefined &&
       this.#deferRequest(peer, () => this.acquire(peer, requestId, name, leaseMs, waitMs, claim))
     ) {
       return;
@@ -314,7 +315,8 @@ export class LockService {
 
   /** RELEASE: ends an ownership (its token) or cancels a queued claim (token 0). */
   release(peer: Peer, requestId: number, name: string, token: number): void {
-    if (this.#deferRequest(peer, () => this.release(peer, requestId, name, token))) return;
+    const gated = this.#gate !== undefined;
+    if (gated && this.#deferRequest(peer, () => this.release(peer, requestId, name, token))) return;
     this.#apply(
       this.#engine.release(this.now(), { sessionId: peer.sessionId, requestId, name, token }),
     );
@@ -323,7 +325,11 @@ export class LockService {
   /** HEARTBEAT: renews every ownership of the session; the ACK says how many. */
   heartbeat(peer: Peer, requestId: number): void {
     // Renews nothing the node cannot stand behind, and keeps the ACK behind earlier requests.
-    if (this.#deferRequest(peer, () => this.heartbeat(peer, requestId))) return;
+    if (
+      this.#gate !== undefined && this.#deferRequest(peer, () => this.heartbeat(peer, requestId))
+    ) {
+      return;
+    }
     const renewed = this.#engine.heartbeat(this.#scheduler.monotonicMs(), peer.sessionId);
     const port = this.#sessions.get(peer.sessionId);
     if (port === undefined) return;
@@ -689,6 +695,7 @@ export class LockService {
   stop(): void {
     this.#stopped = true;
     this.#deadlines.stop();
+    this.#reads.stop();
     this.#tokenRetry?.cancel();
     this.#tokenRetry = undefined;
   }
@@ -736,10 +743,10 @@ export class LockService {
 
   /** Carries out engine events in order (`EventCarrier`), then re-arms the deadline timer. */
   #apply(events: EngineEvent[], closing?: Closing, carried?: CarriedOver): void {
+    const watches = this.#reads.watches;
     for (const event of events) {
       this.#carrier.carry(event, closing, carried);
-      const change = lockChangeOf(event);
-      if (change !== null) this.#reads.watches.changed(change);
+      if (!watches.empty) this.#reads.changed(event); // no lock-change object while no watch is open
     }
     this.#deadlines.arm(this.#engine.nextDeadlineMs());
     if (this.#engine.isBlocked("token_store_unavailable") && !this.#inTokenRetry) {

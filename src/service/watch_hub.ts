@@ -1,16 +1,19 @@
 /**
  * The watches of every session (protocol version 2, issue 23: WATCH, UNWATCH): which locks each
  * one matches, and what each session still has to be told. Pure: no timers, no I/O of its own;
- * the service drives it with the engine's changes (`changed`) and the sessions' ports tell it
- * when a batch of frames has been written (`SessionPort.sendObserved`).
+ * the service drives it with the engine's changes (`changed`) and `flush`, and the sessions'
+ * ports tell it when a batch of frames has been written (`SessionPort.sendObserved`).
  *
  * A watch first sends a LOCK_STATE (event `state`) per matching lock, then WATCHING, then one
- * LOCK_STATE per change of a matching lock. Coalescing: a session has at most one batch of watch
- * frames on its way to its connection (at most WATCH_BATCH_BYTES_MAX); changes that come
- * meanwhile wait, at most one per lock and watch (a newer change replaces the waiting one, and the
- * frame is built when it is sent, so it shows the lock's latest state). A slow reader thus gets
- * fewer, later events, never a backlog; one that stops reading is closed by the session's
- * slow-reader rule (its write stalls past the I/O timeout).
+ * LOCK_STATE per change of a matching lock. Changes are noted (`changed`, `watch`) and sent when
+ * the driver calls `flush`: the service does so at once, or, while fanning out takes more than
+ * its share of the server's time, a little later (watch_pacer.ts). Coalescing: a session has at
+ * most one batch of watch frames on its way to its connection (at most WATCH_BATCH_BYTES_MAX);
+ * changes that come meanwhile, or before the next flush, wait, at most one per lock and watch (a
+ * newer change replaces the waiting one, and the frame is built when it is sent, so it shows the
+ * lock's latest state). A slow reader thus gets fewer, later events, never a backlog; one that
+ * stops reading is closed by the session's slow-reader rule (its write stalls past the I/O
+ * timeout).
  *
  * @module
  */
@@ -99,6 +102,11 @@ export interface WatchHubOptions {
   readonly mayRead: (peer: Peer, name: string) => boolean;
   /** Locks one watch may match (default LOCKS_PER_WATCH_MAX; tests give fewer). */
   readonly locksPerWatchMax?: number;
+  /**
+   * A session's batch was written and it has more to send: the driver should `flush` (now, or
+   * when its pacing allows). Absent: the hub flushes at once.
+   */
+  readonly wake?: () => void;
 }
 
 export class WatchHub {
@@ -109,10 +117,33 @@ export class WatchHub {
   readonly #exact = new Map<string, Set<Watch>>();
   /** Watches with wildcards. */
   readonly #globs = new Set<Watch>();
+  /** Sessions with frames to send (snapshots, WATCHING, waiting changes). */
+  readonly #dirty = new Set<SessionWatches>();
 
   constructor(options: WatchHubOptions) {
     this.#options = options;
     this.#locksMax = options.locksPerWatchMax ?? LOCKS_PER_WATCH_MAX;
+  }
+
+  /** Whether no watch is open (nothing to tell of a change: the service skips it). */
+  get empty(): boolean {
+    return this.#exact.size === 0 && this.#globs.size === 0;
+  }
+
+  /** Whether some session has frames to send (`flush` sends them). */
+  get pending(): boolean {
+    return this.#dirty.size > 0;
+  }
+
+  /**
+   * Hands every session with frames to send its next batch, unless its last batch is still on
+   * its way (then its `written` brings it back). The driver calls it: at once, or paced.
+   */
+  flush(): void {
+    for (const session of [...this.#dirty]) {
+      this.#dirty.delete(session);
+      this.#flush(session);
+    }
   }
 
   /** Watches open now, all sessions together. */
@@ -166,7 +197,7 @@ export class WatchHub {
     } else {
       this.#globs.add(watch);
     }
-    this.#flush(session);
+    this.#dirty.add(session);
     return null;
   }
 
@@ -188,13 +219,14 @@ export class WatchHub {
     if (session === undefined) return;
     for (const watch of [...session.watches.values()]) this.#drop(session, watch);
     this.#sessions.delete(sessionId);
+    this.#dirty.delete(session);
   }
 
   /** A lock changed: every watch that matches it hears of it (coalesced, see the module). */
   changed(change: LockChange): void {
     for (const watch of this.#exact.get(change.name) ?? []) {
       this.#note(watch, change);
-      this.#flush(watch.session);
+      this.#dirty.add(watch.session);
     }
     if (this.#globs.size > 0) {
       for (const watch of [...this.#globs]) {
@@ -212,7 +244,7 @@ export class WatchHub {
           }
         }
         this.#note(watch, change);
-        this.#flush(session);
+        this.#dirty.add(session);
       }
     }
   }
@@ -223,16 +255,30 @@ export class WatchHub {
     watch.waiting.set(change.name, { event: change.event, reason: change.reason });
   }
 
-  /** Existing locks `glob` matches that the session may read, by name. */
+  /**
+   * Existing locks `glob` matches that the session may read, by name; more than the bound when
+   * there are too many (then it stops counting: no sort or view of a large match).
+   */
   #matching(peer: Peer, glob: Glob): string[] {
-    const names: string[] = [];
-    for (const lock of this.#options.view.listLocks({ prefix: glob.literalPrefix }, 0)) {
-      if (!glob.matches(lock.name) || !this.#options.mayRead(peer, lock.name)) continue;
-      if (lock.holders.length === 0 && lock.queueLength === 0) continue;
-      names.push(lock.name);
-      if (names.length > this.#locksMax) break;
-    }
-    return names;
+    let matched = 0;
+    const { locks } = this.#options.view.pageLocks({
+      prefix: glob.literalPrefix,
+      matches: (name) => {
+        if (matched > this.#locksMax) return false;
+        if (!glob.matches(name) || !this.#options.mayRead(peer, name)) return false;
+        matched++;
+        return true;
+      },
+      sort: "name",
+      descending: false,
+      offset: 0,
+      limit: this.#locksMax + 1,
+      waitersMax: 0,
+    });
+    if (matched > this.#locksMax) return locks.map((lock) => lock.name);
+    return locks
+      .filter((lock) => lock.holders.length > 0 || lock.queueLength > 0)
+      .map((lock) => lock.name);
   }
 
   #drop(session: SessionWatches, watch: Watch): void {
@@ -245,6 +291,7 @@ export class WatchHub {
     }
     if (session.watches.size === 0 && !session.inFlight) {
       this.#sessions.delete(session.peer.sessionId);
+      this.#dirty.delete(session);
     }
   }
 
@@ -272,7 +319,10 @@ export class WatchHub {
           this.#sessions.delete(session.peer.sessionId);
           return;
         }
-        this.#flush(session);
+        if (!hasWork(session)) return;
+        this.#dirty.add(session);
+        if (this.#options.wake === undefined) this.flush();
+        else this.#options.wake();
       };
       port.sendObserved(last, session.written);
     }
@@ -305,6 +355,14 @@ export class WatchHub {
     }
     return frames;
   }
+}
+
+/** Whether a session has frames to send. */
+function hasWork(session: SessionWatches): boolean {
+  for (const watch of session.watches.values()) {
+    if (watch.snapshots.length > 0 || !watch.watching || watch.waiting.size > 0) return true;
+  }
+  return false;
 }
 
 function watchEnded(requestId: number, reason: WatchEndReason): ServerMessage {

@@ -439,3 +439,26 @@ Deno.test("m2 sim: status: the first leader of a cluster serves at once (no wind
   await fake.run(GRACE_MS);
   assert.equal(n2.t.server.context.cluster!.status.phase, "serving");
 });
+
+Deno.test("m2 sim: the window lasts as long as the last term's horizon, then the horizon in etcd is this term's own (the next leader does not wait for promises that ran out)", async () => {
+  await using fake = fakeCluster(WALL_MS);
+  const [n1, n2] = await twoNodes(fake);
+  await using x = await session(n1.t);
+  // A lease longer than the leader's own etcd lease: published as the term's horizon.
+  await x.send(acquireMsg(1, "a", 10_000, 0));
+  expect(await next(fake, x), "acquired");
+  assert.equal(JSON.parse(fake.etcd.peek("test/horizon")!.value).lease_ms, 10_000);
+  n1.crash();
+  await untilServing(fake, n2);
+  const cluster = n2.t.server.context.cluster!;
+  const window = cluster.ownership.window!;
+  const leftMs = window.endsAtMs - fake.scheduler.monotonicMs();
+  assert.ok(leftMs > GRACE_MS && leftMs <= 10_000, `the window ends in ${leftMs} ms`);
+  await fake.run(leftMs + 100);
+  assert.equal(cluster.ownership.window, null);
+  assert.deepEqual(JSON.parse(fake.etcd.peek("test/horizon")!.value), {
+    term: cluster.term,
+    lease_ms: 0,
+  });
+  assert.equal(JSON.parse(fake.etcd.peek("test/terms")!.value).closed, true);
+});
