@@ -526,6 +526,7 @@ export class LockEngine {
       this.#locks.set(name, lock);
     }
     this.#table.reserve(lock, untilMs, claims);
+    if ((options.delayedUntilMs ?? 0) > 0) this.#table.holdDelay(lock, options.delayedUntilMs!);
   }
 
   /** Ends a lock's reservation now: its queue head is granted (an idle lock is forgotten). */

@@ -339,8 +339,12 @@ export class LockTable {
   startDelay(now: Instant, lock: LockState): void {
     const delayMs = this.kindRule!(lock.name)?.lockDelayMs ?? 0;
     if (!(delayMs > 0)) return;
-    const untilMs = now.monoMs + delayMs;
     this.stats.lockDelaysTotal++;
+    this.holdDelay(lock, now.monoMs + delayMs);
+  }
+
+  /** A lock-delay holds until `untilMs` (a running one only grows; a takeover carries one over). */
+  holdDelay(lock: LockState, untilMs: number): void {
     const holds = lock.holds ??= newHolds(lock);
     if (untilMs <= holds.delayedUntilMs) return;
     if (holds.delayedUntilMs === 0) this.stats.lockDelaysActive++;

@@ -512,6 +512,8 @@ export interface ReserveOptions {
    * owner ends it: an exclusive owner, a semaphore's every slot; never a shared lock's readers.
    */
   readonly claims?: number;
+  /** A lock-delay of the last term that runs on until then (monotonic ms; restores go ahead). */
+  readonly delayedUntilMs?: number;
 }
 
 /** Cluster mode, a same-term RESUME: every claim of one session moves to another. */

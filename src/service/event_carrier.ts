@@ -230,6 +230,7 @@ export class EventCarrier {
       isGracefulEnd(event.reason),
       event.slot,
       event.mode === "shared",
+      event.delayedUntilMs,
     );
     this.#ownershipEnded(event.name, event.token);
     const reply: ServerMessage | null = event.releaseRequestId !== 0

@@ -370,3 +370,78 @@ Deno.test("m2 kinds sim: a shared lock's two readers come back shared with their
   const gw = expect(await withTime(fake, pending), "acquired");
   assert.ok(gw.token > g2.token);
 });
+
+async function rulesFile(text: string): Promise<string> {
+  const path = await Deno.makeTempFile({ suffix: ".rules" });
+  await Deno.writeTextFile(path, text);
+  return path;
+}
+
+Deno.test("m2 kinds sim: a lock-delay started on the old leader is kept with the floor (W2) and holds the new leader's grants back until it ends, past the window", async () => {
+  const path = await rulesFile("exclusive d/* lock-delay=6s\n");
+  try {
+    await using fake = fakeCluster(WALL_MS);
+    const [n1, n2] = await twoNodes(fake, path);
+    await using x = await session(n1.t);
+    await using w = await session(n1.t);
+    await x.send(acquireMsg(1, "d/a", { leaseMs: 1_000 }));
+    const held = expect(await next(fake, x), "acquired");
+    await w.send(acquireMsg(1, "d/a", { waitMs: WAIT_FOREVER }));
+    const queued = expect(await next(fake, w), "queued");
+    // X falls silent: its lease ends (expired), the lock-delay starts, W waits for it.
+    await nothingFor(fake, w, 1_200);
+    const expiredAtWallMs = fake.scheduler.wallMs() - 200;
+    const stored = record(fake, "d/a") as { t: number; f: number; d?: number };
+    assert.equal(stored.f, held.token);
+    assert.ok(
+      stored.d !== undefined && Math.abs(stored.d - (expiredAtWallMs + 6_000)) <= 200,
+      `the delay's end is kept with the floor: ${JSON.stringify(stored)}`,
+    );
+    n1.crash();
+    await untilServing(fake, n2);
+    const rw = await resumeAt(fake, n2.t, w, reclaimQueued(2, queued, "d/a"));
+    await using w2 = rw.client;
+    expect(await next(fake, w2), "queued");
+    const ownership = n2.t.server.context.cluster!.ownership;
+    for (let t = 0; t < 15_000 && ownership.window !== null; t += 100) await fake.run(100);
+    assert.equal(ownership.window, null, "the window ended");
+    assert.ok(fake.scheduler.wallMs() < stored.d!, "before the delay's end");
+    const { pending } = await nothingFor(fake, w2, stored.d! - fake.scheduler.wallMs() - 100);
+    await fake.run(300);
+    assert.ok(expect(await withTime(fake, pending), "acquired").token > held.token);
+  } finally {
+    await Deno.remove(path);
+  }
+});
+
+Deno.test("m2 kinds sim: the rules file's kinds hold at the new leader: holders of a rule's semaphore (claims with no limit) are reclaimed into it; a claim that disagrees is refused naming the rule", async () => {
+  const path = await rulesFile("semaphore jobs/* 2\n");
+  try {
+    await using fake = fakeCluster(WALL_MS);
+    const [n1, n2] = await twoNodes(fake, path);
+    await using a = await session(n1.t);
+    await using b = await session(n1.t);
+    await a.send(acquireMsg(1, "jobs/x"));
+    const ga = expect(await next(fake, a), "acquired");
+    await b.send(acquireMsg(1, "jobs/x"));
+    const gb = expect(await next(fake, b), "acquired");
+    assert.deepEqual([ga.limit, ga.slot, gb.limit, gb.slot], [2, 0, 2, 1]);
+    n1.crash();
+    await untilServing(fake, n2);
+    const rb = await resumeAt(fake, n2.t, b, reclaimOwned(2, gb));
+    await using b2 = rb.client;
+    assertSameGrant(expect(await next(fake, b2), "acquired"), gb);
+    const ra = await resumeAt(fake, n2.t, a, reclaimOwned(2, ga));
+    await using a2 = ra.client;
+    assertSameGrant(expect(await next(fake, a2), "acquired"), ga);
+    const lock = n2.t.server.context.engine.getLock("jobs/x")!;
+    assert.deepEqual([lock.kind, lock.limit, lock.holders.length], ["semaphore", 2, 2]);
+    await using c = await session(n2.t);
+    await c.send(acquireMsg(1, "jobs/x", { limit: 3 }));
+    const refused = expect(await next(fake, c), "error");
+    assert.equal(refused.code, WIRE_CODES.INVALID_ARGUMENT.code);
+    assert.match(refused.message, /semaphore with limit 2 by a server rule/);
+  } finally {
+    await Deno.remove(path);
+  }
+});
