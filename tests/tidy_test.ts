@@ -308,10 +308,6 @@ const EXPORTED_FOR_TESTS: Readonly<Record<string, string>> = {
   "src/cluster/etcd_http.ts: prefixRangeEnd": "the range end of a prefix read, table-tested alone",
   "src/cluster/ownership_records.ts: RecordsNotCommitted":
     "cluster milestone 2 (issue 20): the records batcher is being wired into the cluster node",
-  "src/cluster/ownership_records.ts: parseOwnershipRecord":
-    "cluster milestone 2 (issue 20): the records batcher is being wired into the cluster node",
-  "src/cluster/ownership_records.ts: formatOwnershipRecord":
-    "cluster milestone 2 (issue 20): the records batcher is being wired into the cluster node",
   "src/cluster/ticket_key.ts: TicketKeyInvalid":
     "cluster milestone 2 (issue 20): the ticket key is being wired into the cluster node",
   "src/cluster/ticket_key.ts: ticketKeyName":
