@@ -350,8 +350,6 @@ const EXPORTED_FOR_TESTS: Readonly<Record<string, string>> = {
     "a bound other limits derive from; tests/limits_test.ts asserts the relation",
   "src/limits.ts: REQUEST_FRAME_BYTES_MAX":
     "a bound other limits derive from; tests/limits_test.ts asserts the relation",
-  "src/log/audit_records.ts: AUDIT_COMMON_FIELDS":
-    "the audit records' field table, compared with docs/operations.md",
   "src/log/audit_records.ts: formatAuditLine":
     "the definition of an audit line as text: the server writes its bytes with audit_line.ts's " +
     "encoder, which tests compare with it",
