@@ -479,15 +479,16 @@ async function rider(id: number): Promise<void> {
 }
 
 /**
- * Time from `fromMs` until a serving node other than `faulted` shows every rider's lock held with
- * the rider's own token (null after 20 s): holder continuity. Polls /readyz (cheap), then the
- * serving node's rider locks, every 100 ms.
+ * Time from `fromMs` until a serving node other than the `faulted` process shows every rider's
+ * lock held with the rider's own token (null after 20 s): holder continuity. A killed node that
+ * was restarted counts (it may win the election). Polls /readyz (cheap), then the serving node's
+ * rider locks, every 100 ms.
  */
-async function ridersConfirmed(faulted: string, fromMs: number): Promise<number | null> {
+async function ridersConfirmed(faulted: LockdProc, fromMs: number): Promise<number | null> {
   while (now() - fromMs < 20_000) {
     await sleep(100);
     for (const node of nodes) {
-      if (node.name === faulted || node.proc === null || node.stopped) continue;
+      if (node.proc === faulted || node.proc === null || node.stopped) continue;
       const ready = await fetchWithin(`http://${node.proc.opsAddr}/readyz`, 300);
       if (ready?.status !== 200) continue;
       const response = await fetchJson(
@@ -577,7 +578,7 @@ async function runFault(kind: FaultKind): Promise<void> {
     record.atMs = now();
     record.atWallMs = Date.now();
     faults.push(record);
-    if (kind !== "kill_etcd_leader") confirming = ridersConfirmed(leader.name, record.atMs);
+    if (kind !== "kill_etcd_leader") confirming = ridersConfirmed(proc, record.atMs);
     cold = coldProbe(kind, record.atMs, faults.length);
   };
   const proc = leader.proc!;
