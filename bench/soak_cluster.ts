@@ -23,19 +23,40 @@ import { type Client, type Lock, LockdError, type LockLostError } from "../mod.t
 import { connectWith } from "../src/client/client.ts";
 import { type ClientSocket, type Dial, nodeSocketDial } from "../src/client/transport.ts";
 import { systemScheduler } from "../src/clock.ts";
-import { EtcdLink } from "../tests/helpers/etcd.ts";
+import { EtcdLink, etcdClient } from "../tests/helpers/etcd.ts";
+import { fmt, M2_SIZES, M2Population, type WrittenRecord } from "./soak_m2.ts";
 
 function flag(name: string, fallback: string): string {
   const i = Deno.args.findIndex((a) => a === `-${name}` || a === `--${name}`);
   return i >= 0 ? Deno.args[i + 1] : fallback;
 }
 
-type FaultKind = "kill_leader" | "term_leader" | "stop_leader" | "cut_leader" | "kill_etcd_leader";
+type FaultKind =
+  | "kill_leader"
+  | "term_leader"
+  | "stop_leader"
+  | "cut_leader"
+  | "kill_etcd_leader"
+  | "double_kill";
 const SIZE = flag("size", "full");
 const PLAN: Record<FaultKind, number> = SIZE === "ci"
-  ? { kill_leader: 2, term_leader: 1, stop_leader: 1, cut_leader: 1, kill_etcd_leader: 1 }
-  : { kill_leader: 20, term_leader: 5, stop_leader: 5, cut_leader: 5, kill_etcd_leader: 10 };
-const [GAP_MIN_MS, GAP_MAX_MS] = SIZE === "ci" ? [6_000, 8_000] : [10_000, 20_000];
+  ? {
+    kill_leader: 1,
+    term_leader: 1,
+    stop_leader: 1,
+    cut_leader: 1,
+    kill_etcd_leader: 1,
+    double_kill: 1,
+  }
+  : {
+    kill_leader: Number(flag("kills", "20")),
+    term_leader: 5,
+    stop_leader: 5,
+    cut_leader: 5,
+    kill_etcd_leader: 10,
+    double_kill: 5,
+  };
+const [GAP_MIN_MS, GAP_MAX_MS] = SIZE === "ci" ? [6_000, 7_000] : [10_000, 20_000];
 const CLIENTS = Number(flag("clients", "24"));
 const LOCKS = 6;
 const LEASE_MS = 600;
@@ -83,6 +104,16 @@ class FencedResource {
   }
 }
 const resource = new FencedResource();
+
+const m2 = new M2Population({
+  breach,
+  count,
+  addrs: () => nodes.map((n) => n.addr),
+  write: (lock, token) => resource.write(lock, token),
+  lastFault: () => faults.at(-1),
+}, M2_SIZES[SIZE === "ci" ? "ci" : "full"]);
+/** Confirmation trackers and new-client probes running beside the faults. */
+const beside: Promise<void>[] = [];
 
 // ---- etcd and the lockd nodes ------------------------------------------------------------
 
@@ -136,8 +167,9 @@ async function startNode(node: Node): Promise<void> {
       `${TTL_MS / 1000}s`,
       "-audit-log",
       audit,
+      // Above the riders' lease: a client's local deadline counts the shorter of the two.
       "-io-timeout",
-      "1s",
+      "15s",
       "-shutdown-grace",
       "0s",
     ],
@@ -380,7 +412,10 @@ async function worker(id: number): Promise<void> {
       mine.healthy = false;
       count(mode);
       if (mode === "crash") {
+        // A crash says no GOODBYE: the leader keeps the session orphaned until its lease ends.
+        state.stalled = true;
         await client.close();
+        state.stalled = false;
         client = await newClient(id, state);
         continue;
       }
@@ -462,6 +497,9 @@ async function leaderTerm(): Promise<number> {
 
 async function runFault(kind: FaultKind): Promise<void> {
   const leader = await servingNode();
+  if (kind !== "kill_etcd_leader") {
+    await m2.snapshotQueues(leader.proc?.adminAddr ?? null, faults.length);
+  }
   const record: FaultRecord = {
     kind,
     atMs: 0,
@@ -476,6 +514,12 @@ async function runFault(kind: FaultKind): Promise<void> {
     record.atMs = now();
     record.atWallMs = Date.now();
     faults.push(record);
+    if (kind !== "kill_etcd_leader" && kind !== "double_kill") {
+      beside.push(m2.trackConfirmations(kind, record.atMs));
+    }
+    if (kind === "kill_leader") {
+      beside.push(m2.probeNewClient(kind, record.atMs, faults.length));
+    }
   };
   const proc = leader.proc!;
   switch (kind) {
@@ -486,6 +530,24 @@ async function runFault(kind: FaultKind): Promise<void> {
       leader.proc = null;
       await sleep(1_000);
       await startNode(leader);
+      break;
+    }
+    case "double_kill": {
+      // The new leader is killed 1 s after it serves: riders reclaim twice (the second time
+      // perhaps with a ticket of the first leader's term, if they had not reached the second).
+      hit();
+      await proc.stop("SIGKILL");
+      leader.proc = null;
+      const restarted = sleep(1_000).then(() => startNode(leader));
+      const second = await servingNode();
+      await sleep(1_000);
+      const secondAtMs = now();
+      beside.push(m2.trackConfirmations("double_kill (from the second kill)", secondAtMs));
+      await second.proc!.stop("SIGKILL");
+      second.proc = null;
+      await restarted;
+      await sleep(1_000);
+      if (second.proc === null) await startNode(second);
       break;
     }
     case "stop_leader": {
@@ -573,20 +635,29 @@ try {
     await sleep(i * 20);
     await worker(i);
   });
+  await m2.start();
+  console.error(
+    `m2 clients: ${m2.size.rideNames} ride names × ${m2.size.perName} (lease 10 s), ` +
+      `${m2.size.coldClients} short holders over ${m2.size.coldNames} names`,
+  );
+  await sleep(3_000); // the riders' first grants
   for (const [i, kind] of schedule.entries()) {
     await sleep(GAP_MIN_MS + Math.random() * (GAP_MAX_MS - GAP_MIN_MS));
     console.error(`fault ${i + 1}/${schedule.length}: ${kind}`);
     await runFault(kind);
   }
   await sleep(GAP_MIN_MS);
+  await Promise.all(beside);
   stopAll = true;
   await Promise.all(workers);
+  await m2.stop();
   await finalChecks();
 } catch (error) {
   breach(`soak failed: ${error instanceof Error ? error.stack ?? error.message : String(error)}`);
 } finally {
   stopAll = true;
   clearInterval(lagProbe);
+  await m2.stop().catch(() => {});
   for (const node of nodes) {
     if (node.stopped) node.proc?.child.kill("SIGCONT");
     await node.proc?.stop("SIGKILL");
@@ -609,13 +680,14 @@ interface AuditLine {
   term?: number;
   reason?: string;
   node?: string;
+  client_name?: string;
+  claim?: string;
+  prev_term?: number;
 }
 
 /** An audit record with where it was written and its wall time in ms. */
-interface Written {
+interface Written extends WrittenRecord {
   readonly record: AuditLine;
-  readonly node: string;
-  readonly wallMs: number;
 }
 
 async function finalChecks(): Promise<void> {
@@ -627,6 +699,7 @@ async function finalChecks(): Promise<void> {
   for (const node of nodes) {
     for (const path of node.audits) {
       const text = await Deno.readTextFile(path).catch(() => "");
+      const file = path.slice(dir.length + 1);
       for (const line of text.split("\n")) {
         if (line.trim() === "") continue;
         let record: AuditLine;
@@ -635,7 +708,8 @@ async function finalChecks(): Promise<void> {
         } catch {
           continue; // a line torn by SIGKILL
         }
-        written.push({ record, node: node.name, wallMs: Date.parse(record.ts) });
+        const index = written.length;
+        written.push({ record, node: node.name, wallMs: Date.parse(record.ts), file, index });
         if (record.term === undefined) breach(`audit record without a term in ${path}: ${line}`);
         if (record.event === "leader_elected") {
           const wallMs = Date.parse(record.ts);
@@ -684,6 +758,21 @@ async function finalChecks(): Promise<void> {
   }
   counts.terms = byTerm.size;
   checkOwnersByTime(written);
+  // Milestone 2: the clients' own view of holders, kept reclaims against the floors etcd held
+  // when their term began, FIFO among reclaimed waiters, and no records left once all is idle.
+  counts.m2_holdings_checked = m2.checkHoldings();
+  const fifo = m2.checkFifo(written, faults);
+  counts.fifo_pairs_checked = fifo.pairs;
+  counts.fifo_inversions = fifo.inversions;
+  const client = etcdClient(etcd.clientUrls, 10_000);
+  try {
+    await m2.checkFloors(written, client, "soak");
+    // Every lock is idle now: a reserved lock nobody reclaimed waits for its window (up to the
+    // riders' lease, the horizon), then the linger (2 s).
+    await m2.checkLeftoverRecords(client, "soak", 20_000);
+  } finally {
+    client.close();
+  }
   // The nodes agree on the leader, and every gauge is back to 0 with all clients gone.
   await sleep(500);
   const infos = await Promise.all(nodes.map(infoOf));
@@ -731,14 +820,14 @@ function checkOwnersByTime(written: Written[]): void {
     for (const later of terms) if (later > term) end = Math.min(end, elected.get(later)!);
     return end;
   };
-  const ownerships = new Map<
-    number,
-    { lock: string; node: string; term: number; from: number; to: number }
-  >();
-  for (const { record, node, wallMs } of written) {
+  /** Per token, the records about its ownership, to be walked in term order. */
+  const events = new Map<number, Written[]>();
+  for (const w of written) {
+    const { record, node, wallMs } = w;
     const term = record.term ?? 0;
     const decision = record.event === "acquire" || record.event === "force_release" ||
-      record.event === "kick_waiter" || record.event === "release" && record.reason !== "failover";
+      record.event === "kick_waiter" || record.event === "reclaim" ||
+      record.event === "release" && record.reason !== "failover";
     if (decision && wallMs > endOf(term)) {
       breach(
         `${node} wrote ${record.event} of ${record.lock} (token ${record.token}, term ${term}) ` +
@@ -747,23 +836,66 @@ function checkOwnersByTime(written: Written[]): void {
       count("decided_after_term");
     }
     if (record.token === null) continue;
-    if (record.event === "acquire") {
-      ownerships.set(record.token, { lock: record.lock, node, term, from: wallMs, to: Infinity });
-    } else if (record.event === "release") {
-      const owned = ownerships.get(record.token);
-      if (owned !== undefined) owned.to = Math.min(owned.to, wallMs);
+    if (record.event !== "acquire" && record.event !== "release" && record.event !== "reclaim") {
+      continue;
     }
+    if (record.event === "reclaim" && record.claim !== "owned") continue;
+    const list = events.get(record.token) ?? [];
+    list.push(w);
+    events.set(record.token, list);
   }
-  const byLock = new Map<
-    string,
-    { token: number; node: string; term: number; from: number; to: number }[]
-  >();
-  for (const [token, owned] of ownerships) {
-    const end = endOf(owned.term);
-    const to = owned.from <= end ? Math.min(owned.to, end) : owned.to;
-    const list = byLock.get(owned.lock) ?? [];
-    list.push({ token, node: owned.node, term: owned.term, from: owned.from, to });
-    byLock.set(owned.lock, list);
+  // An ownership runs from its `acquire` to its release; a `failover` release (or none: a
+  // killed leader) followed by a kept `reclaim` in a later term continues it (milestone 2: the
+  // client held it all along), while a reclaim after any other end starts a new one. Each is
+  // cut at the election after the last term that had it (if it began within that term).
+  type Owned = {
+    token: number;
+    lock: string;
+    node: string;
+    term: number;
+    from: number;
+    segmentFrom: number;
+    to: number;
+    closed: boolean;
+  };
+  const byLock = new Map<string, Owned[]>();
+  for (const [token, list] of events) {
+    list.sort((a, b) => (a.record.term ?? 0) - (b.record.term ?? 0) || a.index - b.index);
+    let current: Owned | null = null;
+    const owned: Owned[] = [];
+    for (const { record, node, wallMs } of list) {
+      const term = record.term ?? 0;
+      if (record.event === "acquire" || (record.event === "reclaim" && current?.closed !== false)) {
+        current = {
+          token,
+          lock: record.lock,
+          node,
+          term,
+          from: wallMs,
+          segmentFrom: wallMs,
+          to: Infinity,
+          closed: false,
+        };
+        owned.push(current);
+        if (record.event === "reclaim") count("reclaims_after_an_end");
+      } else if (record.event === "reclaim" && current !== null) {
+        count("ownerships_carried_over");
+        current.term = term;
+        current.node = node;
+        current.segmentFrom = wallMs;
+        current.to = Infinity;
+      } else if (record.event === "release" && current !== null) {
+        current.to = Math.min(current.to, wallMs);
+        if (record.reason !== "failover") current.closed = true;
+      }
+    }
+    for (const o of owned) {
+      const end = endOf(o.term);
+      if (o.segmentFrom <= end) o.to = Math.min(o.to, end);
+      const forLock = byLock.get(o.lock) ?? [];
+      forLock.push(o);
+      byLock.set(o.lock, forLock);
+    }
   }
   let checked = 0;
   for (const [lock, list] of byLock) {
@@ -822,17 +954,16 @@ function report(): void {
   }
   console.log(`fail-over (lockd cluster soak, size ${SIZE}, TTL ${TTL_MS} ms):`);
   console.log(lines.join("\n"));
+  console.log(`holders across fail-overs (milestone 2):`);
+  console.log(m2.reportLines().join("\n"));
   console.log(
     `soak:cluster ${((now() - startedAtMs) / 1000).toFixed(0)}s: ${breaches.length} breaches, ` +
-      `${grants} grants, ${resource.accepted} writes accepted, ${resource.fenced} fenced, ` +
+      `${grants} grants (m2 ${m2.grants}), ${resource.accepted} writes accepted, ${resource.fenced} fenced, ` +
       `max holder overlap ${fmt(maxOverlapMs)} ms, soak event-loop lag max ${fmt(maxLagMs)} ms, ` +
       JSON.stringify(counts),
   );
 }
 
-function fmt(ms: number): string {
-  return Number.isFinite(ms) ? ms.toFixed(0) : "-";
-}
 
 /** The longest time without a grant inside [fromMs, toMs]. */
 function longestGrantGap(fromMs: number, toMs: number): number {
