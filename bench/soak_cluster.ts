@@ -147,6 +147,9 @@ const nodes: Node[] = Array.from({ length: 3 }, (_, i) => ({
   audits: [],
 }));
 
+/** Every lockd process started, for its diagnostic log at the end. */
+const started: { name: string; proc: LockdProc }[] = [];
+
 async function startNode(node: Node): Promise<void> {
   node.runs++;
   const audit = `${dir}/audit-${node.name}-${node.runs}.jsonl`;
@@ -174,6 +177,7 @@ async function startNode(node: Node): Promise<void> {
       "0s",
     ],
   });
+  started.push({ name: `${node.name}-${node.runs}`, proc: node.proc });
 }
 
 async function fetchWithin(url: string, timeoutMs: number): Promise<Response | null> {
@@ -466,12 +470,27 @@ class Observer {
     this.frames.push({ type, atMs: now() });
   }
 
-  /** ACQUIRED and HEARTBEAT_ACK frames received after `fromMs`. */
-  promisesAfter(fromMs: number): number {
+  /**
+   * ACQUIRED and HEARTBEAT_ACK frames received after `fromMs`, but for those whose lateness this
+   * process's own event-loop stall around them explains (a frame sent in time and read late: 1,000
+   * sessions share this event loop). Each late frame is printed.
+   */
+  promisesAfter(fromMs: number, what: string): number {
     count("observer_frames", this.frames.length);
-    return this.frames.filter((f) =>
-      f.atMs > fromMs && (f.type === "acquired" || f.type === "heartbeat_ack")
-    ).length;
+    let late = 0;
+    for (const f of this.frames) {
+      if (f.atMs <= fromMs || (f.type !== "acquired" && f.type !== "heartbeat_ack")) continue;
+      const stallMs = stallBetween(fromMs - 500, f.atMs);
+      const lateMs = f.atMs - fromMs;
+      const explained = lateMs <= stallMs + 20;
+      console.error(
+        `${what}: ${f.type} read ${lateMs.toFixed(0)} ms after the bound; this process stalled ` +
+          `${stallMs.toFixed(0)} ms around it${explained ? " (explained)" : ""}`,
+      );
+      if (explained) count("observer_frames_late_by_own_stall");
+      else late++;
+    }
+    return late;
   }
 
   async close(): Promise<void> {
@@ -563,7 +582,7 @@ async function runFault(kind: FaultKind): Promise<void> {
       proc.child.kill("SIGCONT");
       leader.stopped = false;
       await sleep(TTL_MS);
-      const late = observer.promisesAfter(contAtMs);
+      const late = observer.promisesAfter(contAtMs, `frozen leader ${leader.name}`);
       if (late > 0) {
         breach(
           `the frozen leader ${leader.name} sent ${late} ACQUIRED/HEARTBEAT_ACK after SIGCONT`,
@@ -583,7 +602,7 @@ async function runFault(kind: FaultKind): Promise<void> {
       leader.link.heal();
       await sleep(TTL_MS);
       // Its last keep-alive was sent before the cut: its safeUntil is at most TTL after it.
-      const late = observer.promisesAfter(record.atMs + TTL_MS);
+      const late = observer.promisesAfter(record.atMs + TTL_MS, `cut-off leader ${leader.name}`);
       if (late > 0) {
         breach(`the cut-off leader ${leader.name} sent ${late} promises after its safeUntil`);
       }
@@ -666,7 +685,16 @@ try {
   await etcd[Symbol.asyncDispose]();
   report();
   exitCode = breaches.length > 0 ? 1 : 0;
-  await Deno.remove(dir, { recursive: true }).catch(() => {});
+  if (exitCode === 0) {
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  } else {
+    // Kept for the post-mortem: every node's audit and diagnostic log.
+    for (const { name, proc } of started) {
+      await Deno.writeTextFile(`${dir}/${name}.log`, proc.log()).catch(() => {});
+    }
+    await Deno.remove(`${dir}/etcd`, { recursive: true }).catch(() => {});
+    console.log(`audit and diagnostic logs kept in ${dir}`);
+  }
 }
 Deno.exit(exitCode);
 

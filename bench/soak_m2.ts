@@ -57,7 +57,8 @@ export const M2_SIZES: Record<"ci" | "full", M2Size> = {
 /** What the M2 population needs from the soak. */
 export interface SoakContext {
   breach(what: string): void;
-  count(what: string, n?: number): void;
+  /** Counts; returns the new count. */
+  count(what: string, n?: number): number;
   /** Every node's protocol address. */
   addrs(): string[];
   /** The fenced resource shared with the other clients. */
@@ -215,7 +216,14 @@ export class M2Population {
       } catch (error) {
         this.#waitingSince.delete(key);
         if (this.#stopped) return;
-        this.#ctx.count(error instanceof LockdError ? `ride_${error.codeName}` : "ride_error");
+        const what = error instanceof LockdError ? `ride_${error.codeName}` : "ride_error";
+        if (this.#ctx.count(what) <= 3) {
+          const fault = this.#ctx.lastFault();
+          console.error(
+            `${what}: ${id} on ${name}: ${error instanceof Error ? error.message : error}` +
+              (fault === undefined ? "" : ` (${(now() - fault.atMs).toFixed(0)} ms after ${fault.kind})`),
+          );
+        }
         await sleep(100);
         continue;
       }
