@@ -444,7 +444,8 @@ async function worker(id: number): Promise<void> {
  * the leader sends it, and when, shows whether it acted on stale leadership.
  */
 class Observer {
-  readonly frames: { type: string; atMs: number }[] = [];
+  /** Every request sent, with its reply (type and when it was read), in sending order. */
+  readonly requests: { sentAtMs: number; type: string | null; atMs: number | null }[] = [];
   #conn: BenchConn | null = null;
   #timer: ReturnType<typeof setInterval> | undefined;
   #requests = 0;
@@ -452,42 +453,54 @@ class Observer {
   async open(addr: string): Promise<void> {
     this.#conn = await BenchConn.session(addr, "soak-observer");
     const conn = this.#conn;
-    await conn.acquire("soak/observer", LEASE_MS, 0).then((m) => this.#note(m.type));
-    this.#timer = setInterval(() => {
-      conn.heartbeat().then((m) => this.#note(m.type), () => {});
-    }, 150);
+    await this.#track(conn.acquire("soak/observer", LEASE_MS, 0));
+    this.#timer = setInterval(() => void this.#track(conn.heartbeat()), 150);
   }
 
   /** A new ACQUIRE (sent now; a frozen leader reads it when it wakes). */
   ask(): void {
     const conn = this.#conn;
     if (conn === null || conn.closed) return;
-    conn.acquire(`soak/observer-${++this.#requests}`, LEASE_MS, 0)
-      .then((m) => this.#note(m.type), () => {});
+    void this.#track(conn.acquire(`soak/observer-${++this.#requests}`, LEASE_MS, 0));
   }
 
-  #note(type: string): void {
-    this.frames.push({ type, atMs: now() });
+  async #track(reply: Promise<{ type: string }>): Promise<void> {
+    const request = { sentAtMs: now(), type: null as string | null, atMs: null as number | null };
+    this.requests.push(request);
+    try {
+      request.type = (await reply).type;
+      request.atMs = now();
+    } catch {
+      // the connection ended
+    }
   }
 
   /**
-   * ACQUIRED and HEARTBEAT_ACK frames received after `fromMs`, but for those whose lateness this
-   * process's own event-loop stall around them explains (a frame sent in time and read late: 1,000
-   * sessions share this event loop). Each late frame is printed.
+   * ACQUIRED and HEARTBEAT_ACK frames read after `boundMs` that the node decided when it could
+   * not prove it led: those answering a request sent after `decidedAfterMs`, and those that
+   * were not held in reply order behind an earlier request still unanswered when they came (a
+   * promise checked in time can leave late behind an ACQUIRED that waits for its ownership
+   * record's etcd commit, then dropped at the step-down). Frames read late because this
+   * process's own event loop stalled are not counted either. Each late frame is printed.
    */
-  promisesAfter(fromMs: number, what: string): number {
-    count("observer_frames", this.frames.length);
+  promisesAfter(boundMs: number, decidedAfterMs: number, what: string): number {
+    count("observer_frames", this.requests.length);
     let late = 0;
-    for (const f of this.frames) {
-      if (f.atMs <= fromMs || (f.type !== "acquired" && f.type !== "heartbeat_ack")) continue;
-      const stallMs = stallBetween(fromMs - 500, f.atMs);
-      const lateMs = f.atMs - fromMs;
-      const explained = lateMs <= stallMs + 20;
+    for (const [i, f] of this.requests.entries()) {
+      if (f.atMs === null || f.atMs <= boundMs) continue;
+      if (f.type !== "acquired" && f.type !== "heartbeat_ack") continue;
+      const held = this.requests.slice(0, i).some((e) => e.atMs === null || e.atMs >= f.atMs!);
+      const stallMs = stallBetween(boundMs - 500, f.atMs);
+      const lateMs = f.atMs - boundMs;
+      const decidedLate = f.sentAtMs > decidedAfterMs;
+      const explained = !decidedLate && (held || lateMs <= stallMs + 20);
       console.error(
-        `${what}: ${f.type} read ${lateMs.toFixed(0)} ms after the bound; this process stalled ` +
+        `${what}: ${f.type} read ${lateMs.toFixed(0)} ms after the bound, asked ` +
+          `${(f.sentAtMs - decidedAfterMs).toFixed(0)} ms after the last moment it could be ` +
+          `decided; ${held ? "held behind an earlier request; " : ""}this process stalled ` +
           `${stallMs.toFixed(0)} ms around it${explained ? " (explained)" : ""}`,
       );
-      if (explained) count("observer_frames_late_by_own_stall");
+      if (explained) count("observer_promises_late_in_reply_order");
       else late++;
     }
     return late;
@@ -582,7 +595,9 @@ async function runFault(kind: FaultKind): Promise<void> {
       proc.child.kill("SIGCONT");
       leader.stopped = false;
       await sleep(TTL_MS);
-      const late = observer.promisesAfter(contAtMs, `frozen leader ${leader.name}`);
+      // Nothing asked while it was frozen may be promised; nothing at all read after SIGCONT
+      // but what was decided before the freeze and held in reply order.
+      const late = observer.promisesAfter(contAtMs, record.atMs, `frozen leader ${leader.name}`);
       if (late > 0) {
         breach(
           `the frozen leader ${leader.name} sent ${late} ACQUIRED/HEARTBEAT_ACK after SIGCONT`,
@@ -602,7 +617,11 @@ async function runFault(kind: FaultKind): Promise<void> {
       leader.link.heal();
       await sleep(TTL_MS);
       // Its last keep-alive was sent before the cut: its safeUntil is at most TTL after it.
-      const late = observer.promisesAfter(record.atMs + TTL_MS, `cut-off leader ${leader.name}`);
+      const late = observer.promisesAfter(
+        record.atMs + TTL_MS,
+        record.atMs + TTL_MS,
+        `cut-off leader ${leader.name}`,
+      );
       if (late > 0) {
         breach(`the cut-off leader ${leader.name} sent ${late} promises after its safeUntil`);
       }

@@ -144,6 +144,8 @@ export class M2Population {
   readonly confirmations: Confirmation[] = [];
   readonly probes: { kind: string; grantMs: number | null; error: string | null }[] = [];
   #stopped = false;
+  /** When the clients began to close (their claims leave the queues then). */
+  #stoppedAtWallMs = Infinity;
   grants = 0;
   ridesKept = 0;
 
@@ -200,6 +202,7 @@ export class M2Population {
   }
 
   async stop(): Promise<void> {
+    if (!this.#stopped) this.#stoppedAtWallMs = Date.now();
     this.#stopped = true;
     await Promise.all(this.#clients.map((c) => c.close().catch(() => {})));
     await Promise.all(this.#loops);
@@ -522,7 +525,8 @@ export class M2Population {
    * FIFO among reclaimed waiters: for each snapshot (the leader's queue right before a fault),
    * in the term(s) after it, a waiter A ahead of B whose queued claim was reclaimed (kept)
    * before B was granted must be granted before B. Waiters granted between the snapshot and the
-   * fault are left out (their claim is not the snapshot's).
+   * fault are left out (their claim is not the snapshot's), and so are grants after the clients
+   * began to close (A may have left the queue).
    */
   checkFifo(written: WrittenRecord[], faults: { atMs: number; atWallMs: number }[]): {
     pairs: number;
@@ -549,7 +553,7 @@ export class M2Population {
             e.record.client_name === client && e.record.event === event &&
             (claim === undefined || e.record.claim === claim)
           );
-          return w === undefined ? null : { file: w.file, index: w.index };
+          return w === undefined ? null : { file: w.file, index: w.index, wallMs: w.wallMs };
         };
         for (let i = 0; i < fresh.length; i++) {
           const reclaimA = firstIndex(fresh[i], "reclaim", "queued");
@@ -558,6 +562,8 @@ export class M2Population {
           for (let j = i + 1; j < fresh.length; j++) {
             const grantB = firstIndex(fresh[j], "acquire");
             if (grantB === null || grantB.file !== reclaimA.file) continue;
+            // Once the clients close, a waiter ahead may have left the queue.
+            if (grantB.wallMs >= this.#stoppedAtWallMs) continue;
             if (reclaimA.index > grantB.index) continue; // A came back after B's grant
             pairs++;
             const aFirst = grantA !== null && grantA.file === grantB.file &&
