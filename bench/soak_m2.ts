@@ -224,7 +224,9 @@ export class M2Population {
           const fault = this.#ctx.lastFault();
           console.error(
             `${what}: ${id} on ${name}: ${error instanceof Error ? error.message : error}` +
-              (fault === undefined ? "" : ` (${(now() - fault.atMs).toFixed(0)} ms after ${fault.kind})`),
+              (fault === undefined
+                ? ""
+                : ` (${(now() - fault.atMs).toFixed(0)} ms after ${fault.kind})`),
           );
         }
         await sleep(100);
@@ -613,7 +615,9 @@ export class M2Population {
         `  ${kind}: ${of.length} faults, every surviving holder confirmed on the new leader ` +
           `p50 ${fmt(percentile(maxes, 0.5))} max ${fmt(Math.max(...maxes))} ms ` +
           `(per holder p50 ${fmt(percentile(of.map((c) => c.p50Ms), 0.5))} ms; ` +
-          `${confirmed}/${holders} holders confirmed; riders kept ${riders - ridersLost}/${riders})`,
+          `${confirmed}/${holders} holders confirmed; riders kept ${
+            riders - ridersLost
+          }/${riders})`,
       );
     }
     const grants = this.probes.map((p) => p.grantMs).filter((t): t is number => t !== null);

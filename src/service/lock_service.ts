@@ -219,9 +219,15 @@ export class LockService {
     claim: ClaimOptions = PLAIN_CLAIM,
   ): void {
     if (this.#gate !== undefined && this.#engine.isBlocked("not_leader")) {
-      // A session outlived the node's leadership (cannot happen: they close together). Its
-      // client must go and find the leader: close it, as at a step-down.
-      this.closeSession(peer.sessionId, "failover", notLeaderError("", "this node does not lead"));
+      // A planned hand-over is flushing the ownership records (grants blocked, the sessions
+      // close with NOT_LEADER once it is done): the request waits and goes with its session.
+      // Closing the session here would end its ownerships badly, the flush would commit their
+      // floors, and the new leader would void their reclaims (issue 20 soak).
+      this.#deferred.set(`request:${++this.#deferredRequests}`, () => {
+        if (this.#sessions.get(peer.sessionId) !== undefined) {
+          this.acquire(peer, requestId, name, leaseMs, waitMs, claim);
+        }
+      });
       return;
     }
     if (
@@ -641,7 +647,11 @@ export class LockService {
    * promise settles: the leader resumed, or stepped down (the session is closed then).
    */
   decisionsHeld(): Promise<void> | null {
-    if (this.#mayDecide()) return null;
+    // During a planned hand-over's records flush (grants blocked while the node still leads)
+    // requests wait too, until `closeAllForFailover` closes their sessions.
+    if (this.#mayDecide() && !(this.#gate !== undefined && this.#engine.isBlocked("not_leader"))) {
+      return null;
+    }
     this.#held ??= Promise.withResolvers<void>();
     return this.#held.promise;
   }
