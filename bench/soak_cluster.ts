@@ -1,19 +1,27 @@
 /**
- * `deno task soak:cluster [-size full|ci] [-clients 24]`: the cluster chaos soak. A 3-member
- * etcd and 3 `lockd serve` nodes in cluster mode on loopback (TTL 2 s); each node reaches etcd
- * through its own proxies, so it can be cut off. 24 clients (the TypeScript client with the
- * address list) loop on 6 locks and write to an in-process fenced resource, with client faults
- * (crashes, stalls). Every 10-20 s (6-8 s at CI size) one fault hits the cluster:
+ * `deno task soak:cluster [-size full|ci] [-clients 24] [-only kinds] [-kills 20]`: the cluster
+ * chaos soak. A 3-member etcd and 3 `lockd serve` nodes in cluster mode on loopback (TTL 2 s);
+ * each node reaches etcd through its own proxies, so it can be cut off. 24 clients (the
+ * TypeScript client with the address list) loop on 6 locks (lease 600 ms) and write to an
+ * in-process fenced resource, with client faults (crashes without GOODBYE, stalls). Beside them
+ * the milestone-2 population (`soak_m2.ts`): riders (lease 10 s) whose locks and queue places
+ * must survive every fault, and short holders with `suspend` over many names. Every 10-20 s
+ * (6-7 s at CI size) one fault hits the cluster:
  *
- * - `kill_leader`: SIGKILL the lockd leader (restarted 1 s later);
+ * - `kill_leader`: SIGKILL the lockd leader (restarted 1 s later); a new client started 0.5 s
+ *   after it must get a fresh lock;
  * - `term_leader`: SIGTERM it (a planned hand-over; restarted 1 s later);
  * - `stop_leader`: SIGSTOP it for 3 × TTL, then SIGCONT;
  * - `cut_leader`: cut it off from etcd for 3 × TTL (its proxies swallow everything);
- * - `kill_etcd_leader`: SIGKILL the etcd raft leader (restarted after 5 s).
+ * - `kill_etcd_leader`: SIGKILL the etcd raft leader (restarted after 5 s);
+ * - `double_kill`: SIGKILL the leader, then the new leader 1 s after it serves.
  *
- * Breaches (exit 1) are listed in docs/reliability.md ("Cluster chaos soak"). It prints the
- * fail-over time per fault kind (fault → first grant after it) with p50 and max, the grant
- * pauses of etcd-leader kills, and one summary line.
+ * Full size: 20 leader kills (`-kills`), 10 etcd-leader kills, 5 of each other fault; CI size
+ * one of each. `-only` keeps only the named kinds (a measuring run). Breaches (exit 1) are listed
+ * in docs/reliability.md ("Cluster chaos soak"); on a breach the run directory (every node's
+ * audit and diagnostic log) is kept. It prints the fail-over time per fault kind (fault → first
+ * grant after it) with p50 and max, the grant pauses of etcd-leader kills, the time until every
+ * surviving holder is confirmed on the new leader, and one summary line.
  */
 
 import { EtcdCluster } from "./etcd_proc.ts";
@@ -662,8 +670,12 @@ function shuffled<T>(items: T[]): T[] {
   return items;
 }
 
+/** `-only kill_leader,term_leader`: only these kinds of the plan (a measuring run). */
+const ONLY = flag("only", "");
 const schedule = shuffled(
-  (Object.entries(PLAN) as [FaultKind, number][]).flatMap(([kind, n]) => Array(n).fill(kind)),
+  (Object.entries(PLAN) as [FaultKind, number][])
+    .filter(([kind]) => ONLY === "" || ONLY.split(",").includes(kind))
+    .flatMap(([kind, n]) => Array(n).fill(kind)),
 );
 const startedAtMs = now();
 let exitCode = 0;
@@ -850,6 +862,7 @@ function report(): void {
   const lines: string[] = [];
   for (const kind of Object.keys(PLAN) as FaultKind[]) {
     const of = faults.filter((f) => f.kind === kind);
+    if (of.length === 0) continue;
     const times = of.map((f) => f.firstGrantMs).filter((t): t is number => t !== null);
     if (kind === "kill_etcd_leader") {
       const pauses = of.map((f) => longestGrantGap(f.atMs - 1_000, f.endAtMs));

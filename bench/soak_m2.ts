@@ -9,7 +9,7 @@
  *   again. So at any time about one holder and `perName - 1` waiters per name. A rider that
  *   loses its lock (any `lost`), or whose fenced write is refused while it holds, is a breach.
  * - **Short holders**: `coldClients` clients acquire random names of `cold/<0..coldNames>`
- *   (lease 600 ms, `suspend: true`, wait ≤ 2 s, hold 0-100 ms): many claims over many names, so
+ *   (lease 600 ms, `suspend: true`, wait ≤ 2 s, hold 0-1.5 s): many claims over many names, so
  *   ownership records are written and lingered out all the time; across a fail-over they are
  *   suspended, then resumed or lost (`failover`).
  *
@@ -273,7 +273,8 @@ export class M2Population {
       const holding = this.#grant("short", name, id, lock);
       if (holding === null) continue;
       if (!lock.suspended) await this.#ctx.write(name, lock.token);
-      await sleep(Math.random() * 100);
+      // Up to 2.5 leases: heartbeats keep it, and a fault often finds it held (suspended then).
+      await sleep(Math.random() * 1_500);
       // While suspended, wait for it to be confirmed again or lost (bounded by the window).
       for (let i = 0; i < 200 && lock.suspended && !this.#stopped; i++) await sleep(50);
       if (lock.lost.aborted) continue;
