@@ -79,6 +79,7 @@ const breaches: string[] = [];
 const breach = (what: string) => {
   if (breaches.length < 50) console.error(`BREACH: ${what}`);
   breaches.push(what);
+  count(`breach_${what.split(/[ :]/)[0]}`);
 };
 const counts: Record<string, number> = {};
 const count = (what: string, n = 1) => (counts[what] = (counts[what] ?? 0) + n);
@@ -720,7 +721,8 @@ try {
   if (exitCode === 0) {
     await Deno.remove(dir, { recursive: true }).catch(() => {});
   } else {
-    // Kept for the post-mortem: every node's audit and diagnostic log.
+    // Kept for the post-mortem: every node's audit and diagnostic log, and every breach.
+    await Deno.writeTextFile(`${dir}/breaches.txt`, breaches.join("\n") + "\n").catch(() => {});
     for (const { name, proc } of started) {
       await Deno.writeTextFile(`${dir}/${name}.log`, proc.log()).catch(() => {});
     }

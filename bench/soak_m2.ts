@@ -550,34 +550,51 @@ export class M2Population {
           const times = this.#grantTimes.get(`${c} ${name}`) ?? [];
           return !times.some((t) => t >= snapshot.atMs && t <= fault.atMs + 100);
         });
-        const events = after.filter((w) => w.record.lock === name);
-        const firstIndex = (client: string, event: string, claim?: string) => {
-          const w = events.find((e) =>
-            e.record.client_name === client && e.record.event === event &&
-            (claim === undefined || e.record.claim === claim)
-          );
-          return w === undefined ? null : { file: w.file, index: w.index, wallMs: w.wallMs };
-        };
-        for (let i = 0; i < fresh.length; i++) {
-          const reclaimA = firstIndex(fresh[i], "reclaim", "queued");
-          if (reclaimA === null) continue;
-          const grantA = firstIndex(fresh[i], "acquire");
-          for (let j = i + 1; j < fresh.length; j++) {
-            const grantB = firstIndex(fresh[j], "acquire");
-            if (grantB === null || grantB.file !== reclaimA.file) continue;
+        // Per term (in file order): A's place counts once its queued claim was reclaimed (kept)
+        // in that very term, and until a `reclaim_void` of it there (its connection broke and
+        // the claim joined the tail); B granted meanwhile, before A, is an inversion.
+        const byTerm = new Map<number, WrittenRecord[]>();
+        for (const w of after) {
+          if (w.record.lock !== name || w.record.term === undefined) continue;
+          const list = byTerm.get(w.record.term) ?? [];
+          list.push(w);
+          byTerm.set(w.record.term, list);
+        }
+        for (const [term, events] of byTerm) {
+          events.sort((a, b) => a.index - b.index);
+          // A client that came back twice in the term (its connection broke: an orphaned
+          // session's waits are dropped, silently) may have lost its place: left out.
+          const comebacks = new Map<string, number>();
+          for (const { record } of events) {
+            if (record.event !== "reclaim" && record.event !== "reclaim_void") continue;
+            const client = record.client_name ?? "";
+            comebacks.set(client, (comebacks.get(client) ?? 0) + 1);
+          }
+          const placed = new Set<string>();
+          const granted = new Set<string>();
+          for (const { record, file, wallMs } of events) {
+            const client = record.client_name ?? "";
+            if (
+              record.event === "reclaim" && record.claim === "queued" &&
+              comebacks.get(client) === 1
+            ) placed.add(client);
+            if (record.event === "reclaim_void" && record.claim === "queued") placed.delete(client);
+            if (record.event !== "acquire") continue;
             // Once the clients close, a waiter ahead may have left the queue.
-            if (grantB.wallMs >= this.#stoppedAtWallMs) continue;
-            if (reclaimA.index > grantB.index) continue; // A came back after B's grant
-            pairs++;
-            const aFirst = grantA !== null && grantA.file === grantB.file &&
-              grantA.index < grantB.index;
-            if (!aFirst) {
-              inversions++;
-              this.#ctx.breach(
-                `FIFO: ${name}: ${fresh[j]} granted before ${fresh[i]}, which was ahead of it ` +
-                  `before the fault and reclaimed its place first (${grantB.file})`,
-              );
+            const j = fresh.indexOf(client);
+            if (j >= 0 && !granted.has(client) && wallMs < this.#stoppedAtWallMs) {
+              for (const ahead of fresh.slice(0, j)) {
+                if (!placed.has(ahead) || granted.has(ahead)) continue;
+                pairs++;
+                inversions++;
+                this.#ctx.breach(
+                  `FIFO: ${name}: ${client} granted before ${ahead} in term ${term} (${file}), ` +
+                    `though ${ahead} was ahead of it before the fault and had reclaimed its place`,
+                );
+              }
+              for (const ahead of fresh.slice(0, j)) if (granted.has(ahead)) pairs++;
             }
+            granted.add(client);
           }
         }
       }
