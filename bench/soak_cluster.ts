@@ -1,5 +1,5 @@
 /**
- * `deno task soak:cluster [-size full|ci] [-clients 24] [-only kinds] [-kills 20]`: the cluster
+ * `deno task soak:cluster [-size full|ci] [-clients 24] [-only kinds] [-kills 20] [-per-name 3]`: the cluster
  * chaos soak. A 3-member etcd and 3 `lockd serve` nodes in cluster mode on loopback (TTL 2 s);
  * each node reaches etcd through its own proxies, so it can be cut off. 24 clients (the
  * TypeScript client with the address list) loop on 6 locks (lease 600 ms) and write to an
@@ -121,7 +121,11 @@ const m2 = new M2Population({
   addrs: () => nodes.map((n) => n.addr),
   write: (lock, token) => resource.write(lock, token),
   lastFault: () => faults.at(-1),
-}, M2_SIZES[SIZE === "ci" ? "ci" : "full"]);
+}, {
+  ...M2_SIZES[SIZE === "ci" ? "ci" : "full"],
+  // `-per-name 2`: one holder and one waiter per ride name (1,000 + 1,000 at full size).
+  ...(flag("per-name", "") === "" ? {} : { perName: Number(flag("per-name", "")) }),
+});
 /** Confirmation trackers and new-client probes running beside the faults. */
 const beside: Promise<void>[] = [];
 
