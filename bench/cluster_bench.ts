@@ -194,3 +194,92 @@ export async function olderCheckout(rev: string): Promise<string | null> {
   }
   return join(dir, "main.ts");
 }
+
+/** A row of the bench's table (bench/main.ts). */
+export interface BenchRow {
+  scenario: string;
+  metric: string;
+  value: number | string;
+  unit: string;
+  target?: string;
+  met?: boolean | null;
+}
+
+const round = (x: number, digits = 3) => Number(x.toFixed(digits));
+
+/**
+ * Scenario 8's rows: the comparison run (with the M1 column when the checkout at `m1Rev` can be
+ * extracted), each measure, the ratios and their targets; returns the commands run and a note.
+ */
+export async function clusterScenarioRows(
+  serverArgs: string[],
+  phaseMs: number,
+  m1Rev: string,
+  row: (r: BenchRow) => void,
+): Promise<{ commands: string[]; note: string }> {
+  const m1Main = m1Rev === "" ? null : await olderCheckout(m1Rev);
+  const r = await compareClusterMode(serverArgs, phaseMs, m1Main);
+  if (m1Main !== null) await Deno.remove(dirname(m1Main), { recursive: true }).catch(() => {});
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+  const modes: ClusterMode[] = m1Main === null
+    ? ["single", "cluster"]
+    : ["single", "m1", "cluster"];
+  const label = { single: "single", m1: "M1", cluster: "M2" } as const;
+  for (const kind of CLUSTER_KINDS) {
+    const what = kind === "contended" ? "16 clients owner changes/s" : "C=64 cycles/s";
+    const perS = (mode: ClusterMode) => r[mode][kind].map((x) => x.perS);
+    const cpu = (mode: ClusterMode) => r[mode][kind].map((x) => x.cpuUsPerOp);
+    const scenario = `8 cluster vs single: ${kind === "cold" ? "cold names" : kind}`;
+    for (const mode of modes) {
+      row({
+        scenario,
+        metric: `${label[mode]} ${what} (${ROUNDS} runs)`,
+        value: perS(mode).map((x) => Math.round(x)).join(" / "),
+        unit: "/s",
+        ...(kind === "cold" && mode === "cluster"
+          ? { target: "≥ 2,000", met: median(perS(mode)) >= 2_000 }
+          : {}),
+      });
+      row({
+        scenario,
+        metric: `${label[mode]} server CPU per operation`,
+        value: cpu(mode).map((x) => round(x, 1)).join(" / "),
+        unit: "µs",
+      });
+    }
+    const ratio = median(perS("cluster")) / median(perS("single"));
+    row({
+      scenario,
+      metric: "M2 / single throughput (medians)",
+      value: round(ratio, 3),
+      unit: "",
+      ...(kind === "cold" ? {} : { target: "≥ 0.90", met: ratio >= 0.9 }),
+    });
+    if (m1Main === null || kind === "cold") continue;
+    const toM1 = median(perS("cluster")) / median(perS("m1"));
+    const cpuToM1 = median(cpu("cluster")) / median(cpu("m1"));
+    row({
+      scenario,
+      metric: "M2 / M1 throughput (medians)",
+      value: round(toM1, 3),
+      unit: "",
+      target: "≥ 0.85",
+      met: toM1 >= 0.85,
+    });
+    row({
+      scenario,
+      metric: "M2 / M1 CPU per operation (medians)",
+      value: round(cpuToM1, 3),
+      unit: "",
+      target: "≤ 1.15",
+      met: cpuToM1 <= 1.15,
+    });
+  }
+  const note =
+    `Scenario 8 alternates single node, cluster mode M2 (this checkout) and M1 (the checkout at ` +
+    `${m1Rev || "-"}, before milestone 2's ownership records) ${ROUNDS} times in the same run ` +
+    "(a 3-member etcd on loopback, one lockd node in cluster mode) and compares medians; etcd " +
+    "is off the hot path but for token block reservations and, in M2, one ownership-record " +
+    "commit per cold name (a lock that had no record) and per non-graceful end.";
+  return { commands: r.commands, note };
+}

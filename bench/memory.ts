@@ -143,7 +143,7 @@ const claims = {
   queued_30_byte_name_4_per_lock: claimBytes(100_000, 4, ascii(30)),
 };
 const connections = [];
-for (const mode of ["prehello", "session", "partial-header", "partial-large"]) {
+for (const mode of ["prehello", "session", "lock", "partial-header", "partial-large"]) {
   connections.push(await connectionBytes(mode, 1_000));
 }
 for (const mode of ["claims-30", "claims-1024"]) connections.push(await connectionBytes(mode, 200));

@@ -7,6 +7,8 @@
  * - partial-header: HELLO, then the 4-byte header of a 65,536-byte frame and 16 bytes of it
  * - partial-large: HELLO, then 65,000 bytes of a 65,536-byte frame (sent in one write)
  * - claims-30, claims-1024: HELLO, then 100 locks acquired (names of 30 or 1,024 bytes)
+ * - lock: HELLO, then one lock acquired (a 30-byte name), as each session of the bench's
+ *   scenario 3 (10,000 idle sessions holding a lock)
  */
 
 import { FrameWriter } from "../src/wire/frame.ts";
@@ -46,9 +48,10 @@ for (let n = 0; n < count; n++) {
   await conn.read(scratch); // WELCOME
   if (mode === "partial-header") await writeAll(conn, partial(16));
   if (mode === "partial-large") await writeAll(conn, partial(65_000));
-  if (mode.startsWith("claims-")) {
-    const nameBytes = Number(mode.slice("claims-".length));
-    for (let k = 0; k < CLAIMS_EACH; k++) {
+  if (mode.startsWith("claims-") || mode === "lock") {
+    const nameBytes = mode === "lock" ? 30 : Number(mode.slice("claims-".length));
+    const claims = mode === "lock" ? 1 : CLAIMS_EACH;
+    for (let k = 0; k < claims; k++) {
       writer.push({
         type: "acquire",
         requestId: k + 1,
@@ -61,7 +64,7 @@ for (let n = 0; n < count; n++) {
     // Every ACQUIRED has to arrive.
     const reader = new FrameReader();
     let acquired = 0;
-    while (acquired < CLAIMS_EACH) {
+    while (acquired < claims) {
       const r = await conn.read(scratch);
       if (r === null) throw new Error("closed");
       reader.push(scratch.subarray(0, r));

@@ -6,7 +6,8 @@
  *
  *   deno run -A bench/sessions_worker.ts hold  ADDR COUNT LEASE_MS HEARTBEAT_MS
  *   deno run -A bench/sessions_worker.ts queue ADDR COUNT LOCK_NAME
- *   deno run -A bench/sessions_worker.ts open  ADDR COUNT   (bare connections: the floor's)
+ *   deno run -A bench/sessions_worker.ts open  ADDR COUNT [HEARTBEAT_MS]  (bare connections: the
+ *     floor's; with HEARTBEAT_MS, each sends a HEARTBEAT frame that often, as `hold` does)
  */
 
 import { BenchConn } from "./bench_client.ts";
@@ -27,6 +28,18 @@ async function openSessions(): Promise<void> {
     }
     conns.push(...(await Promise.all(batch)));
   }
+}
+
+/** A HEARTBEAT from every connection every `heartbeatMs`, spread evenly as independent clients. */
+function heartbeats(heartbeatMs: number): ReturnType<typeof setInterval> {
+  let next = 0;
+  const perTick = Math.max(1, Math.ceil(conns.length / (heartbeatMs / 50)));
+  return setInterval(() => {
+    for (let k = 0; k < perTick; k++) {
+      conns[next].heartbeat().catch(() => {});
+      next = (next + 1) % conns.length;
+    }
+  }, 50);
 }
 
 async function commands(): Promise<string[]> {
@@ -51,7 +64,9 @@ if (mode === "open") {
     conns.push(...(await Promise.all(batch)));
   }
   report({ ready: true, sessions: conns.length, openMs: performance.now() - t0 });
+  const timer = arg4 === undefined ? undefined : heartbeats(Number(arg4));
   await commands();
+  clearInterval(timer);
 } else if (mode === "hold") {
   const leaseMs = Number(arg4);
   const heartbeatMs = Number(arg5);
@@ -59,15 +74,7 @@ if (mode === "open") {
   await openSessions();
   await Promise.all(conns.map((c, i) => c.acquire(`s/${i}`, leaseMs, 0)));
   report({ ready: true, sessions: conns.length, openMs: performance.now() - t0 });
-  // Heartbeats spread evenly over the interval, as independent clients would send them.
-  let next = 0;
-  const perTick = Math.max(1, Math.ceil(conns.length / (heartbeatMs / 50)));
-  const timer = setInterval(() => {
-    for (let k = 0; k < perTick; k++) {
-      conns[next].heartbeat().catch(() => {});
-      next = (next + 1) % conns.length;
-    }
-  }, 50);
+  const timer = heartbeats(heartbeatMs);
   await commands();
   clearInterval(timer);
 } else if (mode === "queue") {

@@ -1,39 +1,51 @@
 /**
- * `deno task soak:cluster [-size full|ci] [-clients 24] [-only kinds] [-kills 20] [-per-name 3]`: the cluster
- * chaos soak. A 3-member etcd and 3 `lockd serve` nodes in cluster mode on loopback (TTL 2 s);
- * each node reaches etcd through its own proxies, so it can be cut off. 24 clients (the
- * TypeScript client with the address list) loop on 6 locks (lease 600 ms) and write to an
- * in-process fenced resource, with client faults (crashes without GOODBYE, stalls). Beside them
- * the milestone-2 population (`soak_m2.ts`): riders (lease 10 s) whose locks and queue places
- * must survive every fault, and short holders with `suspend` over many names. Every 10-20 s
- * (6-7 s at CI size) one fault hits the cluster:
+ * `deno task soak:cluster [-size full|ci] [-clients 24]`: the cluster chaos soak. A 3-member
+ * etcd and 3 `lockd serve` nodes in cluster mode on loopback (TTL 2 s); each node reaches etcd
+ * through its own proxies, so it can be cut off. 24 clients (the TypeScript client with the
+ * address list) loop on 6 locks and write to an in-process fenced resource, with client faults
+ * (crashes, stalls). Every 10-20 s (6-8 s at CI size) one fault hits the cluster:
  *
- * - `kill_leader`: SIGKILL the lockd leader (restarted 1 s later); a new client started 0.5 s
- *   after it must get a fresh lock;
+ * - `kill_leader`: SIGKILL the lockd leader (restarted 1 s later);
  * - `term_leader`: SIGTERM it (a planned hand-over; restarted 1 s later);
  * - `stop_leader`: SIGSTOP it for 3 × TTL, then SIGCONT;
  * - `cut_leader`: cut it off from etcd for 3 × TTL (its proxies swallow everything);
  * - `kill_etcd_leader`: SIGKILL the etcd raft leader (restarted after 5 s);
- * - `double_kill`: SIGKILL the leader, then the new leader 1 s after it serves.
+ * - `double_failover`: SIGKILL the lockd leader, then its successor 1 s after it serves (both
+ *   restarted after).
  *
- * Full size: 20 leader kills (`-kills`), 10 etcd-leader kills, 5 of each other fault; CI size
- * one of each. `-only` keeps only the named kinds (a measuring run). Breaches (exit 1) are listed
- * in docs/reliability.md ("Cluster chaos soak"); on a breach the run directory (every node's
- * audit and diagnostic log) is kept. It prints the fail-over time per fault kind (fault → first
- * grant after it) with p50 and max, the grant pauses of etcd-leader kills, the time until every
- * surviving holder is confirmed on the new leader, and one summary line.
+ * Cluster milestone 2: beside them, riders (lease 10 s) hold a lock each for the whole run and
+ * keep writing to the resource with its token: every fault above must leave each rider its lock
+ * and token (a rider losing its lock is a breach). After each lockd fault the time until every
+ * rider is confirmed on the new leader (its lock shown there with the rider's token) is measured.
+ * At the end: no ownership record may be left in etcd for an idle lock, no reclaim may be kept
+ * with a token at or below a floor (an ownership of the lock that ended badly before), and the
+ * reclaim gauges are 0.
+ *
+ * Also `soak_m2.ts`'s holders and waiters of many names (FIFO kept, per-holder confirmation).
+ * `-only kinds`, `-kills n` and `-per-name n`: measuring runs (docs/reliability.md).
+ *
+ * Breaches (exit 1) are listed in docs/reliability.md ("Cluster chaos soak"); on a breach the run
+ * directory (every node's audit and diagnostic log, every breach) is kept. It prints the
+ * fail-over time per fault kind (fault → first grant after it) with p50 and max, the grant
+ * pauses of etcd-leader kills, and one summary line.
  */
 
 import { EtcdCluster } from "./etcd_proc.ts";
-import { BenchConn } from "./bench_client.ts";
+import {
+  type AuditLine,
+  checkOwnersByTime,
+  checkReclaimFloors,
+  type Written,
+} from "./soak_cluster_audit.ts";
+import { FencedResource, keepRunDir, Observer } from "./soak_cluster_parts.ts";
 import { type LockdProc, spawnLockd } from "./lockd_proc.ts";
-import { type Client, type Lock, LockdError, type LockLostError } from "../mod.ts";
+import { type Client, connect, type Lock, LockdError, type LockLostError } from "../mod.ts";
 import { connectWith } from "../src/client/client.ts";
 import { type ClientSocket, type Dial, nodeSocketDial } from "../src/client/transport.ts";
 import { systemScheduler } from "../src/clock.ts";
+import { EtcdHttpClient } from "../src/cluster/etcd_http.ts";
 import { etcdClient, EtcdLink } from "../tests/helpers/etcd.ts";
-import { fmt, M2_SIZES, M2Population, type WrittenRecord } from "./soak_m2.ts";
-import { checkOwnersByTime } from "./soak_audit.ts";
+import { M2_SIZES, M2Population, type WrittenRecord } from "./soak_m2.ts";
 
 function flag(name: string, fallback: string): string {
   const i = Deno.args.findIndex((a) => a === `-${name}` || a === `--${name}`);
@@ -46,16 +58,16 @@ type FaultKind =
   | "stop_leader"
   | "cut_leader"
   | "kill_etcd_leader"
-  | "double_kill";
+  | "double_failover";
 const SIZE = flag("size", "full");
 const PLAN: Record<FaultKind, number> = SIZE === "ci"
   ? {
-    kill_leader: 1,
+    kill_leader: 2,
     term_leader: 1,
     stop_leader: 1,
     cut_leader: 1,
     kill_etcd_leader: 1,
-    double_kill: 1,
+    double_failover: 1,
   }
   : {
     kill_leader: Number(flag("kills", "20")),
@@ -63,9 +75,12 @@ const PLAN: Record<FaultKind, number> = SIZE === "ci"
     stop_leader: 5,
     cut_leader: 5,
     kill_etcd_leader: 10,
-    double_kill: 5,
+    double_failover: 5,
   };
-const [GAP_MIN_MS, GAP_MAX_MS] = SIZE === "ci" ? [6_000, 7_000] : [10_000, 20_000];
+/** Riders: clients that hold one lock each (lease 10 s) through every fault. */
+const RIDERS = SIZE === "ci" ? 4 : 12;
+const RIDER_LEASE_MS = 10_000;
+const [GAP_MIN_MS, GAP_MAX_MS] = SIZE === "ci" ? [6_000, 8_000] : [10_000, 20_000];
 const CLIENTS = Number(flag("clients", "24"));
 const LOCKS = 6;
 const LEASE_MS = 600;
@@ -86,34 +101,7 @@ const count = (what: string, n = 1) => (counts[what] = (counts[what] ?? 0) + n);
 
 // ---- the fenced resource ---------------------------------------------------------------
 
-/** Accepts a write only with a token ≥ the highest seen for its lock; refuses a commit overtaken. */
-class FencedResource {
-  readonly highest = new Map<string, number>();
-  readonly writing = new Map<string, number>();
-  accepted = 0;
-  fenced = 0;
-  async write(lock: string, token: number): Promise<boolean> {
-    if (token < (this.highest.get(lock) ?? 0)) {
-      this.fenced++;
-      return false;
-    }
-    this.highest.set(lock, token);
-    const other = this.writing.get(lock);
-    if (other !== undefined && other > token) {
-      breach(`write of token ${token} on ${lock} accepted during ${other}`);
-    }
-    this.writing.set(lock, token);
-    await sleep(Math.random() < 0.5 ? 0 : 2);
-    if (this.writing.get(lock) !== token || this.highest.get(lock) !== token) {
-      this.fenced++;
-      return false;
-    }
-    this.writing.delete(lock);
-    this.accepted++;
-    return true;
-  }
-}
-const resource = new FencedResource();
+const resource = new FencedResource(breach);
 
 const m2 = new M2Population({
   breach,
@@ -126,8 +114,6 @@ const m2 = new M2Population({
   // `-per-name 2`: one holder and one waiter per ride name (1,000 + 1,000 at full size).
   ...(flag("per-name", "") === "" ? {} : { perName: Number(flag("per-name", "")) }),
 });
-/** Confirmation trackers and new-client probes running beside the faults. */
-const beside: Promise<void>[] = [];
 
 // ---- etcd and the lockd nodes ------------------------------------------------------------
 
@@ -184,7 +170,8 @@ async function startNode(node: Node): Promise<void> {
       `${TTL_MS / 1000}s`,
       "-audit-log",
       audit,
-      // Above the riders' lease: a client's local deadline counts the shorter of the two.
+      // Riders (lease 10 s) heartbeat every 3.3 s: a client counts its lease confirmed no longer
+      // than the server keeps a silent session.
       "-io-timeout",
       "15s",
       "-shutdown-grace",
@@ -305,6 +292,10 @@ interface FaultRecord {
   firstGrantMs: number | null;
   node: string;
   endAtMs: number;
+  /** Fault → every rider confirmed on the new leader (null: not within 20 s, or not measured). */
+  ridersMs: number | null;
+  /** Fault → a new client, started 0.5 s after it, holding a lock nobody held (null: failed). */
+  coldMs: number | null;
 }
 const faults: FaultRecord[] = [];
 
@@ -451,85 +442,135 @@ async function worker(id: number): Promise<void> {
   }
 }
 
-// ---- observers of a faulted leader ---------------------------------------------------------
+// ---- riders (milestone 2) ------------------------------------------------------------------
+
+interface Rider {
+  readonly lock: string;
+  /** The token of the ownership it holds now (0 between two). */
+  token: number;
+}
+const riders: Rider[] = [];
 
 /**
- * A raw session on the leader that heartbeats and asks for a lock, and never leaves: what
- * the leader sends it, and when, shows whether it acted on stale leadership.
+ * Holds `rider/<id>` (lease 10 s) for the whole run, writing to the resource with its token
+ * every half second: every fault of the plan must leave it its lock (a loss is a breach).
  */
-class Observer {
-  /** Every request sent, with its reply (type and when it was read), in sending order. */
-  readonly requests: { sentAtMs: number; type: string | null; atMs: number | null }[] = [];
-  #conn: BenchConn | null = null;
-  #timer: ReturnType<typeof setInterval> | undefined;
-  #requests = 0;
-
-  async open(addr: string): Promise<void> {
-    this.#conn = await BenchConn.session(addr, "soak-observer");
-    const conn = this.#conn;
-    await this.#track(conn.acquire("soak/observer", LEASE_MS, 0));
-    this.#timer = setInterval(() => void this.#track(conn.heartbeat()), 150);
-  }
-
-  /** A new ACQUIRE (sent now; a frozen leader reads it when it wakes). */
-  ask(): void {
-    const conn = this.#conn;
-    if (conn === null || conn.closed) return;
-    void this.#track(conn.acquire(`soak/observer-${++this.#requests}`, LEASE_MS, 0));
-  }
-
-  async #track(reply: Promise<{ type: string }>): Promise<void> {
-    const request = { sentAtMs: now(), type: null as string | null, atMs: null as number | null };
-    this.requests.push(request);
-    try {
-      request.type = (await reply).type;
-      request.atMs = now();
-    } catch {
-      // the connection ended
-    }
-  }
-
-  /**
-   * ACQUIRED and HEARTBEAT_ACK frames read after `boundMs` that the node decided when it could
-   * not prove it led: those answering a request sent after `decidedAfterMs`, and those that
-   * were not held in reply order behind an earlier request still unanswered when they came (a
-   * promise checked in time can leave late behind an ACQUIRED that waits for its ownership
-   * record's etcd commit, then dropped at the step-down). Frames read late because this
-   * process's own event loop stalled are not counted either. Each late frame is printed.
-   */
-  promisesAfter(boundMs: number, decidedAfterMs: number, what: string): number {
-    count("observer_frames", this.requests.length);
-    let late = 0;
-    for (const [i, f] of this.requests.entries()) {
-      if (f.atMs === null || f.atMs <= boundMs) continue;
-      if (f.type !== "acquired" && f.type !== "heartbeat_ack") continue;
-      const held = this.requests.slice(0, i).some((e) => e.atMs === null || e.atMs >= f.atMs!);
-      const stallMs = stallBetween(boundMs - 500, f.atMs);
-      const lateMs = f.atMs - boundMs;
-      const decidedLate = f.sentAtMs > decidedAfterMs;
-      const explained = !decidedLate && (held || lateMs <= stallMs + 20);
-      console.error(
-        `${what}: ${f.type} read ${lateMs.toFixed(0)} ms after the bound, asked ` +
-          `${(f.sentAtMs - decidedAfterMs).toFixed(0)} ms after the last moment it could be ` +
-          `decided; ${held ? "held behind an earlier request; " : ""}this process stalled ` +
-          `${stallMs.toFixed(0)} ms around it${explained ? " (explained)" : ""}`,
+async function rider(id: number): Promise<void> {
+  const me: Rider = { lock: `rider/${id}`, token: 0 };
+  riders.push(me);
+  let client = await newClient(1_000 + id, { stalled: false });
+  try {
+    while (!stopAll) {
+      let held: Lock;
+      try {
+        held = await client.acquire(me.lock, { leaseMs: RIDER_LEASE_MS, waitMs: 20_000 });
+      } catch (error) {
+        if (!(error instanceof LockdError)) {
+          count("rider_client_error");
+          await client.close();
+          client = await newClient(1_000 + id, { stalled: false });
+        }
+        continue;
+      }
+      const mine = noteGrant(me.lock, held.token, 1_000 + id, now());
+      me.token = held.token;
+      count("rider_grants");
+      const lost = new Promise<void>((resolve) =>
+        held.lost.addEventListener("abort", () => resolve())
       );
-      if (explained) count("observer_promises_late_in_reply_order");
-      else late++;
+      held.lost.addEventListener("abort", () => {
+        const reason = (held.lost.reason as LockLostError).reason;
+        mine.endAtMs ??= now();
+        mine.endReason ||= reason;
+        me.token = 0;
+        if (!stopAll) {
+          breach(`rider ${me.lock} lost its lock (token ${held.token}, ${reason})`);
+        }
+      });
+      while (!stopAll && !held.lost.aborted) {
+        await resource.write(me.lock, held.token);
+        await Promise.race([sleep(500), lost]);
+      }
+      if (!held.lost.aborted) {
+        mine.endAtMs ??= now();
+        mine.endReason ||= "released";
+        me.token = 0;
+        await held.release().catch(() => {});
+      }
     }
-    return late;
-  }
-
-  async close(): Promise<void> {
-    clearInterval(this.#timer);
-    const conn = this.#conn;
-    this.#conn = null;
-    if (conn !== null) {
-      conn.close();
-      await conn.done;
-    }
+  } finally {
+    await client.close();
   }
 }
+
+/**
+ * Time from `fromMs` until a serving node other than `faulted` shows every rider's lock held with
+ * the rider's own token (null after 20 s): holder continuity. Polls /readyz (cheap), then the
+ * serving node's rider locks, every 100 ms.
+ */
+async function ridersConfirmed(faulted: string, fromMs: number): Promise<number | null> {
+  while (now() - fromMs < 20_000) {
+    await sleep(100);
+    for (const node of nodes) {
+      if (node.name === faulted || node.proc === null || node.stopped) continue;
+      const ready = await fetchWithin(`http://${node.proc.opsAddr}/readyz`, 300);
+      if (ready?.status !== 200) continue;
+      const response = await fetchJson(
+        `http://${node.proc.adminAddr}/api/locks?match=${encodeURIComponent("rider/*")}`,
+      );
+      const held = new Map<string, number>(
+        // deno-lint-ignore no-explicit-any
+        (response?.locks ?? []).map((l: any) => [l.name, l.holder?.token ?? 0]),
+      );
+      if (riders.every((r) => r.token !== 0 && held.get(r.lock) === r.token)) {
+        return now() - fromMs;
+      }
+    }
+  }
+  return null;
+}
+
+/**
+ * Fault → a new client started 0.5 s after the fault holds a lock nobody held before: it must get
+ * it (held at a standby while the new leader is elected, never refused), at once once a leader
+ * serves (no record: not reserved). Null, and a breach, when it fails.
+ */
+async function coldProbe(kind: FaultKind, fromMs: number, n: number): Promise<number | null> {
+  await sleep(500);
+  try {
+    const client = await connect({
+      addrs: nodes.map((node) => node.addr),
+      connectTimeoutMs: 20_000,
+    });
+    try {
+      const lock = await client.acquire(`cold/${n}`, { leaseMs: 1_000, waitMs: 0 });
+      const tookMs = now() - fromMs;
+      await lock.release().catch(() => {});
+      return tookMs;
+    } finally {
+      await client.close();
+    }
+  } catch (error) {
+    breach(`a client started 0.5 s after ${kind} did not get a free lock: ${error}`);
+    return null;
+  }
+}
+
+// deno-lint-ignore no-explicit-any
+async function fetchJson(url: string): Promise<any | null> {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), 1_000);
+  try {
+    const response = await fetch(url, { signal: controller.signal });
+    return await response.json();
+  } catch {
+    return null;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// ---- observers of a faulted leader ---------------------------------------------------------
 
 // ---- faults ----------------------------------------------------------------------------------
 
@@ -546,6 +587,7 @@ async function runFault(kind: FaultKind): Promise<void> {
   if (kind !== "kill_etcd_leader") {
     await m2.snapshotQueues(leader.proc?.adminAddr ?? null, faults.length);
   }
+  const tracking: Promise<void>[] = [];
   const record: FaultRecord = {
     kind,
     atMs: 0,
@@ -555,17 +597,20 @@ async function runFault(kind: FaultKind): Promise<void> {
     firstGrantMs: null,
     node: leader.name,
     endAtMs: 0,
+    ridersMs: null,
+    coldMs: null,
   };
+  let confirming: Promise<number | null> = Promise.resolve(null);
+  let cold: Promise<number | null> = Promise.resolve(null);
   const hit = () => {
     record.atMs = now();
     record.atWallMs = Date.now();
     faults.push(record);
-    if (kind !== "kill_etcd_leader" && kind !== "double_kill") {
-      beside.push(m2.trackConfirmations(kind, record.atMs));
+    if (kind !== "kill_etcd_leader") confirming = ridersConfirmed(leader.name, record.atMs);
+    if (kind !== "kill_etcd_leader" && kind !== "double_failover") {
+      tracking.push(m2.trackConfirmations(kind, record.atMs));
     }
-    if (kind === "kill_leader") {
-      beside.push(m2.probeNewClient(kind, record.atMs, faults.length));
-    }
+    cold = coldProbe(kind, record.atMs, faults.length);
   };
   const proc = leader.proc!;
   switch (kind) {
@@ -578,26 +623,8 @@ async function runFault(kind: FaultKind): Promise<void> {
       await startNode(leader);
       break;
     }
-    case "double_kill": {
-      // The new leader is killed 1 s after it serves: riders reclaim twice (the second time
-      // perhaps with a ticket of the first leader's term, if they had not reached the second).
-      hit();
-      await proc.stop("SIGKILL");
-      leader.proc = null;
-      const restarted = sleep(1_000).then(() => startNode(leader));
-      const second = await servingNode();
-      await sleep(1_000);
-      const secondAtMs = now();
-      beside.push(m2.trackConfirmations("double_kill (from the second kill)", secondAtMs));
-      await second.proc!.stop("SIGKILL");
-      second.proc = null;
-      await restarted;
-      await sleep(1_000);
-      if (second.proc === null) await startNode(second);
-      break;
-    }
     case "stop_leader": {
-      const observer = new Observer();
+      const observer = new Observer(LEASE_MS);
       await observer.open(leader.addr).catch(() => {});
       hit();
       leader.stopped = true;
@@ -609,9 +636,8 @@ async function runFault(kind: FaultKind): Promise<void> {
       proc.child.kill("SIGCONT");
       leader.stopped = false;
       await sleep(TTL_MS);
-      // Nothing asked while it was frozen may be promised; nothing at all read after SIGCONT
-      // but what was decided before the freeze and held in reply order.
-      const late = observer.promisesAfter(contAtMs, record.atMs, `frozen leader ${leader.name}`);
+      const late = observer.promisesAfter(contAtMs);
+      count("observer_frames", observer.frames.length);
       if (late > 0) {
         breach(
           `the frozen leader ${leader.name} sent ${late} ACQUIRED/HEARTBEAT_ACK after SIGCONT`,
@@ -621,7 +647,7 @@ async function runFault(kind: FaultKind): Promise<void> {
       break;
     }
     case "cut_leader": {
-      const observer = new Observer();
+      const observer = new Observer(LEASE_MS);
       await observer.open(leader.addr).catch(() => {});
       hit();
       leader.link.partition();
@@ -631,15 +657,34 @@ async function runFault(kind: FaultKind): Promise<void> {
       leader.link.heal();
       await sleep(TTL_MS);
       // Its last keep-alive was sent before the cut: its safeUntil is at most TTL after it.
-      const late = observer.promisesAfter(
-        record.atMs + TTL_MS,
-        record.atMs + TTL_MS,
-        `cut-off leader ${leader.name}`,
-      );
-      if (late > 0) {
-        breach(`the cut-off leader ${leader.name} sent ${late} promises after its safeUntil`);
+      const late = observer.livePromisesPast(record.atMs + TTL_MS + OVERLAP_TOLERANCE_MS);
+      count("observer_frames", observer.frames.length);
+      if (late.length > 0) {
+        breach(
+          `the cut-off leader ${leader.name} made ${late.length} promises past its safeUntil (` +
+            late.map((f) =>
+              `${f.type} for a request sent at cut + ${(f.sentAtMs - record.atMs).toFixed(0)} ` +
+              `ms, received at cut + ${(f.atMs - record.atMs).toFixed(0)} ms (soak lag ${
+                stallBetween(f.atMs - 50, f.atMs).toFixed(0)
+              } ms)`
+            ).join(", ") + ")",
+        );
       }
       await observer.close();
+      break;
+    }
+    case "double_failover": {
+      hit();
+      await proc.stop("SIGKILL");
+      leader.proc = null;
+      const second = await servingNode();
+      await sleep(1_000);
+      tracking.push(m2.trackConfirmations("double_failover (from the second kill)", now()));
+      await second.proc!.stop("SIGKILL");
+      second.proc = null;
+      await sleep(1_000);
+      await startNode(leader);
+      await startNode(second);
       break;
     }
     case "kill_etcd_leader": {
@@ -663,6 +708,12 @@ async function runFault(kind: FaultKind): Promise<void> {
   }
   record.endAtMs = now();
   record.endWallMs = Date.now();
+  record.ridersMs = await confirming;
+  record.coldMs = await cold;
+  await Promise.all(tracking);
+  if (kind !== "kill_etcd_leader" && record.ridersMs === null && riders.length > 0) {
+    breach(`${kind}: the riders were not all confirmed on a new leader within 20 s`);
+  }
 }
 
 // ---- the run ------------------------------------------------------------------------------------
@@ -687,27 +738,28 @@ let exitCode = 0;
 try {
   for (const node of nodes) await startNode(node);
   await servingNode();
-  const workers = Array.from({ length: CLIENTS }, async (_, i) => {
-    await sleep(i * 20);
-    await worker(i);
-  });
+  const workers = [
+    ...Array.from({ length: CLIENTS }, async (_, i) => {
+      await sleep(i * 20);
+      await worker(i);
+    }),
+    ...Array.from({ length: RIDERS }, async (_, i) => {
+      await sleep(i * 20);
+      await rider(i);
+    }),
+  ];
   await m2.start();
-  console.error(
-    `m2 clients: ${m2.size.rideNames} ride names × ${m2.size.perName} (lease 10 s), ` +
-      `${m2.size.coldClients} short holders over ${m2.size.coldNames} names`,
-  );
-  await sleep(3_000); // the riders' first grants
   for (const [i, kind] of schedule.entries()) {
     await sleep(GAP_MIN_MS + Math.random() * (GAP_MAX_MS - GAP_MIN_MS));
     console.error(`fault ${i + 1}/${schedule.length}: ${kind}`);
     await runFault(kind);
   }
   await sleep(GAP_MIN_MS);
-  await Promise.all(beside);
   stopAll = true;
   await Promise.all(workers);
   await m2.stop();
   await finalChecks();
+  await checkLeftoverRecords();
 } catch (error) {
   breach(`soak failed: ${error instanceof Error ? error.stack ?? error.message : String(error)}`);
 } finally {
@@ -725,36 +777,12 @@ try {
   if (exitCode === 0) {
     await Deno.remove(dir, { recursive: true }).catch(() => {});
   } else {
-    // Kept for the post-mortem: every node's audit and diagnostic log, and every breach.
-    await Deno.writeTextFile(`${dir}/breaches.txt`, breaches.join("\n") + "\n").catch(() => {});
-    for (const { name, proc } of started) {
-      await Deno.writeTextFile(`${dir}/${name}.log`, proc.log()).catch(() => {});
-    }
-    await Deno.remove(`${dir}/etcd`, { recursive: true }).catch(() => {});
-    console.log(`audit and diagnostic logs kept in ${dir}`);
+    await keepRunDir(dir, breaches, started);
   }
 }
 Deno.exit(exitCode);
 
 // ---- checks at the end --------------------------------------------------------------------------
-
-interface AuditLine {
-  ts: string;
-  event: string;
-  lock: string;
-  token: number | null;
-  term?: number;
-  reason?: string;
-  node?: string;
-  client_name?: string;
-  claim?: string;
-  prev_term?: number;
-}
-
-/** An audit record with where it was written and its wall time in ms. */
-interface Written extends WrittenRecord {
-  readonly record: AuditLine;
-}
 
 async function finalChecks(): Promise<void> {
   // Tokens across every node's audit log: within a term in issue order, and every term above
@@ -762,6 +790,8 @@ async function finalChecks(): Promise<void> {
   const byTerm = new Map<number, number[]>();
   const seen = new Set<number>();
   const written: Written[] = [];
+  /** The same records with their file and place in it, for the milestone-2 checks. */
+  const placed: WrittenRecord[] = [];
   for (const node of nodes) {
     for (const path of node.audits) {
       const text = await Deno.readTextFile(path).catch(() => "");
@@ -774,8 +804,14 @@ async function finalChecks(): Promise<void> {
         } catch {
           continue; // a line torn by SIGKILL
         }
-        const index = written.length;
-        written.push({ record, node: node.name, wallMs: Date.parse(record.ts), file, index });
+        written.push({ record, node: node.name, wallMs: Date.parse(record.ts) });
+        placed.push({
+          record,
+          node: node.name,
+          wallMs: Date.parse(record.ts),
+          file,
+          index: placed.length,
+        });
         if (record.term === undefined) breach(`audit record without a term in ${path}: ${line}`);
         if (record.event === "leader_elected") {
           const wallMs = Date.parse(record.ts);
@@ -823,22 +859,11 @@ async function finalChecks(): Promise<void> {
     highest = Math.max(highest, ...tokens);
   }
   counts.terms = byTerm.size;
-  counts.ownerships_checked_by_time = checkOwnersByTime(written, { breach, count });
-  // Milestone 2: the clients' own view of holders, kept reclaims against the floors etcd held
-  // when their term began, FIFO among reclaimed waiters, and no records left once all is idle.
-  counts.m2_holdings_checked = m2.checkHoldings();
-  const fifo = m2.checkFifo(written, faults);
-  counts.fifo_pairs_checked = fifo.pairs;
-  counts.fifo_inversions = fifo.inversions;
-  const client = etcdClient(etcd.clientUrls, 10_000);
-  try {
-    await m2.checkFloors(written, client, "soak");
-    // Every lock is idle now: a reserved lock nobody reclaimed waits for its window (up to the
-    // riders' lease, the horizon), then the linger (2 s).
-    await m2.checkLeftoverRecords(client, "soak", 20_000);
-  } finally {
-    client.close();
-  }
+  checkOwnersByTime(written, { breach, count, counts });
+  checkReclaimFloors(written, { breach, count, counts });
+  // Milestone 2's population: the clients' own view of holders, FIFO among reclaimed waiters,
+  // kept reclaims against the floors etcd held when their term began.
+  await m2.finalChecks(placed, faults, etcdClient(etcd.clientUrls, 10_000), counts);
   // The nodes agree on the leader, and every gauge is back to 0 with all clients gone.
   await sleep(500);
   const infos = await Promise.all(nodes.map(infoOf));
@@ -847,15 +872,58 @@ async function finalChecks(): Promise<void> {
   if (terms.size !== 1 || serving !== 1) {
     breach(`nodes disagree on the leader: ${JSON.stringify(infos.map((i) => i?.cluster))}`);
   }
+  // A fault near the end leaves a reclaim window open (up to the riders' 10 s horizon): its
+  // reserved locks are lifted when it ends.
+  const windowsOpenUntil = now() + 30_000;
+  while (now() < windowsOpenUntil) {
+    const open = (await Promise.all(nodes.map(infoOf))).some((i) =>
+      i?.cluster?.window_ends_in_ms !== null && i?.cluster?.window_ends_in_ms !== undefined
+    );
+    if (!open) break;
+    await sleep(250);
+  }
   for (const node of nodes) {
     const response = await fetch(`http://${node.proc!.opsAddr}/metrics`);
     const text = await response.text();
-    for (const gauge of ["lockd_connections_active", "lockd_locks_held", "lockd_waiters"]) {
+    for (
+      const gauge of [
+        "lockd_connections_active",
+        "lockd_locks_held",
+        "lockd_waiters",
+        "lockd_cluster_reserved_locks",
+        "lockd_cluster_grants_waiting_commit",
+      ]
+    ) {
       const m = new RegExp(`^${gauge} (\\S+)$`, "m").exec(text);
       if (m === null || Number(m[1]) !== 0) {
         breach(`${node.name}: ${gauge} is ${m?.[1]} at the end`);
       }
     }
+  }
+}
+
+/**
+ * Milestone 2: every idle lock's ownership record is gone from etcd once the linger (2 s) has
+ * passed (every client is gone by now), whatever fault hit the leader that wrote it.
+ */
+async function checkLeftoverRecords(): Promise<void> {
+  await sleep(2_000 + 1_500);
+  const client = new EtcdHttpClient({
+    endpoints: etcd.clientUrls,
+    requestTimeoutMs: 2_000,
+    scheduler: systemScheduler,
+  });
+  try {
+    const page = await client.range("soak/own/", { limit: 100 });
+    counts.records_left = page.kvs.length;
+    if (page.kvs.length > 0) {
+      breach(
+        `${page.kvs.length}${page.more ? "+" : ""} ownership records left for idle locks: ` +
+          page.kvs.slice(0, 5).map((kv) => `${kv.key}=${kv.value}`).join(", "),
+      );
+    }
+  } finally {
+    client.close();
   }
 }
 
@@ -878,11 +946,17 @@ function report(): void {
       );
       continue;
     }
+    const ridersMs = of.map((f) => f.ridersMs).filter((t): t is number => t !== null);
+    const coldMs = of.map((f) => f.coldMs).filter((t): t is number => t !== null);
     lines.push(
       `  ${kind}: ${of.length} faults, fault → first grant p50 ${fmt(percentile(times, 0.5))} ` +
         `max ${fmt(Math.max(...times))} (ms)${
           times.length < of.length ? " (some without a grant)" : ""
-        }`,
+        }; every rider confirmed p50 ${fmt(percentile(ridersMs, 0.5))} max ${
+          fmt(Math.max(...ridersMs))
+        }; a new client's free lock p50 ${fmt(percentile(coldMs, 0.5))} max ${
+          fmt(Math.max(...coldMs))
+        } (ms)`,
     );
   }
   const top = overlaps.sort((a, b) => b.overlapMs - a.overlapMs).slice(0, 5);
@@ -898,14 +972,18 @@ function report(): void {
   }
   console.log(`fail-over (lockd cluster soak, size ${SIZE}, TTL ${TTL_MS} ms):`);
   console.log(lines.join("\n"));
-  console.log(`holders across fail-overs (milestone 2):`);
+  console.log(`holders across fail-overs (milestone 2, ${m2.grants} grants):`);
   console.log(m2.reportLines().join("\n"));
   console.log(
     `soak:cluster ${((now() - startedAtMs) / 1000).toFixed(0)}s: ${breaches.length} breaches, ` +
-      `${grants} grants (m2 ${m2.grants}), ${resource.accepted} writes accepted, ${resource.fenced} fenced, ` +
+      `${grants} grants, ${resource.accepted} writes accepted, ${resource.fenced} fenced, ` +
       `max holder overlap ${fmt(maxOverlapMs)} ms, soak event-loop lag max ${fmt(maxLagMs)} ms, ` +
       JSON.stringify(counts),
   );
+}
+
+function fmt(ms: number): string {
+  return Number.isFinite(ms) ? ms.toFixed(0) : "-";
 }
 
 /** The longest time without a grant inside [fromMs, toMs]. */

@@ -23,7 +23,6 @@
  *   its history in the soak); FIFO inversion among reclaimed waiters: two waiters of a name in
  *   the leader's queue right before a fault, the first reclaimed (kept) before the second was
  *   granted, and the second granted first;
- * - at the end, after a quiet time: records left under `<cluster>/own/` (every lock is idle).
  *
  * @module
  */
@@ -142,7 +141,6 @@ export class M2Population {
   readonly #grantTimes = new Map<string, number[]>();
   readonly snapshots: QueueSnapshot[] = [];
   readonly confirmations: Confirmation[] = [];
-  readonly probes: { kind: string; grantMs: number | null; error: string | null }[] = [];
   #stopped = false;
   /** When the clients began to close (their claims leave the queues then). */
   #stoppedAtWallMs = Infinity;
@@ -199,6 +197,11 @@ export class M2Population {
       const client = await this.#client(id);
       this.#loops.push(this.#shortLoop(client, id));
     }
+    console.error(
+      `m2 clients: ${rideNames} ride names × ${perName} (lease 10 s), ${coldClients} short ` +
+        `holders over ${this.#size.coldNames} names`,
+    );
+    await sleep(3_000); // the ride names' first grants
   }
 
   async stop(): Promise<void> {
@@ -421,27 +424,6 @@ export class M2Population {
     });
   }
 
-  /**
-   * A new client started `delayMs` after a leader's SIGKILL must get a lock on a fresh name
-   * (a free lock): the time from the kill to its grant.
-   */
-  async probeNewClient(kind: string, faultAtMs: number, n: number, delayMs = 500): Promise<void> {
-    await sleep(Math.max(0, faultAtMs + delayMs - now()));
-    let client: Client | null = null;
-    try {
-      client = await connectWith({ addrs: this.#ctx.addrs(), clientName: `m2-probe-${n}` }, {});
-      const lock = await client.acquire(`fresh/${n}`, { leaseMs: 2_000, waitMs: 10_000 });
-      this.probes.push({ kind, grantMs: now() - faultAtMs, error: null });
-      await lock.release().catch(() => {});
-    } catch (error) {
-      const message = error instanceof Error ? error.message : String(error);
-      this.probes.push({ kind, grantMs: null, error: message });
-      this.#ctx.breach(`${kind}: a client started ${delayMs} ms after it failed: ${message}`);
-    } finally {
-      await client?.close().catch(() => {});
-    }
-  }
-
   // ---- checks at the end -----------------------------------------------------------------
 
   /** Two valid holders at once, by the clients' own view. */
@@ -602,19 +584,26 @@ export class M2Population {
     return { pairs, inversions };
   }
 
-  /** Records left under `<cluster>/own/` once everything is idle (waits up to `timeoutMs`). */
-  async checkLeftoverRecords(etcd: EtcdHttpClient, cluster: string, timeoutMs: number) {
-    const untilMs = now() + timeoutMs;
-    let keys: string[] = [];
-    while (now() < untilMs) {
-      const page = await etcd.range(`${cluster}/own/`, { limit: 20, timeoutMs: 5_000 });
-      keys = page.kvs.map((kv) => kv.key);
-      if (keys.length === 0) return;
-      await sleep(500);
+  /**
+   * Every check at the end (the audit records with their files and places): the clients' own
+   * view of holders, FIFO among reclaimed waiters, kept reclaims against etcd's floors. Closes
+   * `etcd`.
+   */
+  async finalChecks(
+    placed: WrittenRecord[],
+    faults: { atMs: number; atWallMs: number }[],
+    etcd: EtcdHttpClient,
+    counts: Record<string, number>,
+  ): Promise<void> {
+    counts.m2_holdings_checked = this.checkHoldings();
+    const fifo = this.checkFifo(placed, faults);
+    counts.fifo_pairs_checked = fifo.pairs;
+    counts.fifo_inversions = fifo.inversions;
+    try {
+      await this.checkFloors(placed, etcd, "soak");
+    } finally {
+      etcd.close();
     }
-    this.#ctx.breach(
-      `records of idle locks left in etcd ${timeoutMs} ms after the end: ${keys.join(", ")}`,
-    );
   }
 
   // ---- the report --------------------------------------------------------------------------
@@ -636,14 +625,6 @@ export class M2Population {
           `${confirmed}/${holders} holders confirmed; riders kept ${
             riders - ridersLost
           }/${riders})`,
-      );
-    }
-    const grants = this.probes.map((p) => p.grantMs).filter((t): t is number => t !== null);
-    if (this.probes.length > 0) {
-      lines.push(
-        `  new client 0.5 s after a leader SIGKILL, fresh name: ${grants.length}/` +
-          `${this.probes.length} got the lock, kill → grant p50 ${fmt(percentile(grants, 0.5))} ` +
-          `max ${fmt(Math.max(...grants))} ms`,
       );
     }
     return lines;

@@ -51,6 +51,9 @@ import type { Tickets } from "../security/tickets.ts";
 import type { LockEngineView } from "../core/lock_queries.ts";
 import type { LockService } from "../service/lock_service.ts";
 import { ClusterOwnership, type Takeover } from "./cluster_ownership.ts";
+import { type ClusterStats, type ClusterStatus, clusterStatus } from "./cluster_status.ts";
+
+export type { ClusterStats } from "./cluster_status.ts";
 import { ClusterTokens } from "./cluster_tokens.ts";
 import { HelloHold } from "./hello_hold.ts";
 import type { EndpointHealth, Etcd } from "./etcd.ts";
@@ -82,17 +85,6 @@ export interface ClusterNodeOptions {
   readonly reclaimGraceMs?: number;
   /** How long an idle lock's record stays (`-cluster-record-linger`). */
   readonly recordLingerMs?: number;
-}
-
-/** Counters and sums of cluster mode, read by /metrics. */
-export interface ClusterStats {
-  /** Times this node saw the leader change to a new term (its own elections included). */
-  leaderChangesTotal: number;
-  stepDowns: Record<StepDownReason, number>;
-  pauseSecondsSum: number;
-  pauseCount: number;
-  /** Per etcd operation: request count, failures, and the sum of their durations. */
-  readonly etcd: Map<string, { count: number; failures: number; secondsSum: number }>;
 }
 
 interface HeldPromise {
@@ -180,6 +172,8 @@ export class ClusterNode implements LeadershipGate {
       onDeposed: (current) => this.leadership.deposed(current),
       service: () => this.#service,
       locks: () => this.#locks,
+      ownHorizonMs: () => this.#publishingMs === 0 ? this.#horizonMs : null,
+      onClosed: () => this.#flushPromises(),
     });
   }
 
@@ -226,6 +220,20 @@ export class ClusterNode implements LeadershipGate {
   get serving(): boolean {
     return this.#readyTerm !== 0 && this.#readyTerm === this.leadership.term &&
       this.leadership.serving();
+  }
+
+  /** What this node does now (cluster_status.ts): the one source of every status text. */
+  get status(): ClusterStatus {
+    const leader = this.leadership.leader;
+    return clusterStatus({
+      serving: this.serving,
+      role: this.leadership.role,
+      term: this.leadership.term,
+      leader: leader !== null && !this.#isSelf(leader) ? leader : null,
+      window: this.ownership.window,
+      scheduler: this.#scheduler,
+      reservedLocks: () => this.ownership.reservedLocks(),
+    });
   }
 
   /** The term's longest promise published in etcd (ms). */
@@ -303,8 +311,7 @@ export class ClusterNode implements LeadershipGate {
     this.ownership.reclaimCheck(claim);
   readonly beforeDeliver = (name: string, restored: boolean): Promise<void> | null =>
     this.ownership.beforeDeliver(name, restored);
-  readonly ended = (name: string, token: number, graceful: boolean, slot: number): void =>
-    this.ownership.ended(name, token, graceful, slot);
+  readonly ended: LeadershipGate["ended"] = (...end) => this.ownership.ended(...end);
   readonly idle = (name: string): void => this.ownership.idle(name);
   readonly busy = (name: string): void => this.ownership.busy(name);
   readonly reclaimsDone = (prevTerm: number, prevSessionId: number): void =>
@@ -549,7 +556,7 @@ export class ClusterNode implements LeadershipGate {
 
   /** Publishes (in etcd, under this term) that promises may reach `leaseMs` ahead. */
   #publishHorizon(leaseMs: number): void {
-    if (this.#publishingMs !== 0) return;
+    if (this.#publishingMs !== 0 || this.ownership.closing) return;
     const term = this.leadership.term;
     if (term === 0) return;
     this.#publishingMs = leaseMs;

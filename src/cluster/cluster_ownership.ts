@@ -63,6 +63,13 @@ export interface ClusterOwnershipOptions {
   readonly onDeposed: (current: KeyValue | undefined) => void;
   /** The lock service (attached after construction). */
   readonly service: () => LockService | null;
+  /**
+   * The window closed: the horizon to publish in its place (this term's own longest promise), or
+   * null while a publication of the node is in flight (asked again later). While the write is in
+   * flight `closing` is true and the node publishes nothing; `onClosed` follows it.
+   */
+  readonly ownHorizonMs?: () => number | null;
+  readonly onClosed?: () => void;
   /** The engine's read side (attached with the service). */
   readonly locks: () => LockEngineView | null;
 }
@@ -107,6 +114,7 @@ export class ClusterOwnership {
   #horizonUntilMs = 0;
   #windowTimer: Timer | null = null;
   #closeTimer: Timer | null = null;
+  #closing = false;
 
   constructor(options: ClusterOwnershipOptions) {
     this.#o = options;
@@ -128,7 +136,9 @@ export class ClusterOwnership {
       // A reserved lock keeps its record: its holder may still reclaim it.
       isIdle: (name) => {
         const locks = options.locks();
-        return locks !== null && locks.isIdle(name) && !locks.isReserved(name);
+        if (locks === null || !locks.isIdle(name) || locks.isReserved(name)) return false;
+        // A lock-delay still running keeps the record (its end is in it for a next leader).
+        return (locks.getLock(name, 0)?.delayedUntilMs ?? 0) !== 0 ? "later" : true;
       },
       onDeposed: options.onDeposed,
       onRetry: (error) =>
@@ -227,7 +237,9 @@ export class ClusterOwnership {
    */
   serve(takeover: Takeover): void {
     const nowMs = this.#o.scheduler.monotonicMs();
-    const endsAtMs = Math.max(nowMs + this.#o.graceMs, takeover.horizonUntilMs);
+    // The first term of a cluster takes no tickets: its window lasts only the horizon (if any).
+    const graceMs = takeover.terms.served === 0 ? 0 : this.#o.graceMs;
+    const endsAtMs = Math.max(nowMs + graceMs, takeover.horizonUntilMs);
     const window = new ReclaimWindow({
       term: takeover.term,
       terms: takeover.terms,
@@ -238,7 +250,8 @@ export class ClusterOwnership {
     this.#window = window;
     this.#servingAtMs = nowMs;
     this.#horizonUntilMs = takeover.horizonUntilMs;
-    const reserved = this.#o.service()?.reserveForReclaims(window.held, endsAtMs) ?? 0;
+    const delays = delaysRunning(takeover.loaded, this.#o.scheduler);
+    const reserved = this.#o.service()?.reserveForReclaims(window.held, endsAtMs, delays) ?? 0;
     logger.info("reclaim window open", {
       term: takeover.term,
       reserved_locks: reserved,
@@ -292,21 +305,51 @@ export class ClusterOwnership {
     this.#writeClosed(term, window);
   }
 
-  /** `terms.closed = true` (best effort: the records' terms keep reclaims safe without it). */
+  /** A write of the window's end is in flight: the node publishes no horizon meanwhile. */
+  get closing(): boolean {
+    return this.#closing;
+  }
+
+  /**
+   * `terms.closed = true` (best effort: the records' terms keep reclaims safe without it), and
+   * the horizon back to this term's own: the last term's promises have run out, so the next
+   * leader need not wait for them. Retried until it lands or the term ends.
+   */
   #writeClosed(term: number, window: ReclaimWindow): void {
-    const value = formatTerms({ served: term, closed: true, before: window.terms.served });
-    this.#o.etcd.txn(
-      [{ key: this.#keys.leader, target: "create", revision: term }],
-      [{ type: "put", key: this.#keys.terms, value }],
-      [],
-      { timeoutMs: this.#o.ttlMs / 2 },
-    ).catch(() => {
+    const retry = () => {
       if (this.#o.term() !== term) return;
       this.#closeTimer = this.#o.scheduler.setTimer(() => {
         this.#closeTimer = null;
         if (this.#o.term() === term) this.#writeClosed(term, window);
       }, CLUSTER_RETRY_MS);
-    });
+    };
+    const horizonMs = this.#o.ownHorizonMs === undefined ? 0 : this.#o.ownHorizonMs();
+    if (horizonMs === null) {
+      retry();
+      return;
+    }
+    const value = formatTerms({ served: term, closed: true, before: window.terms.served });
+    const horizon = JSON.stringify({ term, lease_ms: horizonMs });
+    this.#closing = true;
+    this.#o.etcd.txn(
+      [{ key: this.#keys.leader, target: "create", revision: term }],
+      [
+        { type: "put", key: this.#keys.terms, value },
+        { type: "put", key: `${this.#o.cluster}/horizon`, value: horizon },
+      ],
+      [],
+      { timeoutMs: this.#o.ttlMs / 2 },
+    ).then(
+      () => {
+        this.#closing = false;
+        this.#o.onClosed?.();
+      },
+      () => {
+        this.#closing = false;
+        this.#o.onClosed?.();
+        retry();
+      },
+    );
   }
 
   // ---- OwnershipGate ---------------------------------------------------------------------
@@ -328,9 +371,21 @@ export class ClusterOwnership {
     return this.records.beforeDeliver(name, restored);
   }
 
-  ended(name: string, token: number, graceful: boolean, slot: number): void {
-    this.#window?.ended(name, token);
-    this.records.ended(name, token, graceful, slot);
+  ended(
+    name: string,
+    token: number,
+    graceful: boolean,
+    slot: number,
+    shared: boolean,
+    delayedUntilMs: number,
+  ): void {
+    this.#window?.ended(name, token, slot, shared);
+    const { scheduler } = this.#o;
+    // Wall-clock for the next leader (another process: its monotonic clock means nothing here).
+    const delayUntilWallMs = delayedUntilMs === 0
+      ? 0
+      : Math.ceil(scheduler.wallMs() + delayedUntilMs - scheduler.monotonicMs());
+    this.records.ended(name, token, graceful, slot, delayUntilWallMs);
   }
 
   idle(name: string): void {
@@ -392,7 +447,24 @@ export class ClusterOwnership {
     this.#windowTimer = null;
     this.#closeTimer?.cancel();
     this.#closeTimer = null;
+    this.#closing = false;
   }
+}
+
+/**
+ * The lock-delays the last term started that still run, as monotonic ends on this node (the
+ * records keep their ends in wall-clock ms: nodes' clocks are assumed close, as for the audit
+ * log's timestamps).
+ */
+function delaysRunning(loaded: LoadedRecords, scheduler: Scheduler): Map<string, number> {
+  const delays = new Map<string, number>();
+  const wallMs = scheduler.wallMs();
+  const monoMs = scheduler.monotonicMs();
+  for (const [name, record] of loaded.records) {
+    const untilWallMs = record.delayUntilWallMs ?? 0;
+    if (untilWallMs > wallMs) delays.set(name, monoMs + untilWallMs - wallMs);
+  }
+  return delays;
 }
 
 /** The `<cluster>/horizon` value (written by cluster_node.ts), or null. */

@@ -2,12 +2,9 @@ import type { Scheduler, Timer } from "../clock.ts";
 import type { CloseCause, Peer } from "../core/types.ts";
 import {
   HELD_REQUESTS_PER_SESSION_MAX,
-  LOCK_NAME_BYTES_MAX,
   PARTIAL_FRAME_STALL_MS,
   READ_BUFFER_BYTES_MAX,
   READ_BUFFER_BYTES_MIN,
-  SESSION_WRITER_BYTES_MIN,
-  SESSION_WRITER_RETAINED_BYTES_MAX,
   WRITE_BUFFER_BYTES_MAX,
 } from "../limits.ts";
 import { debugEnabled, log } from "../log/diagnostic.ts";
@@ -17,7 +14,6 @@ import type { SessionPort } from "../service/session_registry.ts";
 import type { StallWatchdog, StallWatched } from "../service/stall_watchdog.ts";
 import { ProtocolError, WIRE_CODES, wireCodeInfo } from "../wire/codes.ts";
 import { errorFrame, SESSION_ERRORS, type WireError } from "../service/wire_errors.ts";
-import { cutUtf8, FrameWriter } from "../wire/frame.ts";
 import { type FrameBudget, FrameReader } from "../wire/frame_reader.ts";
 import type {
   DecodedClientRequest,
@@ -28,10 +24,10 @@ import type {
 } from "../wire/messages.ts";
 import { peerClosedCause, RequestDispatch, unreachable } from "./dispatch.ts";
 import { helloRefusal, welcomeFor } from "./handshake.ts";
-import { ReplyOrder } from "./reply_order.ts";
-import { frameFields, heldBytes, ObservedFrames } from "./session_frames.ts";
+import { ReplyOrder, type ReplyOrderOptions } from "./reply_order.ts";
+import { frameFields, heldBytes } from "./session_frames.ts";
+import { type OutputOwner, SessionOutput } from "./session_output.ts";
 import type { Transport } from "./transport.ts";
-import { errorText } from "../error_text.ts";
 
 const logger = log("protocol");
 
@@ -83,9 +79,7 @@ export class Session implements SessionPort, StallWatched {
   /** The open session's requests (null before WELCOME). */
   #dispatch: RequestDispatch | null = null;
   readonly #reader: FrameReader;
-  readonly #writer: FrameWriter;
-  #writing = false;
-  #flushScheduled = false;
+  readonly #output: SessionOutput;
   #handshakeTimer: Timer | undefined;
   /** Frames in decision order: one decided after a held place waits there (see `hold`). */
   readonly #replies: ReplyOrder<ServerMessage>;
@@ -104,32 +98,84 @@ export class Session implements SessionPort, StallWatched {
   /** When bytes last arrived (monotonic ms), for the partial-frame stall check. */
   #lastReadMs = 0;
   #stallTimer: Timer | undefined;
-  readonly #observed = new ObservedFrames(); // frames whose writing someone waits for
 
   constructor(transport: Transport, host: SessionHost) {
     this.transport = transport;
     this.#host = host;
     this.#reader = new FrameReader(host.frameBytesMax, host.frameBudget);
-    this.#writer = new FrameWriter({
-      initialBytes: SESSION_WRITER_BYTES_MIN,
-      maxFrameBytes: host.frameBytesMax,
-      retainedBytesMax: SESSION_WRITER_RETAINED_BYTES_MAX,
-    });
-    this.#replies = new ReplyOrder<ServerMessage>({
-      deliver: (message) => this.#write(message),
-      drained: () => this.#finishWhenFlushed(),
-      weigh: heldBytes,
-      bytesMax: WRITE_BUFFER_BYTES_MAX,
-      overflowed: (bytes) => {
-        // Replies wait for their audit records and the client keeps asking: memory stays bounded.
-        logger.warn("slow reader disconnected", {
-          remote_addr: this.transport.remoteAddr,
-          held_bytes: bytes,
-        });
-        queueMicrotask(() => this.closeForStall());
-      },
-    });
+    const sink = new Session.#Sink(this);
+    this.#replies = new ReplyOrder<ServerMessage>(sink);
+    this.#output = new SessionOutput(
+      sink,
+      this,
+      host.watchdog,
+      host.counters,
+      host.frameBytesMax,
+    );
   }
+
+  /**
+   * What the reply order and the write path call back: one small object per session whose
+   * methods live on its prototype (no closures per session: memory per idle session, issue 24).
+   * Declared in the class body, so it may call the session's private methods.
+   */
+  static readonly #Sink = class implements ReplyOrderOptions<ServerMessage>, OutputOwner {
+    readonly #session: Session;
+    readonly bytesMax = WRITE_BUFFER_BYTES_MAX;
+
+    constructor(session: Session) {
+      this.#session = session;
+    }
+
+    get transport(): Transport {
+      return this.#session.transport;
+    }
+
+    get closed(): boolean {
+      return this.#session.#state === "closed";
+    }
+
+    deliver(message: ServerMessage): void {
+      const session = this.#session;
+      if (session.#state === "closed") return;
+      if (debugEnabled()) session.#debugFrame("frame sent", message);
+      session.#output.push(message);
+    }
+
+    weigh(message: ServerMessage | null): number {
+      return heldBytes(message);
+    }
+
+    overflowed(bytes: number): void {
+      // Replies wait for their audit records and the client keeps asking: memory stays bounded.
+      const session = this.#session;
+      logger.warn("slow reader disconnected", {
+        remote_addr: session.transport.remoteAddr,
+        held_bytes: bytes,
+      });
+      queueMicrotask(() => session.closeForStall());
+    }
+
+    slowReader(): void {
+      this.#session.closeForStall();
+    }
+
+    encodeFailed(): void {
+      queueMicrotask(() => this.#session.#peerLeft("io_error"));
+    }
+
+    writeFailed(): void {
+      this.#session.#peerLeft("io_error");
+    }
+
+    drained(): void {
+      this.#session.#finishWhenFlushed();
+    }
+
+    flushed(): void {
+      this.#session.#finishWhenFlushed();
+    }
+  };
 
   get state(): SessionState {
     return this.#state;
@@ -231,7 +277,7 @@ export class Session implements SessionPort, StallWatched {
   /** As `send`, and `written` runs once the frame has been written to the connection. */
   sendObserved(message: ServerMessage, written: () => void): void {
     if (this.#state === "closed") return;
-    this.#observed.observe(message, written);
+    this.#output.observe(message, written);
     this.#replies.send(message);
   }
 
@@ -262,67 +308,6 @@ export class Session implements SessionPort, StallWatched {
       this.#host.service.closeSession(this.#peer.sessionId, "io_timeout");
     }
     this.#finish();
-  }
-
-  /**
-   * Encodes a frame into the batch of this turn. An ERROR is counted here, once it is encoded
-   * for the wire: not one decided for a session that closed before its turn came, nor one that
-   * could not be encoded.
-   */
-  #write(message: ServerMessage): void {
-    if (this.#state === "closed") return;
-    if (debugEnabled()) this.#debugFrame("frame sent", message);
-    try {
-      this.#writer.push(message);
-    } catch (error) {
-      if (message.type === "error" && message.name.length > 0 && this.#pushWithCutName(message)) {
-        return;
-      }
-      // A frame the server cannot encode is a bug; it must not end the process (it may run in
-      // a timer). The session cannot be trusted to be in order any more: close it.
-      logger.error("cannot encode a frame; closing the session", {
-        remote_addr: this.transport.remoteAddr,
-        type: message.type,
-        error: errorText(error),
-      });
-      queueMicrotask(() => this.#peerLeft("io_error"));
-      return;
-    }
-    this.#afterPush(message);
-  }
-
-  #afterPush(message: ServerMessage): void {
-    if (message.type === "error") this.#host.counters.countError(message.code);
-    this.#observed.pushed(message);
-    if (this.#writer.byteLength > WRITE_BUFFER_BYTES_MAX) {
-      // The client does not read its replies: close it as an I/O timeout, memory stays bounded.
-      logger.warn("slow reader disconnected", {
-        remote_addr: this.transport.remoteAddr,
-        buffered_bytes: this.#writer.byteLength,
-      });
-      this.#writer.take();
-      this.closeForStall();
-      return;
-    }
-    if (!this.#flushScheduled && !this.#writing) {
-      this.#flushScheduled = true;
-      queueMicrotask(() => this.#flush());
-    }
-  }
-
-  /**
-   * An ERROR that echoes an oversized name (an invalid request's) may not fit the frame limit:
-   * it goes out with the name cut to LOCK_NAME_BYTES_MAX (marked with "…"), which always fits
-   * (the frame limit is at least SERVER_FRAME_BYTES_MAX). Returns whether that worked.
-   */
-  #pushWithCutName(message: ErrorMessage): boolean {
-    try {
-      this.#writer.push({ ...message, name: cutUtf8(message.name, LOCK_NAME_BYTES_MAX) });
-    } catch {
-      return false;
-    }
-    this.#afterPush(message);
-    return true;
   }
 
   // ---- reading ----------------------------------------------------------------
@@ -416,8 +401,13 @@ export class Session implements SessionPort, StallWatched {
       case "watch":
       case "unwatch":
       case "downgrade":
-        if (this.#state === "handshake") this.#unexpected(message);
-        else this.#dispatch!.apply(message as DecodedClientRequest);
+        if (this.#state === "handshake") {
+          this.#unexpected(message);
+          return;
+        }
+        // GOODBYE is the client closing gracefully: the closed line says so, as for a version-1 FIN.
+        if (message.type === "goodbye") this.#closeReason ||= "client_closed";
+        this.#dispatch!.apply(message as DecodedClientRequest);
         return;
       case "welcome":
       case "queued":
@@ -503,12 +493,12 @@ export class Session implements SessionPort, StallWatched {
       remote_addr: opened.remoteAddr,
       identity: opened.identity,
     });
-    this.#writer.version = this.#version;
+    this.#output.version = this.#version;
     this.#dispatch = new RequestDispatch(
       this.#host.service,
       opened,
       this.#version,
-      (message) => this.send(message),
+      this.send.bind(this), // a bound function: lighter than a closure and its context
     );
     this.send(welcomeFor(this.#version, opened, this.#host, this.#host.service));
   }
@@ -563,36 +553,10 @@ export class Session implements SessionPort, StallWatched {
     this.#finish();
   }
 
-  async #flush(): Promise<void> {
-    this.#flushScheduled = false;
-    if (this.#writing) return;
-    this.#writing = true;
-    try {
-      while (this.#writer.byteLength > 0 && this.#state !== "closed") {
-        const bytes = this.#writer.take();
-        const observed = this.#observed.takeBatch();
-        this.#host.watchdog.writeStarted(this);
-        let offset = 0;
-        while (offset < bytes.length) {
-          offset += await this.transport.write(offset === 0 ? bytes : bytes.subarray(offset));
-        }
-        this.#host.watchdog.writeEnded(this);
-        for (const written of observed) written();
-      }
-    } catch {
-      this.#host.watchdog.writeEnded(this);
-      this.#writing = false;
-      this.#peerLeft("io_error");
-      return;
-    }
-    this.#writing = false;
-    this.#finishWhenFlushed();
-  }
-
   /** A closing session closes once nothing is held and everything decided is written. */
   #finishWhenFlushed(): void {
     if (
-      this.#state === "closing" && this.#replies.idle && !this.#writing && !this.#flushScheduled
+      this.#state === "closing" && this.#replies.idle && this.#output.idle
     ) {
       this.#finish();
     }
@@ -606,7 +570,7 @@ export class Session implements SessionPort, StallWatched {
     this.#stallTimer?.cancel();
     this.#stallTimer = undefined;
     this.#replies.clear();
-    this.#observed.clear();
+    this.#output.close();
     this.#host.watchdog.writeEnded(this);
     this.#host.closed(this);
     this.transport.close();

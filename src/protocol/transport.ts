@@ -22,27 +22,45 @@ export interface Transport {
  * `onClosed` runs once, when the connection is closed.
  */
 export function tcpTransport(conn: Deno.TcpConn, onClosed: () => void = () => {}): Transport {
-  const addr = conn.remoteAddr;
   try {
     conn.setNoDelay(true);
   } catch {
     // The peer may already be gone; the first read will say so.
   }
-  let closed = false;
-  return {
-    remoteAddr: formatHostPort(addr.hostname, addr.port),
-    identity: "",
-    read: (buffer) => conn.read(buffer),
-    write: (bytes) => conn.write(bytes),
-    close() {
-      if (closed) return;
-      closed = true;
-      onClosed();
-      try {
-        conn.close();
-      } catch {
-        // Already closed by the peer.
-      }
-    },
-  };
+  return new TcpTransport(conn, onClosed);
+}
+
+/** One object per connection, no closures of its own (memory per idle session, issue 24). */
+class TcpTransport implements Transport {
+  readonly remoteAddr: string;
+  readonly identity = "";
+  readonly #conn: Deno.TcpConn;
+  #onClosed: (() => void) | null;
+
+  constructor(conn: Deno.TcpConn, onClosed: () => void) {
+    const addr = conn.remoteAddr;
+    this.remoteAddr = formatHostPort(addr.hostname, addr.port);
+    this.#conn = conn;
+    this.#onClosed = onClosed;
+  }
+
+  read(buffer: Uint8Array): Promise<number | null> {
+    return this.#conn.read(buffer);
+  }
+
+  write(bytes: Uint8Array): Promise<number> {
+    return this.#conn.write(bytes);
+  }
+
+  close(): void {
+    const onClosed = this.#onClosed;
+    if (onClosed === null) return;
+    this.#onClosed = null;
+    onClosed();
+    try {
+      this.#conn.close();
+    } catch {
+      // Already closed by the peer.
+    }
+  }
 }

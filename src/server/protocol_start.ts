@@ -53,10 +53,12 @@ export async function listenProtocol(
     session.run();
   };
   if (tlsMaterial === null) {
+    // One callback for every connection (none allocated per connection).
+    const connectionClosed = () => counters.protocolConnectionsOpen--;
     const listener = listenTcp(
       at,
       counters,
-      (conn) => serve(tcpTransport(conn, () => counters.protocolConnectionsOpen--)),
+      (conn) => serve(tcpTransport(conn, connectionClosed)),
     );
     return { listener, tls: null };
   }

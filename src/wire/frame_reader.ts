@@ -53,9 +53,10 @@ function malformed(reason: string): ProtocolError {
   return new ProtocolError("MALFORMED_FRAME", reason);
 }
 
+const NO_BYTES = new Uint8Array(0); // shared by every idle reader and cursor (no room: not written)
 /** Reads the fields of one frame body in order; every read is bounds-checked. */
 class BodyCursor {
-  bytes: Uint8Array = new Uint8Array(0);
+  bytes: Uint8Array = NO_BYTES;
   pos = 0;
   end = 0;
   kind = "";
@@ -569,7 +570,7 @@ export class FrameReader {
   #error: ProtocolError | null = null;
 
   /** A partial frame (header included) copied out of earlier chunks. */
-  #partial: Uint8Array = new Uint8Array(0);
+  #partial: Uint8Array = NO_BYTES;
   #partialLen = 0;
   /** Length prefix of the partial frame, or -1 while fewer than 4 header bytes are in. */
   #partialFrameBytes = -1;
@@ -631,7 +632,7 @@ export class FrameReader {
   release(): void {
     this.#partialLen = 0;
     this.#partialFrameBytes = -1;
-    this.#setPartial(new Uint8Array(0));
+    this.#setPartial(NO_BYTES);
   }
 
   /** Feeds bytes read from the peer. `chunk` is never read again after this returns. */
@@ -786,7 +787,7 @@ export class FrameReader {
     this.#partialLen = 0;
     this.#partialFrameBytes = -1;
     if (this.#partial.byteLength > FRAME_READER_RETAINED_BYTES_MAX) {
-      this.#setPartial(new Uint8Array(0));
+      this.#setPartial(NO_BYTES);
     }
   }
 }

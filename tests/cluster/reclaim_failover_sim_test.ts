@@ -399,3 +399,66 @@ Deno.test("m2 sim: records: a grant of a free lock commits one before its ACQUIR
   assert.equal(record(fake, "c"), undefined, "deleted after the linger");
   assert.equal(n1.t.server.context.cluster!.ownership.recordStats.records, 0);
 });
+
+Deno.test("m2 sim: an operator lifts a reservation: audited, the head waiter is granted at once; a lock not reserved is refused and nothing is audited", async () => {
+  await using fake = fakeCluster(WALL_MS);
+  const [n1, n2] = await twoNodes(fake);
+  await using x = await session(n1.t);
+  await x.send(acquireMsg(1, "a", 1_000, 0));
+  const held = expect(await next(fake, x), "acquired");
+  n1.crash();
+  await untilServing(fake, n2);
+  await using w = await session(n2.t);
+  await w.send(acquireMsg(1, "a", 10_000, WAIT_FOREVER));
+  expect(await next(fake, w), "queued");
+  const service = n2.t.server.context.service;
+  const actor = { remote_addr: "127.0.0.1:9", auth: "none" as const };
+  assert.equal(service.liftReservation("b", actor), "not_reserved");
+  assert.equal(service.liftReservation("a", actor), "lifted");
+  assert.ok(expect(await next(fake, w), "acquired").token > held.token);
+  const lifted = n2.t.audit.records().filter((r) => r.event === "reservation_lifted");
+  assert.deepEqual(lifted.map((r) => [r.lock, r.by, r.actor]), [["a", "operator", actor]]);
+  assert.equal(service.liftReservation("a", actor), "not_reserved");
+});
+
+Deno.test("m2 sim: status: the first leader of a cluster serves at once (no window); after a crash the next one says reclaiming until T, everywhere; a standby says whom it stands by", async () => {
+  await using fake = fakeCluster(WALL_MS);
+  const [n1, n2] = await twoNodes(fake);
+  assert.equal(n1.t.server.context.cluster!.status.phase, "serving");
+  assert.equal(n2.t.server.context.cluster!.status.phase, "standby");
+  await using x = await session(n1.t);
+  await x.send(acquireMsg(1, "a", 1_000, 0));
+  expect(await next(fake, x), "acquired");
+  n1.crash();
+  await untilServing(fake, n2);
+  const status = n2.t.server.context.cluster!.status;
+  assert.equal(status.phase, "reclaiming");
+  assert.equal(status.reservedLocks, 1);
+  const leftMs = status.untilWallMs! - fake.scheduler.wallMs();
+  assert.ok(leftMs > 0 && leftMs <= GRACE_MS, `the window ends in ${leftMs} ms`);
+  await fake.run(GRACE_MS);
+  assert.equal(n2.t.server.context.cluster!.status.phase, "serving");
+});
+
+Deno.test("m2 sim: the window lasts as long as the last term's horizon, then the horizon in etcd is this term's own (the next leader does not wait for promises that ran out)", async () => {
+  await using fake = fakeCluster(WALL_MS);
+  const [n1, n2] = await twoNodes(fake);
+  await using x = await session(n1.t);
+  // A lease longer than the leader's own etcd lease: published as the term's horizon.
+  await x.send(acquireMsg(1, "a", 10_000, 0));
+  expect(await next(fake, x), "acquired");
+  assert.equal(JSON.parse(fake.etcd.peek("test/horizon")!.value).lease_ms, 10_000);
+  n1.crash();
+  await untilServing(fake, n2);
+  const cluster = n2.t.server.context.cluster!;
+  const window = cluster.ownership.window!;
+  const leftMs = window.endsAtMs - fake.scheduler.monotonicMs();
+  assert.ok(leftMs > GRACE_MS && leftMs <= 10_000, `the window ends in ${leftMs} ms`);
+  await fake.run(leftMs + 100);
+  assert.equal(cluster.ownership.window, null);
+  assert.deepEqual(JSON.parse(fake.etcd.peek("test/horizon")!.value), {
+    term: cluster.term,
+    lease_ms: 0,
+  });
+  assert.equal(JSON.parse(fake.etcd.peek("test/terms")!.value).closed, true);
+});
