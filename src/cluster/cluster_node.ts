@@ -311,8 +311,7 @@ export class ClusterNode implements LeadershipGate {
     this.ownership.reclaimCheck(claim);
   readonly beforeDeliver = (name: string, restored: boolean): Promise<void> | null =>
     this.ownership.beforeDeliver(name, restored);
-  readonly ended = (name: string, token: number, graceful: boolean, slot: number): void =>
-    this.ownership.ended(name, token, graceful, slot);
+  readonly ended: LeadershipGate["ended"] = (...end) => this.ownership.ended(...end);
   readonly idle = (name: string): void => this.ownership.idle(name);
   readonly busy = (name: string): void => this.ownership.busy(name);
   readonly reclaimsDone = (prevTerm: number, prevSessionId: number): void =>

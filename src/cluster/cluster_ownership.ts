@@ -136,7 +136,9 @@ export class ClusterOwnership {
       // A reserved lock keeps its record: its holder may still reclaim it.
       isIdle: (name) => {
         const locks = options.locks();
-        return locks !== null && locks.isIdle(name) && !locks.isReserved(name);
+        if (locks === null || !locks.isIdle(name) || locks.isReserved(name)) return false;
+        // A lock-delay still running keeps the record (its end is in it for a next leader).
+        return (locks.getLock(name, 0)?.delayedUntilMs ?? 0) !== 0 ? "later" : true;
       },
       onDeposed: options.onDeposed,
       onRetry: (error) =>
@@ -248,7 +250,8 @@ export class ClusterOwnership {
     this.#window = window;
     this.#servingAtMs = nowMs;
     this.#horizonUntilMs = takeover.horizonUntilMs;
-    const reserved = this.#o.service()?.reserveForReclaims(window.held, endsAtMs) ?? 0;
+    const delays = delaysRunning(takeover.loaded, this.#o.scheduler);
+    const reserved = this.#o.service()?.reserveForReclaims(window.held, endsAtMs, delays) ?? 0;
     logger.info("reclaim window open", {
       term: takeover.term,
       reserved_locks: reserved,
@@ -368,9 +371,21 @@ export class ClusterOwnership {
     return this.records.beforeDeliver(name, restored);
   }
 
-  ended(name: string, token: number, graceful: boolean, slot: number): void {
-    this.#window?.ended(name, token);
-    this.records.ended(name, token, graceful, slot);
+  ended(
+    name: string,
+    token: number,
+    graceful: boolean,
+    slot: number,
+    shared: boolean,
+    delayedUntilMs: number,
+  ): void {
+    this.#window?.ended(name, token, slot, shared);
+    const { scheduler } = this.#o;
+    // Wall-clock for the next leader (another process: its monotonic clock means nothing here).
+    const delayUntilWallMs = delayedUntilMs === 0
+      ? 0
+      : Math.ceil(scheduler.wallMs() + delayedUntilMs - scheduler.monotonicMs());
+    this.records.ended(name, token, graceful, slot, delayUntilWallMs);
   }
 
   idle(name: string): void {
@@ -434,6 +449,22 @@ export class ClusterOwnership {
     this.#closeTimer = null;
     this.#closing = false;
   }
+}
+
+/**
+ * The lock-delays the last term started that still run, as monotonic ends on this node (the
+ * records keep their ends in wall-clock ms: nodes' clocks are assumed close, as for the audit
+ * log's timestamps).
+ */
+function delaysRunning(loaded: LoadedRecords, scheduler: Scheduler): Map<string, number> {
+  const delays = new Map<string, number>();
+  const wallMs = scheduler.wallMs();
+  const monoMs = scheduler.monotonicMs();
+  for (const [name, record] of loaded.records) {
+    const untilWallMs = record.delayUntilWallMs ?? 0;
+    if (untilWallMs > wallMs) delays.set(name, monoMs + untilWallMs - wallMs);
+  }
+  return delays;
 }
 
 /** The `<cluster>/horizon` value (written by cluster_node.ts), or null. */

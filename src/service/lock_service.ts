@@ -46,7 +46,7 @@ import { DeadlineTimer } from "./deadline_timer.ts";
 import { type CarriedOver, type Closing, EventCarrier } from "./event_carrier.ts";
 import type { LeadershipGate, OwnershipGate } from "./leadership_gate.ts";
 import { LockReads } from "./lock_reads.ts";
-import { type ReclaimRequest, Reclaims, type ReclaimStats } from "./reclaims.ts";
+import { type Delays, type ReclaimRequest, Reclaims, type ReclaimStats } from "./reclaims.ts";
 import { type SessionPort, SessionRegistry } from "./session_registry.ts";
 import { SingleNodeGate } from "./single_node_gate.ts";
 
@@ -451,8 +451,8 @@ export class LockService {
   }
 
   /** Cluster mode, a takeover: the locks of `names` are reserved for reclaims (reclaims.ts). */
-  reserveForReclaims(names: Iterable<string>, untilMs: number): number {
-    return this.#reclaims.reserve(names, untilMs);
+  reserveForReclaims(names: Iterable<string>, untilMs: number, delays?: Delays): number {
+    return this.#reclaims.reserve(names, untilMs, delays);
   }
 
   /** Cluster mode, the window ended: the reservations of `names` end (once it may decide). */
