@@ -38,7 +38,7 @@ const COMMANDS: Readonly<Record<string, Command>> = {
   },
   observe: {
     synopsis: "lockd observe NAME|GLOB [flags]",
-    summary: "print one JSON line per state of the locks named (who holds them, their values)",
+    summary: "print a JSON line per state of locks (holder, value)",
     usage: OBSERVE_USAGE,
     run: (args) => observeCommand(args),
   },

@@ -10,6 +10,21 @@ import { WIRE_CODES } from "../src/wire/codes.ts";
 import type { Acquired } from "../src/wire/messages.ts";
 import { BenchConn } from "./bench_client.ts";
 
+/**
+ * Locks with a lock-delay by the soak's rules file (`LOCK_RULES`): after a non-graceful end
+ * (expired, io_timeout, force) nothing is granted on them for LOCK_DELAY_MS.
+ */
+export const DELAYED_LOCKS = ["soak/5", "soak/sem-1"];
+export const LOCK_DELAY_MS = 300;
+const LOCK_DELAY_SLACK_MS = LOCK_DELAY_MS / 3;
+/** The server's -lock-rules-file: one semaphore fixed by a rule, two lock-delays. */
+export const LOCK_RULES = [
+  `semaphore soak/sem-1 3 lock-delay=${LOCK_DELAY_MS}ms`,
+  `lock-delay soak/5 ${LOCK_DELAY_MS}ms`,
+].join("\n") + "\n";
+/** Ends that start a lock-delay. */
+const NON_GRACEFUL = new Set(["expired", "io_timeout", "force"]);
+
 /** Semaphores of the soak, each with limit SEMAPHORE_LIMIT. */
 export const SEMAPHORES = ["soak/sem-0", "soak/sem-1"];
 export const SEMAPHORE_LIMIT = 3;
@@ -61,7 +76,8 @@ interface Owner {
 export class KindTracker {
   readonly #ctx: SoakContext;
   readonly owners = new Map<string, Set<Owner>>();
-  readonly #lastExclusive = new Map<string, number>();
+  /** Tokens of the exclusive grants per lock (this run), as their ACQUIREDs arrive. */
+  readonly #exclusiveTokens = new Map<string, number[]>();
   /** Force-releases without a token precondition per lock (they end every owner). */
   readonly #forces = new Map<string, number>();
   /** "run:token" → the write generation its shared grant carried. */
@@ -76,7 +92,7 @@ export class KindTracker {
   reset(): void {
     for (const set of this.owners.values()) for (const o of set) o.healthy = false;
     this.owners.clear();
-    this.#lastExclusive.clear();
+    this.#exclusiveTokens.clear();
   }
 
   forceIssued(lock: string): void {
@@ -101,7 +117,9 @@ export class KindTracker {
       this.#ctx.breach(`${lock} granted slot ${slot} of limit ${a.limit} (token ${a.token})`);
     }
     if (mode === "exclusive" && !semaphore) {
-      this.#lastExclusive.set(lock, Math.max(a.token, this.#lastExclusive.get(lock) ?? 0));
+      const tokens = this.#exclusiveTokens.get(lock) ?? [];
+      tokens.push(a.token);
+      this.#exclusiveTokens.set(lock, tokens);
     }
     const owner: Owner = {
       token: a.token,
@@ -140,16 +158,25 @@ export class KindTracker {
     if (generation >= a.token) {
       this.#ctx.breach(`reader of ${lock} (token ${a.token}) has write generation ${generation}`);
     }
-    if (generation === 0 || generation === this.#lastExclusive.get(lock)) return;
+    if (generation === 0 || generation === this.#lastExclusiveBefore(lock, a.token)) return;
     // The writer's ACQUIRED may still be on its way on its own socket.
     await sleep(200);
-    const last = this.#lastExclusive.get(lock);
+    const last = this.#lastExclusiveBefore(lock, a.token);
     if (generation !== last) {
       this.#ctx.breach(
         `reader of ${lock} (token ${a.token}) has write generation ${generation}, ` +
-          `the last exclusive grant seen is ${last ?? "none"}`,
+          `the last exclusive grant before it is ${last ?? "none"}`,
       );
     }
+  }
+
+  /** The largest exclusive grant's token below `token` (grants after the reader's do not count). */
+  #lastExclusiveBefore(lock: string, token: number): number | undefined {
+    let last: number | undefined;
+    for (const t of this.#exclusiveTokens.get(lock) ?? []) {
+      if (t < token && (last === undefined || t > last)) last = t;
+    }
+    return last;
   }
 
   /** An exclusive owner became shared in place: its own token is now the write generation. */
@@ -309,10 +336,16 @@ export async function kindChaos(ctx: SoakContext, tracker: KindTracker, until: n
     try {
       const r = Math.random();
       if (r < 0.4) {
-        const o = tracker.pick(lock);
+        // One owner by its token, of whichever kind lock has owners now (ownerships are short).
+        const owned = locks.filter((name) => tracker.pick(name) !== undefined);
+        const target = owned[Math.floor(Math.random() * owned.length)];
+        const o = target === undefined ? undefined : tracker.pick(target);
         if (o === undefined) continue;
         o.healthy = false;
-        const res = await fetch(`${path}/release?token=${o.token}`, { method: "POST" });
+        const res = await fetch(
+          `http://${admin}/api/locks/${encodeURIComponent(target)}/release?token=${o.token}`,
+          { method: "POST" },
+        );
         await res.body?.cancel();
         if (res.ok) ctx.fault("kinds_force_one");
       } else if (r < 0.6) {
@@ -344,6 +377,39 @@ export async function kindChaos(ctx: SoakContext, tracker: KindTracker, until: n
  * shared lock; each reader's write generation is the token of the last exclusive grant of its
  * lock, or 0 only when the lock had no owner at some moment since that grant.
  */
+export function checkLockDelays(
+  ctx: SoakContext,
+  run: number,
+  records: Record<string, unknown>[],
+): { checked: number; started: number } {
+  const delayedUntil = new Map<string, number>();
+  let checked = 0;
+  let started = 0;
+  for (const rec of records) {
+    const lock = String(rec.lock);
+    if (!DELAYED_LOCKS.includes(lock)) continue;
+    const atMs = Date.parse(String(rec.ts));
+    if (rec.event === "release" && NON_GRACEFUL.has(String(rec.reason))) {
+      started++;
+      delayedUntil.set(lock, Math.max(delayedUntil.get(lock) ?? 0, atMs + LOCK_DELAY_MS));
+    } else if (rec.event === "acquire") {
+      checked++;
+      // A record's `ts` is read when it is written, the delay's start when the ownership ended:
+      // the process may be descheduled in between on a loaded machine (tens of ms seen here), so
+      // the check allows a third of the delay. A server without the delay grants a waiter within
+      // a few ms of the end, far outside that slack.
+      const until = delayedUntil.get(lock) ?? 0;
+      if (atMs < until - LOCK_DELAY_SLACK_MS) {
+        ctx.breach(
+          `run ${run}: ${lock} token ${rec.token} granted at ${rec.ts}, ${until - atMs} ms ` +
+            "before the lock-delay of a non-graceful end was over",
+        );
+      }
+    }
+  }
+  return { checked, started };
+}
+
 export function checkKindAudit(
   ctx: SoakContext,
   tracker: KindTracker,

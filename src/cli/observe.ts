@@ -157,7 +157,11 @@ async function printStates(client: Client, pattern: string, io: ObserveIo): Prom
   io.signal?.addEventListener("abort", onSignal, { once: true });
   try {
     for await (const state of client.observe(pattern, { signal: stop.signal })) {
-      io.stdout(JSON.stringify(stateJson(state)));
+      try {
+        io.stdout(JSON.stringify(stateJson(state)));
+      } catch {
+        break; // the reader went away (`lockd observe NAME | head -1`): done
+      }
     }
     return OBSERVE_EXIT.done.status;
   } finally {

@@ -83,6 +83,12 @@ export interface Takeover {
   readonly handover: HandoverRecord | null;
   /** The last term's promises may run until this instant (monotonic ms; 0: none published). */
   readonly horizonUntilMs: number;
+  /**
+   * A leader that kept no records (of before milestone 2: a rolling upgrade) served after the last
+   * one that did: no lock may be granted until its promises ran out, as before milestone 2
+   * (`horizonUntilMs`, or 0 when that is not the case).
+   */
+  readonly holdAllUntilMs: number;
   readonly loadMs: number;
 }
 
@@ -114,6 +120,8 @@ export class ClusterOwnership {
   #horizonUntilMs = 0;
   #windowTimer: Timer | null = null;
   #closeTimer: Timer | null = null;
+  /** Readers' tokens whose floor waits for the older readers to go (see `#readerFloor`). */
+  readonly #deferredFloors = new Map<string, number>();
   #closing = false;
 
   constructor(options: ClusterOwnershipOptions) {
@@ -136,7 +144,9 @@ export class ClusterOwnership {
       // A reserved lock keeps its record: its holder may still reclaim it.
       isIdle: (name) => {
         const locks = options.locks();
-        return locks !== null && locks.isIdle(name) && !locks.isReserved(name);
+        if (locks === null || !locks.isIdle(name) || locks.isReserved(name)) return false;
+        // A lock-delay still running keeps the record (its end is in it for a next leader).
+        return (locks.getLock(name, 0)?.delayedUntilMs ?? 0) !== 0 ? "later" : true;
       },
       onDeposed: options.onDeposed,
       onRetry: (error) =>
@@ -219,12 +229,16 @@ export class ClusterOwnership {
         count: loaded.invalid.length,
       });
     }
+    // A horizon of a term after the last one that wrote `terms` comes from a leader that wrote no
+    // records either: every lock it granted is unknown here.
+    const recordless = previous !== null && previous.term > read.served && read.served < term;
     return {
       term,
       terms: prior,
       loaded,
       handover: parseHandover(handover.kv?.value),
       horizonUntilMs,
+      holdAllUntilMs: recordless ? horizonUntilMs : 0,
       loadMs,
     };
   }
@@ -248,7 +262,8 @@ export class ClusterOwnership {
     this.#window = window;
     this.#servingAtMs = nowMs;
     this.#horizonUntilMs = takeover.horizonUntilMs;
-    const reserved = this.#o.service()?.reserveForReclaims(window.held, endsAtMs) ?? 0;
+    const delays = delaysRunning(takeover.loaded, this.#o.scheduler);
+    const reserved = this.#o.service()?.reserveForReclaims(window.held, endsAtMs, delays) ?? 0;
     logger.info("reclaim window open", {
       term: takeover.term,
       reserved_locks: reserved,
@@ -368,9 +383,55 @@ export class ClusterOwnership {
     return this.records.beforeDeliver(name, restored);
   }
 
-  ended(name: string, token: number, graceful: boolean, slot: number): void {
-    this.#window?.ended(name, token);
-    this.records.ended(name, token, graceful, slot);
+  ended(
+    name: string,
+    token: number,
+    graceful: boolean,
+    slot: number,
+    shared: boolean,
+    delayedUntilMs: number,
+  ): void {
+    this.#window?.ended(name, token, slot, shared);
+    const { scheduler } = this.#o;
+    // Wall-clock for the next leader (another process: its monotonic clock means nothing here).
+    const delayUntilWallMs = delayedUntilMs === 0
+      ? 0
+      : Math.ceil(scheduler.wallMs() + delayedUntilMs - scheduler.monotonicMs());
+    const floor = this.#readerFloor(name, token, graceful, shared);
+    const noFloor = floor === null && (graceful || shared);
+    this.records.ended(name, floor ?? token, noFloor, slot, delayUntilWallMs);
+  }
+
+  /**
+   * W2 for readers, who share slot 0: a floor at a reader's token would void every older reader
+   * still holding the lock at the next leader. So a reader that ended badly while an older one
+   * still holds raises the floor only below the oldest holder now, and its own token waits until
+   * no older reader holds (before any writer's ACQUIRED: a writer is granted only then, and its
+   * grant waits for the commit, W1). Until then it could come back beside them as a reader at a
+   * next leader: harmless, no writer was granted meanwhile. Returns the floor to raise to now,
+   * or null when this end is handled as any other.
+   */
+  #readerFloor(name: string, token: number, graceful: boolean, shared: boolean): number | null {
+    const deferred = this.#deferredFloors.get(name);
+    if (deferred === undefined && (!shared || graceful)) return null;
+    let oldest = Infinity;
+    for (const owner of this.#o.locks()?.holdersOf(name) ?? []) {
+      oldest = Math.min(oldest, owner.token);
+    }
+    let floor = graceful ? 0 : token;
+    let waiting = deferred ?? 0;
+    if (shared && !graceful && oldest < token) {
+      waiting = Math.max(waiting, token);
+      floor = oldest - 1;
+    }
+    if (waiting !== 0 && oldest > waiting) {
+      floor = Math.max(floor, waiting);
+      waiting = 0;
+    }
+    if (waiting === 0) this.#deferredFloors.delete(name);
+    else this.#deferredFloors.set(name, waiting);
+    // 0: nothing to raise (a graceful end, or a reader's whose floor waits: null, as graceful).
+    return floor === 0 ? null : floor;
   }
 
   idle(name: string): void {
@@ -426,6 +487,7 @@ export class ClusterOwnership {
   /** The term ended (stepped down, deposed, handed over): no more writes, the window is gone. */
   end(): void {
     this.records.end();
+    this.#deferredFloors.clear();
     this.#window = null;
     this.#horizonUntilMs = 0;
     this.#windowTimer?.cancel();
@@ -434,6 +496,22 @@ export class ClusterOwnership {
     this.#closeTimer = null;
     this.#closing = false;
   }
+}
+
+/**
+ * The lock-delays the last term started that still run, as monotonic ends on this node (the
+ * records keep their ends in wall-clock ms: nodes' clocks are assumed close, as for the audit
+ * log's timestamps).
+ */
+function delaysRunning(loaded: LoadedRecords, scheduler: Scheduler): Map<string, number> {
+  const delays = new Map<string, number>();
+  const wallMs = scheduler.wallMs();
+  const monoMs = scheduler.monotonicMs();
+  for (const [name, record] of loaded.records) {
+    const untilWallMs = record.delayUntilWallMs ?? 0;
+    if (untilWallMs > wallMs) delays.set(name, monoMs + untilWallMs - wallMs);
+  }
+  return delays;
 }
 
 /** The `<cluster>/horizon` value (written by cluster_node.ts), or null. */

@@ -55,12 +55,8 @@ export class SessionOutput {
   version = 1;
   #writing = false;
   #flushScheduled = false;
-  /** The write in flight: its bytes, how far it got, the observers of its frames, its job. */
-  #bytes: Uint8Array = NO_BYTES;
-  #inFlight: FrameWriter | null = null;
-  #offset = 0;
-  #batchObserved: readonly (() => void)[] = NO_OBSERVERS;
-  #job: InstanceType<typeof SessionOutput.Job> | null = null;
+  /** The write in flight, while one is. */
+  #job: WriteJob | null = null;
   /** Frames whose writing someone waits for (`observe`; created at the first). */
   #observed: ObservedFrames | null = null;
 
@@ -158,7 +154,8 @@ export class SessionOutput {
   /**
    * Writes what was encoded since the last write, one socket write (and the rest of a partial
    * one) at a time, until nothing is left; then the writer goes back and the owner hears of it.
-   * No promise or closure of its own per write: the callbacks are a pooled `WriteJob`'s.
+   * No promise or closure of its own per write: the callbacks are a pooled `WriteJob`'s, which
+   * also holds the write in flight (an idle session keeps none of it).
    */
   #writeNext(): void {
     const writer = this.#writer;
@@ -170,19 +167,20 @@ export class SessionOutput {
       return;
     }
     this.#writing = true;
+    const job = this.#job ??= takeJob(this);
     // The bytes are a view of the writer's buffer (no copy): frames decided while they are
     // written go into another writer, and this one goes back to the pool once they are written.
-    this.#bytes = writer.take(false);
-    this.#inFlight = writer;
+    job.bytes = writer.take(false);
+    job.writer = writer;
     this.#writer = null;
-    this.#offset = 0;
-    this.#batchObserved = this.#observed?.takeBatch() ?? NO_OBSERVERS;
+    job.offset = 0;
+    job.observed = this.#observed?.takeBatch() ?? NO_OBSERVERS;
     this.#watchdog.writeStarted(this.#watched);
-    this.#send();
+    this.#send(job);
   }
 
-  #send(): void {
-    const bytes = this.#offset === 0 ? this.#bytes : this.#bytes.subarray(this.#offset);
+  #send(job: WriteJob): void {
+    const bytes = job.offset === 0 ? job.bytes : job.bytes.subarray(job.offset);
     let pending: Promise<number>;
     try {
       pending = this.#owner.transport.write(bytes);
@@ -190,23 +188,23 @@ export class SessionOutput {
       this.#writeFailed();
       return;
     }
-    this.#job ??= takeJob(this);
-    pending.then(this.#job.wrote, this.#job.failed);
+    pending.then(job.wrote, job.failed);
   }
 
-  static #wrote(output: SessionOutput, n: number): void {
+  static #wrote(output: SessionOutput, job: WriteJob, n: number): void {
     try {
-      output.#offset += n;
-      if (output.#offset < output.#bytes.length) {
-        output.#send();
+      job.offset += n;
+      if (job.offset < job.bytes.length) {
+        output.#send(job);
         return;
       }
       output.#watchdog.writeEnded(output.#watched);
-      const observed = output.#batchObserved;
-      output.#batchObserved = NO_OBSERVERS;
-      output.#bytes = NO_BYTES;
-      output.#returnInFlight();
-      for (const written of observed) written();
+      const observed = job.observed;
+      job.observed = NO_OBSERVERS;
+      job.bytes = NO_BYTES;
+      output.#writers.give(job.writer!);
+      job.writer = null;
+      for (let i = 0; i < observed.length; i++) observed[i]();
       output.#writeNext();
     } catch {
       output.#writeFailed();
@@ -221,25 +219,29 @@ export class SessionOutput {
     if (this.#owner.closed) this.#returnWriter();
   }
 
-  /** No write in flight any more: the buffers and the job go. */
+  /** No write in flight any more: the job goes back (with the writer it was writing from). */
   #endWriting(): void {
     this.#writing = false;
-    this.#bytes = NO_BYTES;
-    this.#returnInFlight();
-    this.#batchObserved = NO_OBSERVERS;
-    if (this.#job !== null) {
-      giveJob(this.#job);
-      this.#job = null;
-    }
+    const job = this.#job;
+    if (job === null) return;
+    this.#job = null;
+    if (job.writer !== null) this.#writers.give(job.writer);
+    giveJob(job);
   }
 
   /**
-   * The callbacks of one write in flight, pooled: a session borrows a job while it writes and
+   * One write in flight and its callbacks, pooled: a session borrows a job while it writes and
    * gives it back when writing ends, so no closure is allocated per write nor kept per session.
    */
   static readonly Job = class WriteJob {
     output: SessionOutput | null = null;
-    readonly wrote = (n: number) => SessionOutput.#wrote(this.output!, n);
+    /** The writer whose bytes are being written, the bytes, how far they got. */
+    writer: FrameWriter | null = null;
+    bytes: Uint8Array = NO_BYTES;
+    offset = 0;
+    /** Called once the bytes are written: the observers of their frames. */
+    observed: readonly (() => void)[] = NO_OBSERVERS;
+    readonly wrote = (n: number) => SessionOutput.#wrote(this.output!, this, n);
     readonly failed = () => this.output!.#writeFailed();
   };
 
@@ -247,13 +249,6 @@ export class SessionOutput {
   close(): void {
     this.#observed?.clear();
     if (!this.#writing) this.#returnWriter();
-  }
-
-  /** The writer whose bytes were being written: they are written (or failed), it goes back. */
-  #returnInFlight(): void {
-    if (this.#inFlight === null) return;
-    this.#writers.give(this.#inFlight);
-    this.#inFlight = null;
   }
 
   /** Everything encoded was written (or the session closed): the writer goes back to the pool. */
@@ -276,15 +271,16 @@ function flushAll(): void {
   toFlush.length = 0;
 }
 
-const jobs: InstanceType<typeof SessionOutput.Job>[] = [];
+type WriteJob = InstanceType<typeof SessionOutput.Job>;
+const jobs: WriteJob[] = [];
 
-function takeJob(output: SessionOutput): InstanceType<typeof SessionOutput.Job> {
+function takeJob(output: SessionOutput): WriteJob {
   const job = jobs.pop() ?? new SessionOutput.Job();
   job.output = output;
   return job;
 }
 
-function giveJob(job: InstanceType<typeof SessionOutput.Job>): void {
+function giveJob(job: WriteJob): void {
   job.output = null;
   if (jobs.length < SESSION_WRITERS_POOLED_MAX) jobs.push(job);
 }

@@ -119,6 +119,13 @@ export class WatchHub {
   readonly #globs = new Set<Watch>();
   /** Sessions with frames to send (snapshots, WATCHING, waiting changes). */
   readonly #dirty = new Set<SessionWatches>();
+  /**
+   * Changes not handed to the watches yet: the latest per lock. A change costs one entry here,
+   * whatever the number of watchers; `flush` hands them over (a lock handed off as fast as it goes
+   * changes thousands of times a second, and a thousand watchers noted one by one per change
+   * would cost more than the hand-offs).
+   */
+  readonly #changes = new Map<string, Waiting>();
 
   constructor(options: WatchHubOptions) {
     this.#options = options;
@@ -132,7 +139,7 @@ export class WatchHub {
 
   /** Whether some session has frames to send (`flush` sends them). */
   get pending(): boolean {
-    return this.#dirty.size > 0;
+    return this.#dirty.size > 0 || this.#changes.size > 0;
   }
 
   /**
@@ -140,6 +147,7 @@ export class WatchHub {
    * its way (then its `written` brings it back). The driver calls it: at once, or paced.
    */
   flush(): void {
+    this.#handOver();
     for (const session of [...this.#dirty]) {
       this.#dirty.delete(session);
       this.#flush(session);
@@ -181,6 +189,8 @@ export class WatchHub {
           "watches open, the limit (UNWATCH one first)",
       };
     }
+    // Changes made before this watch are the other watches' (its snapshots show their result).
+    this.#handOver();
     const exact = glob.literalPrefix === pattern && glob.matches(pattern);
     const names = exact ? [pattern] : this.#matching(peer, glob);
     if (names.length > this.#locksMax) {
@@ -222,37 +232,51 @@ export class WatchHub {
     this.#dirty.delete(session);
   }
 
-  /** A lock changed: every watch that matches it hears of it (coalesced, see the module). */
+  /**
+   * A lock changed: every watch that matches it hears of it at the next `flush` (coalesced, see
+   * the module). One entry per lock until then, whatever the number of watchers.
+   */
   changed(change: LockChange): void {
-    for (const watch of this.#exact.get(change.name) ?? []) {
-      this.#note(watch, change);
-      this.#dirty.add(watch.session);
-    }
-    if (this.#globs.size > 0) {
-      for (const watch of [...this.#globs]) {
-        const session = watch.session;
-        if (!watch.names.has(change.name)) {
-          if (!watch.glob.matches(change.name)) continue;
-          if (!this.#options.mayRead(session.peer, change.name)) continue;
-          watch.names.add(change.name);
-          if (watch.names.size > this.#locksMax) {
-            this.#drop(session, watch);
-            this.#options.port(session.peer.sessionId)?.send(
-              watchEnded(watch.requestId, "too_many_locks"),
-            );
-            continue;
-          }
-        }
-        this.#note(watch, change);
-        this.#dirty.add(session);
+    this.#changes.set(change.name, { event: change.event, reason: change.reason });
+  }
+
+  /** Hands the changes noted since the last flush to the watches that match their locks. */
+  #handOver(): void {
+    if (this.#changes.size === 0) return;
+    for (const [name, waiting] of this.#changes) {
+      for (const watch of this.#exact.get(name) ?? []) {
+        this.#note(watch, name, waiting);
+        this.#dirty.add(watch.session);
       }
+      if (this.#globs.size > 0) this.#handOverToGlobs(name, waiting);
+    }
+    this.#changes.clear();
+  }
+
+  #handOverToGlobs(name: string, waiting: Waiting): void {
+    for (const watch of [...this.#globs]) {
+      const session = watch.session;
+      if (!watch.names.has(name)) {
+        if (!watch.glob.matches(name)) continue;
+        if (!this.#options.mayRead(session.peer, name)) continue;
+        watch.names.add(name);
+        if (watch.names.size > this.#locksMax) {
+          this.#drop(session, watch);
+          this.#options.port(session.peer.sessionId)?.send(
+            watchEnded(watch.requestId, "too_many_locks"),
+          );
+          continue;
+        }
+      }
+      this.#note(watch, name, waiting);
+      this.#dirty.add(session);
     }
   }
 
   /** Records a change for a watch: a snapshot still to send shows it anyway. */
-  #note(watch: Watch, change: LockChange): void {
-    if (!watch.watching && watch.snapshots.includes(change.name)) return;
-    watch.waiting.set(change.name, { event: change.event, reason: change.reason });
+  #note(watch: Watch, name: string, waiting: Waiting): void {
+    if (!watch.watching && watch.snapshots.includes(name)) return;
+    watch.waiting.set(name, waiting);
   }
 
   /**

@@ -186,3 +186,28 @@ Deno.test("engine events map onto watch events; a LOCK_STATE lists the holders t
   assert.deepEqual(events.map(lockChangeOf), [{ name: "sem", event: "ended", reason: "graceful" }]);
   await using _ = h;
 });
+
+Deno.test("watch hub: changes wait as one per lock until the flush hands them over; a watch opened after a change does not hear of it", async () => {
+  const { h, hub, port, watcher, holder } = setup();
+  h.acquire(holder, 1, "co/a");
+  assert.equal(hub.watch(watcher, 7, "co/*"), null);
+  hub.flush();
+  assert.deepEqual(port.take(), ["7:co/a:state:1", "7:watching:1"]);
+  port.write();
+  hub.changed({ name: "co/a", event: "queue", reason: "none" });
+  hub.changed({ name: "co/a", event: "value", reason: "none" });
+  // A lock that came and went before the next WATCH: its change is the first watch's alone.
+  hub.changed({ name: "co/gone", event: "ended", reason: "graceful" });
+  assert.equal(hub.pending, true, "noted, not sent");
+  assert.deepEqual(port.take(), []);
+  assert.equal(hub.watch(watcher, 8, "co/*"), null);
+  hub.flush();
+  assert.deepEqual(
+    port.take(),
+    ["7:co/a:value:1", "7:co/gone:ended:0", "8:co/a:state:1", "8:watching:1"],
+    "the older watch hears the latest change of each lock; the new one only its snapshot",
+  );
+  assert.equal(hub.pending, false);
+  port.write();
+  await using _ = h;
+});
