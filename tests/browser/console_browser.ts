@@ -204,6 +204,23 @@ Deno.test({
     const granted = waiterClient.acquire("jobs/nightly", { leaseMs: 60_000 });
     granted.catch(() => {});
     await page.getByRole("button", { name: "Show lock jobs/nightly" }).focus();
+    // The table is drawn again on every change (the churn makes several a second): the focus
+    // stays on the lock's button, or a keyboard user's Enter would open nothing.
+    await page.evaluate(`document.activeElement.dataset.focusProbe = "drawn before"`);
+    await within(
+      5_000,
+      "the table drawn again",
+      (async () => {
+        while (await page.evaluate(`document.querySelector("[data-focus-probe]") !== null`)) {
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
+      })(),
+    );
+    assert.equal(
+      await page.evaluate(`document.activeElement.getAttribute("aria-label")`),
+      "Show lock jobs/nightly",
+      "the focus survives the table's redraw",
+    );
     await page.keyboard.press("Enter");
     const holder = page.locator("#holder");
     await holder.getByText("billing-worker/1").waitFor();

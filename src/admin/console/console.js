@@ -13,7 +13,16 @@
 
 import { api, forgetToken, HttpError, lockPath, readEvents, savedToken, saveToken } from "./api.js";
 import { Chart, CHARTS } from "./charts.js";
-import { append, byId, el, fillPairs, formatDuration, formatNumber, valueText } from "./dom.js";
+import {
+  append,
+  byId,
+  el,
+  fillPairs,
+  formatDuration,
+  formatNumber,
+  replaceKeepingFocus,
+  valueText,
+} from "./dom.js";
 
 const PAGE_SIZE = 50;
 /** Waiters shown in the detail: a queue of 20,000 would cost the server and the page too much. */
@@ -350,7 +359,7 @@ function renderLocks(page) {
       el("td", { class: "number mono" }, holder === null ? "" : holder.token),
     );
   });
-  byId("locks-body").replaceChildren(...rows);
+  replaceKeepingFocus(byId("locks-body"), ...rows);
   const first = page.total === 0 ? 0 : state.offset + 1;
   const last = state.offset + page.locks.length;
   byId("page-status").textContent = page.total === 0
@@ -450,7 +459,7 @@ function renderHolders(name, lock, now) {
   const holders = lock?.holders ?? [];
   byId("detail-holders").hidden = holders.length === 0;
   byId("holders-place").textContent = lock?.kind === "semaphore" ? "Slot" : "Mode";
-  byId("holders-body").replaceChildren(...holders.map((holder, index) => {
+  const rows = holders.map((holder, index) => {
     const heldFor = el("span", {}, formatDuration(holder.held_for_ms));
     ticking.push([heldFor, holder.held_for_ms, now]);
     const release = el("button", {
@@ -471,7 +480,8 @@ function renderHolders(name, lock, now) {
       el("td", { class: "mono value" }, valueText(holder) ?? ""),
       el("td", {}, release),
     );
-  }));
+  });
+  replaceKeepingFocus(byId("holders-body"), ...rows);
 }
 
 /**
@@ -521,7 +531,7 @@ function renderDetail(name, lock) {
   more.textContent = `The first ${formatNumber(waiters.length)} of ${
     formatNumber(total)
   } waiters are shown.`;
-  byId("queue-body").replaceChildren(...waiters.map((waiter, index) => {
+  const rows = waiters.map((waiter, index) => {
     const waitingFor = el("span", {}, formatDuration(waiter.waiting_for_ms));
     ticking.push([waitingFor, waiter.waiting_for_ms, now]);
     const kick = el("button", {
@@ -540,7 +550,8 @@ function renderDetail(name, lock) {
       el("td", { class: "number" }, waitingFor),
       el("td", {}, kick),
     );
-  }));
+  });
+  replaceKeepingFocus(byId("queue-body"), ...rows);
   const release = byId("force-release");
   release.onclick = () => forceRelease(name, lock);
 }
