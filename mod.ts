@@ -36,6 +36,13 @@ export {
 } from "./src/client/client.ts";
 export type { ClientTlsOptions } from "./src/client/transport.ts";
 export type { LockState } from "./src/client/lock_handle.ts";
+export type {
+  LockEndReason,
+  LockHolder,
+  LockInfo,
+  Observation,
+  ObserveOptions,
+} from "./src/client/observe.ts";
 export {
   ConnectionError,
   LockdError,

@@ -150,9 +150,13 @@ Deno.test("limits: a longest value fits a LOCK_STATE and a RECLAIM in the frames
   assert.ok(
     limits.WATCH_BATCH_BYTES_MAX + limits.FRAME_BYTES_MAX_MAX <= limits.WRITE_BUFFER_BYTES_MAX / 4,
   );
+  // The changes that may wait for one slow watcher (one per lock and watch) are no more than the
+  // claims the server may store.
   assert.ok(
     limits.LOCKS_PER_WATCH_MAX * limits.WATCHES_PER_SESSION_MAX <= limits.CLAIMS_MAX_DEFAULT,
   );
+  // Watch events never take most of the server's time, and never none of it.
+  assert.ok(limits.WATCH_FANOUT_TIME_SHARE > 0 && limits.WATCH_FANOUT_TIME_SHARE <= 0.5);
 });
 
 Deno.test("limits: a heartbeat every lease/3 keeps even the shortest lease before its client-side deadline", () => {

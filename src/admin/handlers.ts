@@ -6,6 +6,7 @@
  * @module
  */
 
+import { clusterStatusText } from "../cluster/cluster_status.ts";
 import type { LockPageQuery, LockSort } from "../core/lock_queries.ts";
 import { escapeInvisible, lockNameProblem } from "../core/lock_name.ts";
 import { ADMIN_HISTORY_INTERVAL_MS, ADMIN_LOCKS_LIMIT_MAX } from "../limits.ts";
@@ -54,6 +55,8 @@ const OUTCOME_PROBLEMS = {
   no_owner: "lock-has-no-owner",
   /** Force-release with `?token=T` of a lock whose owner holds another token (the holder changed). */
   holder_changed: "holder-changed",
+  /** Lift-reservation of a lock that is not reserved for reclaims (any more). */
+  not_reserved: "lock-not-reserved",
   /** Cluster mode: this node does not lead right now (a paused leader, or leadership moving). */
   not_leader: "not-leader",
 } as const satisfies Record<string, ProblemSlug>;
@@ -69,15 +72,14 @@ export function notLeaderDetail(server: ServerView): string {
   const cluster = server.cluster;
   if (cluster === null) return "This server is not in cluster mode";
   const leader = cluster.leader;
-  const role = cluster.role;
-  if (role === "paused") {
-    return "This node leads but is paused (its etcd lease is not confirmed); retry in a moment";
+  const status = cluster.status;
+  const now = `This node is ${clusterStatusText(status)}`;
+  if (status.phase === "standby" && leader !== null) {
+    return `${now} (admin API ${leader.admin ?? "not advertised"})`;
   }
-  return leader === null
-    ? `This node is a ${role}; no leader is known yet (an election may be under way)`
-    : `This node is a ${role}; the leader is ${leader.name} (admin API ${
-      leader.admin ?? "not advertised"
-    })`;
+  return status.phase === "paused" || status.phase === "taking_over"
+    ? `${now}; retry in a moment`
+    : now;
 }
 
 /** GET /api/info */
@@ -111,7 +113,10 @@ async function clusterInfo(server: ServerView): Promise<ClusterInfoJson> {
   const leader = cluster.leader;
   const safeUntilMs = leadership.safeUntilMs;
   const window = cluster.serving ? cluster.ownership.window : null;
+  const status = cluster.status;
   return {
+    status: status.phase,
+    status_text: clusterStatusText(status),
     name: server.config.cluster ?? "",
     node: cluster.node.name,
     advertise: cluster.node.advertise,
@@ -293,6 +298,33 @@ export function forceRelease(_request: Request, { context, params, url }: AdminM
       );
     case "released": {
       const after = engine.getLock(name);
+      return jsonResponse(
+        after === undefined ? idleLockJson(name) : lockJson(after, instantOf(context.server)),
+      );
+    }
+  }
+}
+
+/**
+ * POST /api/locks/{name}/lift-reservation (cluster mode): frees a lock the new leader keeps
+ * reserved for its holder's RECLAIM after a fail-over, for an operator who knows that holder is
+ * gone. The service audits (`reservation_lifted`), then the head waiter is granted. Answers with
+ * the lock's state afterwards; 409 `lock-not-reserved` when it is not (or no longer) reserved.
+ */
+export function liftReservation(_request: Request, { context, params }: AdminMatch): Response {
+  const name = decodeLockName(params.name);
+  if (name instanceof Response) return name;
+  switch (context.operator.liftReservation(name, context.actor)) {
+    case "not_leader":
+      return fail("not_leader", notLeaderDetail(context.server));
+    case "not_reserved":
+      return fail(
+        "not_reserved",
+        `Lock "${name}" is not reserved for reclaims (the reclaim window ended, its holder ` +
+          "reclaimed it, or no fail-over left it held); nothing was changed",
+      );
+    case "lifted": {
+      const after = context.server.engine.getLock(name);
       return jsonResponse(
         after === undefined ? idleLockJson(name) : lockJson(after, instantOf(context.server)),
       );

@@ -7,6 +7,7 @@ import {
   getInfo,
   getLock,
   kickWaiter,
+  liftReservation,
   listLocks,
 } from "./handlers.ts";
 
@@ -22,5 +23,6 @@ export const ADMIN_ROUTES: readonly Route<AdminContext>[] = [
   route("GET", "/api/locks", listLocks),
   route("GET", "/api/locks/:name", getLock),
   route("POST", "/api/locks/:name/release", forceRelease),
+  route("POST", "/api/locks/:name/lift-reservation", liftReservation),
   route("DELETE", "/api/locks/:name/waiters/:remote_addr", kickWaiter),
 ];

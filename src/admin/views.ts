@@ -104,6 +104,12 @@ export interface InfoJson {
 
 /** The `cluster` object of GET /api/info (cluster mode). */
 export interface ClusterInfoJson {
+  /**
+   * What this node does (cluster_status.ts): starting, electing, standby, taking_over, paused,
+   * reclaiming, serving, stopped; `status_text` says it in the words of every status surface.
+   */
+  status: string;
+  status_text: string;
   name: string;
   node: string;
   advertise: string;

@@ -31,14 +31,20 @@ import { rfc3339, type Scheduler, systemScheduler } from "../clock.ts";
 import { formatHostPort, parseHostPort } from "../host_port.ts";
 import {
   ADMIN_WAIT_MS_CLUSTER_DEFAULT,
-  ADMIN_WAIT_RETRY_MS,
   WATCH_INTERVAL_MS_DEFAULT,
   WATCH_INTERVAL_MS_MIN,
 } from "../limits.ts";
-import { type AdminRequest, adminRequester, type Answer, type Reply } from "./admin_request.ts";
+import {
+  type AdminRequest,
+  adminRequester,
+  type Answer,
+  type Reply,
+  retryWhileNoLeader,
+} from "./admin_request.ts";
 import {
   formatDurationMs,
   formatInfo,
+  formatLiftedReservation,
   formatLock,
   formatLockList,
   formatReleased,
@@ -165,6 +171,16 @@ const ADMIN_SUBCOMMANDS: Readonly<Record<string, AdminSubcommand>> = {
       }`,
     }),
     print: (body) => formatReleased(JSON.parse(body) as LockJson),
+  },
+  "lift-reservation": {
+    operands: ["NAME"],
+    flags: [],
+    summary: [
+      "cluster mode: free a lock kept for its holder's reclaim",
+      "after a fail-over (that holder is known to be gone)",
+    ],
+    request: ([name]) => ({ method: "POST", path: `${lockPath(name)}/lift-reservation` }),
+    print: (body) => formatLiftedReservation(JSON.parse(body) as LockJson),
   },
   kick: {
     operands: ["NAME", "REMOTE_ADDR"],
@@ -299,33 +315,6 @@ export async function adminCommand(
   return invocation.watchIntervalMs === null
     ? await askOnce(out, invocation, retryWhileNoLeader(out.scheduler, invocation.waitMs, request))
     : await watch(out, invocation, invocation.watchIntervalMs, request);
-}
-
-/**
- * `request`, asked again (every ADMIN_WAIT_RETRY_MS) until `waitMs` has passed while no node
- * answers for the leader (none reachable, or every one a standby without a leader yet: 503
- * `not-leader`), so that `lockd admin` run during a fail-over is held rather than refused. A
- * failure no retry mends (a redirect outside -admin) ends it at once.
- */
-function retryWhileNoLeader(
-  scheduler: Scheduler,
-  waitMs: number,
-  request: () => Promise<Reply>,
-): () => Promise<Reply> {
-  return async () => {
-    const endMs = scheduler.monotonicMs() + waitMs;
-    for (;;) {
-      const reply = await request();
-      const again = "failure" in reply
-        ? reply.final !== true
-        : reply.status === 503 && /not-leader/.test(reply.body);
-      const leftMs = endMs - scheduler.monotonicMs();
-      if (!again || leftMs <= 0) return reply;
-      await new Promise<void>((resolve) =>
-        scheduler.setTimer(resolve, Math.min(ADMIN_WAIT_RETRY_MS, leftMs))
-      );
-    }
-  };
 }
 
 /** Prints a usage error (one JSON line with -json) and returns 2. */

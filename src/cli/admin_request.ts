@@ -7,7 +7,7 @@
  */
 
 import type { Scheduler } from "../clock.ts";
-import { ADMIN_REQUEST_TIMEOUT_MS } from "../limits.ts";
+import { ADMIN_REQUEST_TIMEOUT_MS, ADMIN_WAIT_RETRY_MS } from "../limits.ts";
 import { describeFetchError } from "./http_errors.ts";
 
 /** An admin API request: method and path. */
@@ -120,4 +120,31 @@ function refusedRedirectText(
   return `the admin API at ${from} redirected (307) to ${where} (${shown}), which is not in ` +
     `-admin: not followed, so the admin token is not sent there. If ${where} is the admin ` +
     `API of a node of your cluster, add it: -admin ${[...adminAddrs, where].join(",")}`;
+}
+
+/**
+ * `request`, asked again (every ADMIN_WAIT_RETRY_MS) until `waitMs` has passed while no node
+ * answers for the leader (none reachable, or every one a standby without a leader yet: 503
+ * `not-leader`), so that `lockd admin` run during a fail-over is held rather than refused. A
+ * failure no retry mends (a redirect outside -admin) ends it at once.
+ */
+export function retryWhileNoLeader(
+  scheduler: Scheduler,
+  waitMs: number,
+  request: () => Promise<Reply>,
+): () => Promise<Reply> {
+  return async () => {
+    const endMs = scheduler.monotonicMs() + waitMs;
+    for (;;) {
+      const reply = await request();
+      const again = "failure" in reply
+        ? reply.final !== true
+        : reply.status === 503 && /not-leader/.test(reply.body);
+      const leftMs = endMs - scheduler.monotonicMs();
+      if (!again || leftMs <= 0) return reply;
+      await new Promise<void>((resolve) =>
+        scheduler.setTimer(resolve, Math.min(ADMIN_WAIT_RETRY_MS, leftMs))
+      );
+    }
+  };
 }

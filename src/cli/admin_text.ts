@@ -41,13 +41,21 @@ export function formatInfo(info: InfoJson): string {
     ["acl_file", orNone(c.acl_file)],
     ["audit_log", c.audit_log === "-" ? "- (standard output)" : c.audit_log],
     ["io_timeout_ms", String(c.io_timeout_ms)],
-    ["locks", String(info.locks)],
-    ["sessions", String(info.sessions)],
+    // A node that does not serve counts only its own (none): never the cluster's.
+    ["locks", String(info.locks) + ownFigure(info)],
+    ["sessions", String(info.sessions) + ownFigure(info)],
     ...clusterLines(info),
   ]);
 }
 
-/** Cluster mode: the node's role, the leader, its lease and etcd's health. */
+/** " (this node)" after a figure of a cluster node that does not serve, else "". */
+function ownFigure(info: InfoJson): string {
+  return info.cluster !== undefined && !info.cluster.serving
+    ? " (this node's; it serves none)"
+    : "";
+}
+
+/** Cluster mode: the node's status and role, the leader, its lease and etcd's health. */
 function clusterLines(info: InfoJson): [string, string][] {
   const k = info.cluster;
   if (k === undefined) return [];
@@ -58,6 +66,7 @@ function clusterLines(info: InfoJson): [string, string][] {
     })`;
   return [
     ["cluster", `${k.name}, node ${k.node} at ${k.advertise}`],
+    ...(k.status_text === undefined ? [] : [["status", k.status_text] as [string, string]]),
     ["role", `${k.role}${k.serving ? " (serving)" : ""}`],
     ["term", String(k.term)],
     ["leader", leader],
@@ -232,6 +241,13 @@ function formatWaiters(waiters: WaiterJson[], durations: boolean): string {
 export function formatReleased(lock: LockJson): string {
   if (lock.holder === null) return `released lock "${lock.name}"; it is now idle\n`;
   return `released lock "${lock.name}"; new holder ${
+    holderText(lock.holder)
+  } with token ${lock.holder.token}, ${lock.waiters.length} waiting\n`;
+}
+
+export function formatLiftedReservation(lock: LockJson): string {
+  if (lock.holder === null) return `lifted the reservation of lock "${lock.name}"; it is free\n`;
+  return `lifted the reservation of lock "${lock.name}"; new holder ${
     holderText(lock.holder)
   } with token ${lock.holder.token}, ${lock.waiters.length} waiting\n`;
 }

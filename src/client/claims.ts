@@ -405,9 +405,12 @@ export class Claims {
       // Reported lost meanwhile (never revived), or released while carried over: hand it back.
       const requestId = this.#host.sendRelease(message, message.requestId);
       if (handle.releasing && this.releaseWaiters.has(handle)) {
-        // release() waits for this: it resolves on RELEASED.
+        // release() waits for this: it resolves on RELEASED (or at the deadline, as any release).
         handle.requestId = message.requestId;
         handle.confirmer = session;
+        handle.confirmedSendMs = handle.reclaimSentAtMs;
+        handle.leaseMs = message.leaseMs;
+        handle.phase = "confirmed";
         this.owned.set(message.requestId, handle);
         this.releases.set(requestId, handle);
       }

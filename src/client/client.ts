@@ -30,6 +30,7 @@ import type { Connection } from "./connection.ts";
 import { ConnectionError, LockdError, ServerProtocolError } from "./errors.ts";
 import { type Lock, LockHandle } from "./lock_handle.ts";
 import type { AcquireOptions, Client, ConnectOptions } from "./options.ts";
+import type { LockInfo, Observation, ObserveOptions } from "./observe.ts";
 import { redirectVerdict, refusedRedirectText } from "./redirect.ts";
 import { openAny, openFirst, type Settings } from "./node_round.ts";
 import {
@@ -43,6 +44,8 @@ import {
 } from "./session.ts";
 import { heartbeatIntervalMs, reconnectDelayMs } from "./timing.ts";
 import { Claims } from "./claims.ts";
+import { askedKind, claimKind, kindRefusal, wireKind } from "./claim_kind.ts";
+import { Looks } from "./looks.ts";
 import { type Dial, nodeSocketDial } from "./transport.ts";
 
 export type { Lock } from "./lock_handle.ts";
@@ -118,6 +121,8 @@ class LockdClient implements Client {
   #session: Session | null = null;
   #nextRequestId = 1;
   readonly #claims: Claims;
+  /** QUERY, WATCH and SET_VALUE (looks.ts): sent on each connection, answers checked there. */
+  readonly #looks = new Looks(() => this.#nextRequestId++);
   /** Sent ACQUIREs and queued RECLAIMs of the current session by request id (abandoned too). */
   readonly #pending = new Map<number, PendingAcquire>();
   /** ACQUIREs waiting for a connection (and, while RECLAIMs go out, for them). */
@@ -209,6 +214,8 @@ class LockdClient implements Client {
     if (!(waitMs >= 0)) {
       return Promise.reject(new RangeError(`waitMs must be 0 or more: ${waitMs}`));
     }
+    const kind = claimKind(options);
+    if (kind instanceof Error) return Promise.reject(kind);
     if (options.signal?.aborted) return Promise.reject(options.signal.reason);
     const bounded = waitMs > 0 && Number.isFinite(waitMs);
     return new Promise<Lock>((resolve, reject) => {
@@ -222,6 +229,7 @@ class LockdClient implements Client {
           ? Math.min(WAIT_FOREVER - 1, Math.ceil(waitMs))
           : WAIT_FOREVER,
         suspend: options.suspend ?? false,
+        kind,
         state: "unsent",
         requestId: 0,
         sentAtMs: 0,
@@ -269,9 +277,18 @@ class LockdClient implements Client {
     }
   }
 
+  query(name: string): Promise<LockInfo> {
+    return this.#looks.query(name);
+  }
+
+  observe(pattern: string, options?: ObserveOptions): Observation {
+    return this.#looks.observe(pattern, options);
+  }
+
   close(): Promise<void> {
     if (this.#closing !== null) return this.#closing;
     this.#closed = true;
+    this.#looks.stop(new ConnectionError("The client is closed"), false);
     this.#settings.signal?.removeEventListener("abort", this.#onOuterAbort);
     this.#lifetime.abort(new ConnectionError("The client is closed"));
     this.#reconnectTimer?.cancel();
@@ -314,6 +331,7 @@ class LockdClient implements Client {
     const unsent = [...this.#claims.unsent];
     this.#claims.unsent.clear();
     for (const pending of unsent) this.#sendAcquire(pending);
+    this.#looks.attached(session);
     this.#armHeartbeat();
     this.#claims.armDeadline();
   }
@@ -369,6 +387,7 @@ class LockdClient implements Client {
     if (this.#session !== session) return;
     this.#session = null;
     session.cancelTimers();
+    this.#looks.detached();
     if (session.violated) {
       // That node broke the protocol: try the others first, and keep backing off.
       if (this.#settings.addrs.length > 1) this.#avoid = session.addr;
@@ -416,6 +435,7 @@ class LockdClient implements Client {
         this.#closed ? "The client is closed" : "The connection to the lockd server was lost",
       );
       for (const pending of [...waiting, ...this.#claims.unsent]) this.#reject(pending, error);
+      this.#looks.stop(error, !this.#closed);
       this.#claims.unsent.clear();
       return;
     }
@@ -525,14 +545,16 @@ class LockdClient implements Client {
     handle.reclaimRequestId = requestId;
     handle.reclaimSentAtMs = this.#scheduler.monotonicMs();
     this.#claims.reclaims.set(requestId, handle);
-    session.ledger.reclaimSent(requestId, handle.name, "owned", handle.token);
+    const asked = { mode: handle.mode, limit: handle.limit, slot: handle.slot };
+    session.ledger.reclaimSent(requestId, handle.name, "owned", handle.token, asked);
     session.connection.send(ownedReclaim(handle, requestId));
   }
 
   #sendQueuedReclaim(session: Session, pending: PendingAcquire): void {
     const waitMs = this.#waitLeft(pending);
     this.#register(pending);
-    session.ledger.reclaimSent(pending.requestId, pending.name, "queued");
+    const asked = askedKind(pending.kind, 2);
+    session.ledger.reclaimSent(pending.requestId, pending.name, "queued", 0, asked);
     session.connection.send(queuedReclaim(pending, waitMs));
   }
 
@@ -570,18 +592,20 @@ class LockdClient implements Client {
       this.#claims.unsent.add(pending); // sent after the next WELCOME (and its RECLAIMs)
       return;
     }
+    const refusal = kindRefusal(pending, session);
+    if (refusal !== null) return this.#reject(pending, refusal);
     const waitMs = this.#waitLeft(pending);
     forgetTicket(pending); // a new place at the tail
     this.#register(pending);
-    session.ledger.acquireSent(pending.requestId, pending.name);
+    const asked = askedKind(pending.kind, session.version);
+    session.ledger.acquireSent(pending.requestId, pending.name, asked);
     session.connection.send({
       type: "acquire",
       requestId: pending.requestId,
       name: pending.name,
       leaseMs: pending.requestedLeaseMs,
       waitMs,
-      // Version 2: a plain lock (exclusive, limit 1), as version 1 has them.
-      ...(session.version === 2 ? { limit: 1 } : {}),
+      ...wireKind(pending.kind, session.version), // version 2: mode, limit, value
     });
   }
 
@@ -642,12 +666,16 @@ class LockdClient implements Client {
     this.#claims.expireOverdue(nowMs);
     if (message.type === "welcome") return; // the connection lets only replies through
     // A reply must fit the request it names (request id 0: a server condition, handled below).
-    const misfit = message.requestId === 0 ? null : session.ledger.accept(message);
+    const look = this.#looks.has(message.requestId); // QUERY, WATCH, SET_VALUE: looks.ts
+    const misfit = message.requestId === 0
+      ? null
+      : (look ? this.#looks : session.ledger).accept(message);
     if (misfit !== null) {
       this.#violation(session, misfit);
       session.connection.close();
       return;
     }
+    if (look) return;
     switch (message.type) {
       case "acquired":
         if (this.#claims.reclaims.has(message.requestId)) {
@@ -699,6 +727,9 @@ class LockdClient implements Client {
         confirmedSendMs: pending.sentAtMs,
         confirmer: session,
         suspend: pending.suspend,
+        grant: message,
+        value: pending.kind.value,
+        values: this.#looks,
       },
       (h) => this.#claims.release(h),
       (h) => this.#claims.checkDeadline(h),

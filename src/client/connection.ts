@@ -98,6 +98,8 @@ export class Connection {
   #addr = "";
   /** The protocol version the HELLO asked for (the WELCOME must answer with it). */
   #version = HELLO_VERSION;
+  /** The connect bound the timeout's message names. */
+  #boundMs = 0;
   #firstBytesSeen = false;
   #resolveSocketClosed: () => void = () => {};
 
@@ -135,10 +137,19 @@ export class Connection {
         `Cannot connect to lockd at ${options.addr}: no WELCOME within ${options.timeoutMs} ms`,
       );
     }
-    return await Connection.#openVersion({ ...options, timeoutMs: leftMs }, HELLO_VERSION_FALLBACK);
+    return await Connection.#openVersion(
+      { ...options, timeoutMs: leftMs },
+      HELLO_VERSION_FALLBACK,
+      options.timeoutMs,
+    );
   }
 
-  static #openVersion(options: ConnectionOptions, version: number): Promise<Connection> {
+  /** One HELLO of `version`; `boundMs`: the whole connect bound, for the timeout's message. */
+  static #openVersion(
+    options: ConnectionOptions,
+    version: number,
+    boundMs = options.timeoutMs,
+  ): Promise<Connection> {
     let target;
     try {
       target = parseHostPort(options.addr);
@@ -151,6 +162,7 @@ export class Connection {
     }
     const connection = new Connection();
     connection.#version = version;
+    connection.#boundMs = Math.ceil(boundMs);
     connection.#tls = options.tls !== undefined;
     connection.#clientCertificate = options.tls?.cert !== undefined;
     connection.#addr = options.addr;
@@ -175,7 +187,7 @@ export class Connection {
       () =>
         attempt.abort(
           new ConnectionError(
-            `Cannot connect to lockd at ${options.addr}: no WELCOME within ${options.timeoutMs} ms`,
+            `Cannot connect to lockd at ${options.addr}: no WELCOME within ${this.#boundMs} ms`,
           ),
         ),
       options.timeoutMs,
@@ -442,6 +454,10 @@ function isServerReply(message: { type: string }): message is ServerMessage {
     case "released":
     case "heartbeat_ack":
     case "resumed":
+    case "value_set":
+    case "lock_state":
+    case "watching":
+    case "watch_ended":
     case "error":
       return true;
     default:

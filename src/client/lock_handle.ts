@@ -4,8 +4,10 @@
  * @module
  */
 
-import { LockLostError, type LostReason } from "./errors.ts";
-import { EMPTY_TICKET } from "../wire/messages.ts";
+import { ConnectionError, LockdError, LockLostError, type LostReason } from "./errors.ts";
+import { type Acquired, EMPTY_TICKET, EMPTY_VALUE } from "../wire/messages.ts";
+import { WIRE_CODES } from "../wire/codes.ts";
+import { valueBytes } from "./claim_kind.ts";
 import { localDeadlineMs } from "./timing.ts";
 
 /**
@@ -63,6 +65,40 @@ export interface Lock extends AsyncDisposable, EventTarget {
    * to a new leader after a fail-over is `held`.
    */
   readonly state: LockState;
+  /** `exclusive` or `shared` (protocol version 2; version 1 has exclusive locks only). */
+  readonly mode: "exclusive" | "shared";
+  /** The lock's limit: N for a semaphore of N, else 1. */
+  readonly limit: number;
+  /**
+   * The semaphore slot this ownership holds, 0 to `limit - 1` (0 for exclusive and shared
+   * locks): a resource that must refuse stale holders of a slot keeps the last token per slot.
+   */
+  readonly slot: number;
+  /**
+   * A shared grant: the token of the lock's last exclusive grant (0 when none is known), so a
+   * reader can tell whether what it reads was written by the newest writer; else 0.
+   */
+  readonly writeGeneration: number;
+  /** The holder's value as the server has it (the acquire's, then each `setValue`'s). */
+  readonly value: Uint8Array;
+  /**
+   * Replaces the holder's value (SET_VALUE, protocol version 2): what `query` and `observe`
+   * show others, e.g. a leader's address; a string is sent as UTF-8. Rejects with a
+   * {@link LockLostError} when the lock was lost, a {@link LockdError} NOT_OWNER when the
+   * server no longer has this ownership or INVALID_ARGUMENT for a value longer than the
+   * server takes, and a retryable `ConnectionError` while the lock is being carried over to a
+   * new connection.
+   */
+  setValue(value: Uint8Array | string): Promise<void>;
+  /**
+   * Makes this exclusive ownership shared, in place (DOWNGRADE, protocol version 2): same token,
+   * no moment without the lock; readers waiting at the head of the queue are granted beside it.
+   * `mode` becomes `shared` and `writeGeneration` this lock's own token. Resolves at once when it
+   * is shared already. There is no upgrade (two readers upgrading at once would wait for each
+   * other forever): release, then acquire exclusive. Rejects as `setValue` (INVALID_ARGUMENT on a
+   * semaphore, or on a lock a server rule makes exclusive).
+   */
+  downgrade(): Promise<void>;
   /**
    * Ends the ownership and resolves once the server confirmed it, or once the ownership ended
    * anyway (lost, connection closed, lease no longer confirmed). Resolves at once when the lock
@@ -86,6 +122,12 @@ export type LockState = "held" | "suspended" | "releasing" | "released" | "lost"
  * (an acknowledged heartbeat, a kept RECLAIM).
  */
 export type LockPhase = "confirmed" | "reclaiming" | "suspended";
+
+/** Where a held lock's SET_VALUE and DOWNGRADE go (looks.ts, on the current connection). */
+export interface LockRequests {
+  setValue(name: string, token: number, value: Uint8Array): Promise<void>;
+  downgrade(name: string, token: number): Promise<Acquired>;
+}
 
 /** What a lock's deadline is counted against: the connection it was confirmed on last. */
 export interface Confirmer {
@@ -112,6 +154,12 @@ export class LockHandle extends EventTarget implements Lock {
   /** An owned RECLAIM on its way: its request id (0: none) and its send time. */
   reclaimRequestId = 0;
   reclaimSentAtMs = 0;
+  mode: "exclusive" | "shared";
+  readonly limit: number;
+  readonly slot: number;
+  writeGeneration: number;
+  value: Uint8Array;
+  readonly #values?: LockRequests;
   #state: "held" | "releasing" | "released" | "lost" = "held";
   #releasing: Promise<void> | null = null;
   readonly #lost = new AbortController();
@@ -128,6 +176,11 @@ export class LockHandle extends EventTarget implements Lock {
       confirmedSendMs: number;
       confirmer: Confirmer;
       suspend?: boolean;
+      /** The ACQUIRED's kind fields (absent: a plain lock) and the acquire's value. */
+      grant?: { mode?: unknown; limit?: number; slot?: number; writeGeneration?: number };
+      value?: Uint8Array;
+      /** Where `setValue` sends SET_VALUE (absent: values are refused). */
+      values?: LockRequests;
     },
     sendRelease: (handle: LockHandle) => Promise<void>,
     checkDeadline: (handle: LockHandle) => void = () => {},
@@ -140,6 +193,12 @@ export class LockHandle extends EventTarget implements Lock {
     this.confirmedSendMs = fields.confirmedSendMs;
     this.confirmer = fields.confirmer;
     this.suspend = fields.suspend ?? false;
+    this.mode = fields.grant?.mode === "shared" ? "shared" : "exclusive";
+    this.limit = fields.grant?.limit ?? 1;
+    this.slot = fields.grant?.slot ?? 0;
+    this.writeGeneration = fields.grant?.writeGeneration ?? 0;
+    this.value = fields.value ?? EMPTY_VALUE;
+    this.#values = fields.values;
     this.#sendRelease = sendRelease;
     this.#checkDeadline = checkDeadline;
   }
@@ -181,6 +240,42 @@ export class LockHandle extends EventTarget implements Lock {
   /** The deadline, read against the clock now: a timer that has not run yet cannot lag it. */
   #check(): void {
     if (this.#state === "held" || this.#state === "releasing") this.#checkDeadline(this);
+  }
+
+  async setValue(value: Uint8Array | string): Promise<void> {
+    const bytes = valueBytes(value);
+    await this.#confirmed("set the value of").setValue(this.name, this.token, bytes);
+    this.value = bytes;
+  }
+
+  async downgrade(): Promise<void> {
+    const requests = this.#confirmed("downgrade");
+    if (this.mode === "shared") return;
+    const grant = await requests.downgrade(this.name, this.token);
+    this.mode = "shared";
+    this.writeGeneration = grant.writeGeneration ?? this.token;
+    // A ticket names the mode: the new one is what a reclaim shows (none without reclaims).
+    if (this.ticket.length > 0) this.ticket = grant.ticket ?? EMPTY_TICKET;
+  }
+
+  /** Where a request about the held lock goes; throws when it is lost, released or carried over. */
+  #confirmed(action: string): LockRequests {
+    this.#check();
+    if (this.#state === "lost") throw this.#lost.signal.reason;
+    if (this.#state !== "held") {
+      throw new LockdError(
+        WIRE_CODES.NOT_OWNER.code,
+        this.name,
+        `Cannot ${action} lock "${this.name}": it was released`,
+      );
+    }
+    if (this.phase !== "confirmed" || this.#values === undefined) {
+      throw new ConnectionError(
+        `Cannot ${action} lock "${this.name}": it is being carried over to a new connection; ` +
+          "try again",
+      );
+    }
+    return this.#values;
   }
 
   release(): Promise<void> {

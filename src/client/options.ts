@@ -8,6 +8,7 @@
 import type { Scheduler } from "../clock.ts";
 import type { ServerProtocolError } from "./errors.ts";
 import type { Lock } from "./lock_handle.ts";
+import type { LockInfo, Observation, ObserveOptions } from "./observe.ts";
 import type { ClientTlsOptions } from "./transport.ts";
 
 /** Options of {@link connect}. */
@@ -111,6 +112,27 @@ export interface AcquireOptions {
    * `lockd run` never uses it (a child cannot be paused safely). Default false.
    */
   suspend?: boolean;
+  /**
+   * `shared` asks for a shared (read) lock (protocol version 2): shared claims at the head of
+   * the queue are granted together; an exclusive claim waits for them and stops later shared
+   * claims from passing it. `lock.writeGeneration` is the token of the lock's last exclusive
+   * grant. Default `exclusive`.
+   */
+  mode?: "exclusive" | "shared";
+  /**
+   * N asks for one of N slots of a semaphore (protocol version 2; `lock.slot` says which, every
+   * grant has its own token). The first claim fixes a lock's kind and limit while it exists (or
+   * a server rule does): a claim that disagrees is refused with INVALID_ARGUMENT naming them.
+   * 0 takes whatever the lock or a rule has. Default 1: a plain lock, so `acquire(name)` never
+   * lands in a semaphore by accident.
+   */
+  limit?: number;
+  /**
+   * The holder's value from the grant on (protocol version 2), e.g. a leader's address; a
+   * string is sent as UTF-8. `query` and `observe` show it; `lock.setValue` replaces it. At
+   * most the server's `-max-lock-value-bytes` (INVALID_ARGUMENT before anything is sent).
+   */
+  value?: Uint8Array | string;
 }
 
 /** A session with a lockd server; create it with {@link connect}. */
@@ -138,6 +160,25 @@ export interface Client extends AsyncDisposable {
   acquire(name: string, options?: AcquireOptions): Promise<Lock>;
   /** Takes the lock if it is free right now; resolves to null when it is held by someone. */
   tryAcquire(name: string, options?: Omit<AcquireOptions, "waitMs">): Promise<Lock | null>;
+  /**
+   * The state of lock `name` now, without queueing (QUERY, protocol version 2): its kind,
+   * holders (identity, client name, value, token, held for) and queue length; `holder` is null
+   * when nobody holds it. Asked again on the next connection if this one ends first. Rejects
+   * with a {@link LockdError} (INVALID_ARGUMENT for a bad name or a server of version 1,
+   * ACL_DENIED).
+   */
+  query(name: string): Promise<LockInfo>;
+  /**
+   * Observes lock `pattern`, or every lock a glob in the ACL's language matches (WATCH,
+   * protocol version 2): an async iterator of {@link LockInfo}, first the current state of each
+   * matching lock, then one per change (granted, ended with its reason, value or queue
+   * changed), the latest state per lock when the reader is slow. After a reconnect or a
+   * fail-over it watches again and goes on with a fresh snapshot (a lock that ended meanwhile
+   * reads kind `none`). Leaving a `for await` loop, `close()`, aborting `signal` or closing the
+   * client ends it; a refused WATCH (ACL_DENIED, a bad glob) or too many matching locks
+   * (LIMIT_EXCEEDED) rejects the iteration.
+   */
+  observe(pattern: string, options?: ObserveOptions): Observation;
   /**
    * Closes the session: GOODBYE (protocol version 2) tells the server to end it gracefully, so
    * the owned locks go to their next waiters at once (their `lost` fires with reason

@@ -15,6 +15,7 @@ import { formatWireCode, WIRE_CODES, wireCodeInfo } from "../wire/codes.ts";
 import { cutUtf8 } from "../wire/frame.ts";
 import type { ServerMessage, Welcome } from "../wire/messages.ts";
 import { quoteUntrusted } from "./redirect.ts";
+import { type AskedKind, grantMisfit, PLAIN_KIND } from "./look_checks.ts";
 
 /** A frame after WELCOME: a reply, or (request id 0) a server condition. */
 export type Reply = Exclude<ServerMessage, Welcome>;
@@ -37,6 +38,8 @@ type Expected =
     readonly reclaim: "owned" | "queued" | null;
     /** An owned RECLAIM: the claim's token, which its ACQUIRED must carry again. */
     readonly token: number;
+    /** What the claim asked for (mode, limit, an owned RECLAIM's slot): its grant must fit. */
+    readonly asked: AskedKind;
   }
   | { readonly kind: "release"; readonly name: string; readonly acquireRequestId: number }
   | { readonly kind: "heartbeat" }
@@ -69,7 +72,7 @@ export class ReplyLedger {
     return this.#expected.has(requestId);
   }
 
-  acquireSent(requestId: number, name: string): void {
+  acquireSent(requestId: number, name: string, asked: AskedKind = PLAIN_KIND): void {
     this.#expected.set(requestId, {
       kind: "acquire",
       name,
@@ -77,11 +80,18 @@ export class ReplyLedger {
       queued: false,
       reclaim: null,
       token: 0,
+      asked,
     });
   }
 
   /** A RECLAIM (version 2): answered as an ACQUIRE; an owned one's ACQUIRED carries `token`. */
-  reclaimSent(requestId: number, name: string, kind: "owned" | "queued", token = 0): void {
+  reclaimSent(
+    requestId: number,
+    name: string,
+    kind: "owned" | "queued",
+    token = 0,
+    asked: AskedKind = PLAIN_KIND,
+  ): void {
     this.#expected.set(requestId, {
       kind: "acquire",
       name,
@@ -89,6 +99,7 @@ export class ReplyLedger {
       queued: false,
       reclaim: kind,
       token,
+      asked,
     });
   }
 
@@ -189,12 +200,9 @@ export class ReplyLedger {
       return `${what} with token ${message.token}, but that RECLAIM carried the claim's token ` +
         `${expected.token}`;
     }
-    // This client asks for plain locks (exclusive, limit 1), as version 1 has them.
-    const { mode = "exclusive", limit = 1, slot = 0, writeGeneration = 0 } = message;
-    if (mode !== "exclusive" || limit !== 1 || slot !== 0 || writeGeneration !== 0) {
-      return `${what} with mode ${mode}, limit ${limit}, slot ${slot} and write generation ` +
-        `${writeGeneration}, but it asked for a plain lock (exclusive, limit 1)`;
-    }
+    // The grant's kind: what the claim asked for (look_checks.ts).
+    const misfit = grantMisfit(message, expected.asked);
+    if (misfit !== null) return `${what} ${misfit}`;
     expected.phase = "owned";
     return null;
   }

@@ -7,7 +7,8 @@
  */
 
 import type { Timer } from "../clock.ts";
-import { EMPTY_TICKET, EMPTY_VALUE, type Reclaim } from "../wire/messages.ts";
+import { EMPTY_TICKET, type Reclaim } from "../wire/messages.ts";
+import type { ClaimKind } from "./claim_kind.ts";
 import type { Connection } from "./connection.ts";
 import type { Lock, LockHandle } from "./lock_handle.ts";
 import { ReplyLedger } from "./reply_ledger.ts";
@@ -29,6 +30,8 @@ export interface PendingAcquire {
   readonly waitMs: number;
   /** Acquired with `suspend: true` (see Lock.suspended). */
   readonly suspend: boolean;
+  /** What it asks for (protocol version 2): mode, limit, the holder's value. */
+  readonly kind: ClaimKind;
   state: "unsent" | "sent" | "carried" | "abandoned";
   requestId: number;
   sentAtMs: number;
@@ -155,7 +158,7 @@ export class Session {
   }
 }
 
-/** The RECLAIM of an owned lock (version 2: a plain lock, as the client asks for them). */
+/** The RECLAIM of an owned lock: its kind and slot, and the value the old leader had. */
 export function ownedReclaim(handle: LockHandle, requestId: number): Reclaim {
   return {
     type: "reclaim",
@@ -167,11 +170,11 @@ export function ownedReclaim(handle: LockHandle, requestId: number): Reclaim {
     leaseMs: handle.leaseMs,
     waitMs: 0,
     ticket: handle.ticket,
-    mode: "exclusive",
-    limit: 1,
-    slot: 0,
+    mode: handle.mode,
+    limit: handle.limit,
+    slot: handle.slot,
     name: handle.name,
-    value: EMPTY_VALUE,
+    value: handle.value,
   };
 }
 
@@ -187,10 +190,10 @@ export function queuedReclaim(pending: PendingAcquire, waitMs: number): Reclaim 
     leaseMs: pending.requestedLeaseMs,
     waitMs,
     ticket: pending.ticket,
-    mode: "exclusive",
-    limit: 1,
+    mode: pending.kind.mode,
+    limit: pending.kind.limit,
     slot: 0,
     name: pending.name,
-    value: EMPTY_VALUE,
+    value: pending.kind.value,
   };
 }

@@ -5,9 +5,11 @@
  * standby hold the client's HELLO until a new leader is elected instead.
  *
  * Alive means the leader's process answers at the application level within the timeout: a
- * reply to a HELLO on a plain listener, a TLS handshake that got as far as the server's answer
- * on a TLS one (a refused certificate still proves a live process). A frozen process (SIGSTOP)
- * fails: the kernel accepts the connection, nothing answers.
+ * WELCOME to a HELLO on a plain listener (a leader that refuses it, shutting down during a
+ * planned hand-over, is no leader to send clients to: the standby holds them until the next one
+ * serves), a TLS handshake that got as far as the server's answer on a TLS one (a refused
+ * certificate still proves a live process). A frozen process (SIGSTOP) fails: the kernel accepts
+ * the connection, nothing answers.
  *
  * @module
  */
@@ -15,7 +17,11 @@
 import type { Scheduler } from "../clock.ts";
 import { parseHostPort } from "../host_port.ts";
 import { encodeFrame } from "../wire/frame.ts";
+import { FrameReader } from "../wire/frame_reader.ts";
 import { PROTOCOL_VERSION } from "../wire/messages.ts";
+
+/** A WELCOME or an ERROR fits in this many bytes (a longer reply is no lockd's). */
+const PROBE_REPLY_BYTES_MAX = 4_096;
 
 /** Probes `addr`; resolves true when the process behind it answered within `timeoutMs`. */
 export type LeaderProbe = (addr: string, timeoutMs: number) => Promise<boolean>;
@@ -65,8 +71,17 @@ async function probe(
     await conn.write(
       encodeFrame({ type: "hello", version: PROTOCOL_VERSION, clientName: "lockd-leader-probe" }),
     );
-    const n = await conn.read(new Uint8Array(64));
-    return !abort.signal.aborted && n !== null && n > 0;
+    // A leader that serves WELCOMEs; one that refuses (shutting down: a planned hand-over is
+    // under way) is no leader to send a client to: the standby holds the HELLO instead.
+    const reader = new FrameReader(PROBE_REPLY_BYTES_MAX);
+    const buffer = new Uint8Array(PROBE_REPLY_BYTES_MAX);
+    for (;;) {
+      const n = await conn.read(buffer);
+      if (abort.signal.aborted || n === null || n === 0) return false;
+      reader.push(buffer.subarray(0, n));
+      const reply = reader.next();
+      if (reply !== null) return reply.type === "welcome";
+    }
   } catch {
     return false;
   } finally {

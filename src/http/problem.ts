@@ -33,6 +33,7 @@ export const PROBLEMS = {
   "host-not-allowed": { status: 421, title: "Host not allowed" },
   "lock-has-no-owner": { status: 409, title: "Lock has no owner" },
   "holder-changed": { status: 409, title: "Lock holder changed" },
+  "lock-not-reserved": { status: 409, title: "Lock not reserved" },
   "length-required": { status: 411, title: "Length required" },
   "body-too-large": { status: 413, title: "Content too large" },
   "headers-too-large": { status: 431, title: "Request header fields too large" },

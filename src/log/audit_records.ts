@@ -119,6 +119,16 @@ export interface KickWaiterRecord extends CommonFields<"kick_waiter"> {
   actor: Actor;
 }
 
+/**
+ * Cluster mode: a lock reserved for its holder's RECLAIM after a fail-over was freed without one:
+ * by an operator (`by: "operator"`, with `actor`) or by the end of the reclaim window (`"window"`).
+ */
+export interface ReservationLiftedRecord extends CommonFields<"reservation_lifted"> {
+  token: null;
+  by: "operator" | "window";
+  actor?: Actor;
+}
+
 /** The ACL refused an ACQUIRE, or a read (QUERY, WATCH); nothing else changed. */
 export interface AclDenyRecord extends CommonFields<"acl_deny"> {
   token: null;
@@ -197,6 +207,7 @@ export type AuditRecord =
   | ReclaimRecord
   | ReclaimVoidRecord
   | ReclaimConflictRecord
+  | ReservationLiftedRecord
   | LeaderElectedRecord
   | SteppedDownRecord;
 
@@ -233,6 +244,7 @@ export const AUDIT_EVENT_FIELDS = {
   reclaim: ["client_name", "claim", "prev_session", "prev_term"],
   reclaim_void: ["client_name", "claim", "prev_session", "prev_term", "reason"],
   reclaim_conflict: ["winner_token", "winner_session"],
+  reservation_lifted: ["by"],
   leader_elected: ["node", "term"],
   stepped_down: ["reason", "node", "term"],
 } as const satisfies { [E in AuditEvent]: readonly ExtraFieldOf<E>[] };
@@ -253,6 +265,7 @@ export const AUDIT_OPTIONAL_FIELDS = {
   reclaim: [],
   reclaim_void: [],
   reclaim_conflict: [],
+  reservation_lifted: ["actor"],
   leader_elected: [],
   stepped_down: [],
 } as const satisfies { [E in AuditEvent]: readonly ExtraFieldOf<E>[] };

@@ -12,8 +12,95 @@ import type { ClusterView } from "../server/view.ts";
 import type { MetricFamily } from "./prometheus.ts";
 
 export function clusterFamilies(cluster: ClusterView, nowMs: number): MetricFamily[] {
-  return [...leadershipFamilies(cluster, nowMs), ...etcdFamilies(cluster.stats)];
+  return [
+    ...leadershipFamilies(cluster, nowMs),
+    ...recordFamilies(cluster),
+    ...takeoverFamilies(cluster, nowMs),
+    ...etcdFamilies(cluster.stats),
+  ];
 }
+
+/** Milestone 2: the ownership records. */
+function recordFamilies(cluster: ClusterView): MetricFamily[] {
+  const ownership = cluster.ownership;
+  const records = ownership.recordStats;
+  return [
+    {
+      name: "lockd_cluster_records",
+      help: "Ownership records in etcd as this node knows them (0 when it does not lead).",
+      type: "gauge",
+      samples: [{ value: records.records }],
+    },
+    {
+      name: "lockd_cluster_record_commits_total",
+      help: "Record writes committed, by kind (held: W1, floor: W2, delete: W3).",
+      type: "counter",
+      samples: RECORD_COMMIT_KINDS.map((kind) => ({
+        labels: { kind },
+        value: records.commits[kind],
+      })),
+    },
+    {
+      name: "lockd_cluster_record_commit_seconds",
+      help: "Record transactions, from first send to commit.",
+      type: "summary",
+      samples: [
+        { suffix: "_sum", value: records.commitSecondsSum },
+        { suffix: "_count", value: records.commitSecondsCount },
+      ],
+    },
+    {
+      name: "lockd_cluster_record_batch_ops",
+      help: "Operations per committed record transaction.",
+      type: "summary",
+      samples: [
+        { suffix: "_sum", value: records.batchOpsSum },
+        { suffix: "_count", value: records.batchOpsCount },
+      ],
+    },
+    {
+      name: "lockd_cluster_grants_waiting_commit",
+      help: "Grants whose ACQUIRED waits for a record to commit.",
+      type: "gauge",
+      samples: [{ value: records.grantsWaitingCommit }],
+    },
+  ];
+}
+
+/** Milestone 2: the takeover and the reclaim window. */
+function takeoverFamilies(cluster: ClusterView, nowMs: number): MetricFamily[] {
+  const ownership = cluster.ownership;
+  const takeover = ownership.takeoverStats;
+  const window = cluster.serving ? ownership.window : null;
+  return [
+    {
+      name: "lockd_cluster_reserved_locks",
+      help: "Locks this node keeps reserved for reclaims after a fail-over.",
+      type: "gauge",
+      samples: [{ value: window === null ? 0 : ownership.reservedLocks() }],
+    },
+    {
+      name: "lockd_cluster_reclaim_window_seconds",
+      help: "Seconds until this node's reclaim window ends (0 when none is open).",
+      type: "gauge",
+      samples: [{ value: window === null ? 0 : Math.max(0, (window.endsAtMs - nowMs) / 1000) }],
+    },
+    {
+      name: "lockd_cluster_takeover_seconds",
+      help: "Takeovers by this node, by phase: load (reading the records), window (serving to " +
+        "the window's end).",
+      type: "summary",
+      samples: [
+        { suffix: "_sum", labels: { phase: "load" }, value: takeover.loadSecondsSum },
+        { suffix: "_count", labels: { phase: "load" }, value: takeover.loadCount },
+        { suffix: "_sum", labels: { phase: "window" }, value: takeover.windowSecondsSum },
+        { suffix: "_count", labels: { phase: "window" }, value: takeover.windowCount },
+      ],
+    },
+  ];
+}
+
+const RECORD_COMMIT_KINDS = ["held", "floor", "delete"] as const;
 
 /** The node's role, term, step-downs, pauses, lease and token mark. */
 function leadershipFamilies(cluster: ClusterView, nowMs: number): MetricFamily[] {

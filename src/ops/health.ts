@@ -9,11 +9,14 @@
  *   can be granted, for whatever reason, with the reason as the body:
  *   `audit log unavailable` or `token store unavailable`; load balancers
  *   then route clients to another instance. In cluster mode also 503 on every node but the
- *   serving leader (`not the leader (standby)`, `paused leader`).
+ *   serving leader (`not the leader (standby: ...)`, `paused leader (...)`, with the node's status
+ *   line, cluster_status.ts); the serving leader in its reclaim window answers 200
+ *   `ok (serving term N, reclaiming until T: ...)`.
  *
  * @module
  */
 
+import { clusterStatusText } from "../cluster/cluster_status.ts";
 import type { GrantBlock } from "../core/types.ts";
 import type { ServerView } from "../server/view.ts";
 
@@ -42,11 +45,16 @@ export function readyz(server: ServerView): Response {
   if (block !== null) return text(503, NOT_READY[block]);
   // Cluster mode: only the serving leader takes clients (a load balancer in front uses this).
   const cluster = server.cluster;
-  if (cluster !== null && !cluster.serving) {
-    return text(
-      503,
-      cluster.role === "paused" ? "paused leader" : `not the leader (${cluster.role})`,
-    );
+  if (cluster === null) return text(200, "ok");
+  const status = cluster.status;
+  switch (status.phase) {
+    case "serving":
+      return text(200, "ok");
+    case "reclaiming":
+      return text(200, `ok (${clusterStatusText(status)})`);
+    case "paused":
+      return text(503, `paused leader (${clusterStatusText(status)})`);
+    default:
+      return text(503, `not the leader (${clusterStatusText(status)})`);
   }
-  return text(200, "ok");
 }

@@ -401,8 +401,13 @@ export class Session implements SessionPort, StallWatched {
       case "watch":
       case "unwatch":
       case "downgrade":
-        if (this.#state === "handshake") this.#unexpected(message);
-        else this.#dispatch!.apply(message as DecodedClientRequest);
+        if (this.#state === "handshake") {
+          this.#unexpected(message);
+          return;
+        }
+        // GOODBYE is the client closing gracefully: the closed line says so, as for a version-1 FIN.
+        if (message.type === "goodbye") this.#closeReason ||= "client_closed";
+        this.#dispatch!.apply(message as DecodedClientRequest);
         return;
       case "welcome":
       case "queued":

@@ -19,7 +19,7 @@ import type { ReclaimStats } from "../service/reclaims.ts";
  * The operator's actions (admin API): each goes through `LockService`, which writes its audit
  * record before the engine acts.
  */
-export type OperatorPort = Pick<LockService, "forceRelease" | "kickWaiter">;
+export type OperatorPort = Pick<LockService, "forceRelease" | "kickWaiter" | "liftReservation">;
 
 /** Cluster mode as the admin API and the metrics read it: leadership, tokens, records, etcd health. */
 export type ClusterView = Pick<
@@ -35,6 +35,7 @@ export type ClusterView = Pick<
   | "stats"
   | "health"
   | "ownership"
+  | "status"
 >;
 
 /** The audit log's figures (metrics). */

@@ -11,13 +11,15 @@
 
 import type { LockEngineView } from "../core/lock_queries.ts";
 import { lockNameProblem } from "../core/lock_name.ts";
-import type { Peer } from "../core/types.ts";
+import type { EngineEvent, Peer } from "../core/types.ts";
+import type { Scheduler } from "../clock.ts";
 import type { ServerCounters } from "../counters.ts";
 import type { AuditLog } from "../log/audit.ts";
 import { log } from "../log/diagnostic.ts";
 import type { Acl, AclAction } from "../security/acl.ts";
 import type { LockState } from "../wire/messages.ts";
-import { lockStateOf } from "./lock_state_frame.ts";
+import { lockChangeOf, lockStateOf } from "./lock_state_frame.ts";
+import { WatchPacer } from "./watch_pacer.ts";
 import type { SessionRegistry } from "./session_registry.ts";
 import { WatchHub } from "./watch_hub.ts";
 import { aclDeniedError, aclReadDeniedError, errorFrame, type WireError } from "./wire_errors.ts";
@@ -30,7 +32,8 @@ export interface LockReadsOptions {
   readonly counters: ServerCounters;
   readonly sessions: SessionRegistry;
   readonly acl: () => Acl;
-  readonly nowMs: () => number;
+  /** The service's scheduler: the instant of a LOCK_STATE, and the pacing of watch events. */
+  readonly scheduler: Scheduler;
   /** The largest frame a LOCK_STATE may be (`-max-frame-bytes`): holders beyond it are left out. */
   readonly frameBytesMax: number;
 }
@@ -38,9 +41,13 @@ export interface LockReadsOptions {
 export class LockReads {
   readonly #options: LockReadsOptions;
   readonly watches: WatchHub;
+  readonly #pacer: WatchPacer;
+  readonly #nowMs: () => number;
 
   constructor(options: LockReadsOptions) {
     this.#options = options;
+    const nowMs = this.#nowMs = () => options.scheduler.monotonicMs();
+    this.#pacer = new WatchPacer(options.scheduler, () => this.watches);
     // One change reaches every watcher of the lock: their frames share one read of its state
     // (the engine's viewVersion grows with every change of owners, waiters, modes and values).
     let last: { name: string; version: number; nowMs: number; state: LockState } | null = null;
@@ -49,22 +56,23 @@ export class LockReads {
       port: (sessionId) => options.sessions.get(sessionId),
       stateOf: (name, requestId, event, reason) => {
         const version = options.view.viewVersion;
-        const nowMs = options.nowMs();
-        if (last?.name !== name || last.version !== version || last.nowMs !== nowMs) {
+        const atMs = nowMs();
+        if (last?.name !== name || last.version !== version || last.nowMs !== atMs) {
           const state = lockStateOf(
             options.view,
             name,
-            nowMs,
+            atMs,
             options.frameBytesMax,
             0,
             event,
             reason,
           );
-          last = { name, version, nowMs, state };
+          last = { name, version, nowMs: atMs, state };
         }
         return { ...last.state, requestId, event, reason };
       },
       mayRead: (peer, name) => options.acl().decide(peer.identity, name, "read").allowed,
+      wake: () => this.#pacer.wake(),
     });
   }
 
@@ -113,8 +121,8 @@ export class LockReads {
       port.send(errorFrame(requestId, name, refusal));
       return;
     }
-    const { view, nowMs, frameBytesMax } = this.#options;
-    port.send(lockStateOf(view, name, nowMs(), frameBytesMax, requestId, "state", "none"));
+    const { view, frameBytesMax } = this.#options;
+    port.send(lockStateOf(view, name, this.#nowMs(), frameBytesMax, requestId, "state", "none"));
   }
 
   /**
@@ -133,5 +141,19 @@ export class LockReads {
       : null;
     const error = refusal ?? this.watches.watch(peer, requestId, pattern);
     if (error !== null) port.send(errorFrame(requestId, "", error));
+    this.#pacer.wake();
+  }
+
+  /** An engine event: the change it makes to its lock goes to the lock's watchers. */
+  changed(event: EngineEvent): void {
+    const change = lockChangeOf(event);
+    if (change === null) return;
+    this.watches.changed(change);
+    this.#pacer.wake();
+  }
+
+  /** The server stops: no more watch events. */
+  stop(): void {
+    this.#pacer.stop();
   }
 }

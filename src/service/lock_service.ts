@@ -46,8 +46,7 @@ import { DeadlineTimer } from "./deadline_timer.ts";
 import { type CarriedOver, type Closing, EventCarrier } from "./event_carrier.ts";
 import type { LeadershipGate, OwnershipGate } from "./leadership_gate.ts";
 import { LockReads } from "./lock_reads.ts";
-import { lockChangeOf } from "./lock_state_frame.ts";
-import { type ReclaimRequest, Reclaims, type ReclaimStats } from "./reclaims.ts";
+import { type Delays, type ReclaimRequest, Reclaims, type ReclaimStats } from "./reclaims.ts";
 import { type SessionPort, SessionRegistry } from "./session_registry.ts";
 import { SingleNodeGate } from "./single_node_gate.ts";
 
@@ -138,7 +137,7 @@ export class LockService {
       counters: this.#counters,
       sessions: this.#sessions,
       acl: () => this.#acl,
-      nowMs: () => this.#scheduler.monotonicMs(),
+      scheduler: this.#scheduler,
       frameBytesMax: options.frameBytesMax ?? FRAME_BYTES_MAX_DEFAULT,
     });
     this.#deadlines = new DeadlineTimer(this.#scheduler, () => this.tick());
@@ -218,18 +217,12 @@ export class LockService {
     waitMs: number | null,
     claim: ClaimOptions = PLAIN_CLAIM,
   ): void {
-    if (this.#gate !== undefined && this.#engine.isBlocked("not_leader")) {
-      // A session outlived the node's leadership (cannot happen: they close together). Its
-      // client must go and find the leader: close it, as at a step-down.
-      this.closeSession(peer.sessionId, "failover", notLeaderError("", "this node does not lead"));
-      return;
-    }
     // The retry closure only where requests may wait (cluster mode): none per request else.
-    if (
-      this.#gate !== undefined &&
-      this.#deferRequest(peer, () => this.acquire(peer, requestId, name, leaseMs, waitMs, claim))
-    ) {
-      return;
+    // During a planned hand-over's records flush (grants blocked) it waits for the session's
+    // NOT_LEADER: closing the session here would commit floors that void its reclaims.
+    if (this.#gate !== undefined) {
+      const retry = () => this.acquire(peer, requestId, name, leaseMs, waitMs, claim);
+      if (this.#deferRequest(peer, retry, this.#engine.isBlocked("not_leader"))) return;
     }
     const denied = this.#reads.checkAccess(peer, name, "acquire");
     if (denied !== null) {
@@ -452,13 +445,21 @@ export class LockService {
   }
 
   /** Cluster mode, a takeover: the locks of `names` are reserved for reclaims (reclaims.ts). */
-  reserveForReclaims(names: Iterable<string>, untilMs: number): number {
-    return this.#reclaims.reserve(names, untilMs);
+  reserveForReclaims(names: Iterable<string>, untilMs: number, delays?: Delays): number {
+    return this.#reclaims.reserve(names, untilMs, delays);
   }
 
   /** Cluster mode, the window ended: the reservations of `names` end (once it may decide). */
   endReservations(names: readonly string[]): void {
     this.#decide("reservations", () => this.#reclaims.endReservations(names));
+  }
+
+  /** Cluster mode, an operator frees a lock reserved for reclaims (audited, reclaims.ts). */
+  liftReservation(name: string, actor: Actor): "lifted" | "not_leader" | "not_reserved" {
+    if (this.#gate !== undefined && !this.#gate.mayAct()) return "not_leader";
+    if (!this.#engine.view.isReserved(name)) return "not_reserved";
+    this.#reclaims.liftReservation(name, actor);
+    return "lifted";
   }
 
   /**
@@ -648,7 +649,8 @@ export class LockService {
    * promise settles: the leader resumed, or stepped down (the session is closed then).
    */
   decisionsHeld(): Promise<void> | null {
-    if (this.#mayDecide()) return null;
+    // A planned hand-over's records flush (grants blocked, still leading) holds requests too.
+    if (this.#mayDecide() && !this.#engine.isBlocked("not_leader")) return null;
     this.#held ??= Promise.withResolvers<void>();
     return this.#held.promise;
   }
@@ -688,6 +690,7 @@ export class LockService {
   stop(): void {
     this.#stopped = true;
     this.#deadlines.stop();
+    this.#reads.stop();
     this.#tokenRetry?.cancel();
     this.#tokenRetry = undefined;
   }
@@ -713,10 +716,11 @@ export class LockService {
    * A request reached the service while the node cannot decide: it waits, in order. Sessions
    * ask `decisionsHeld` before each request and hold the rest in their readers, so this is only
    * a request whose check passed a moment before the node's limit: at most one per session.
-   * Returns whether it was deferred.
+   * `always`: also while the node may decide (a planned hand-over's records flush). Returns
+   * whether it was deferred.
    */
-  #deferRequest(peer: Peer, retry: () => void): boolean {
-    if (this.#mayDecide()) return false;
+  #deferRequest(peer: Peer, retry: () => void, always = false): boolean {
+    if (this.#mayDecide() && !always) return false;
     const sessionId = peer.sessionId;
     this.#deferred.set(`request:${++this.#deferredRequests}`, () => {
       if (this.#sessions.get(sessionId) !== undefined) retry();
@@ -738,8 +742,7 @@ export class LockService {
     const watches = this.#reads.watches;
     for (const event of events) {
       this.#carrier.carry(event, closing, carried);
-      const change = watches.empty ? null : lockChangeOf(event);
-      if (change !== null) watches.changed(change);
+      if (!watches.empty) this.#reads.changed(event); // no lock-change object while no watch is open
     }
     this.#deadlines.arm(this.#engine.nextDeadlineMs());
     if (this.#engine.isBlocked("token_store_unavailable") && !this.#inTokenRetry) {

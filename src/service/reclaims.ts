@@ -32,6 +32,7 @@
 import type { LockEngine } from "../core/engine.ts";
 import type { CloseCause, EngineEvent, Instant, Peer, SessionClaimView } from "../core/types.ts";
 import type { AuditLog } from "../log/audit.ts";
+import type { Actor } from "../log/audit_records.ts";
 import type { ReclaimRecord } from "../log/audit_records.ts";
 import { log } from "../log/diagnostic.ts";
 import type { Acl } from "../security/acl.ts";
@@ -74,6 +75,9 @@ export interface ReclaimRequest {
   /** What the engine is asked for (mode, limit, value). */
   readonly claim: ClaimOptions;
 }
+
+/** Lock-delays a takeover carries over: the monotonic ms each lock's delay runs until. */
+export type Delays = ReadonlyMap<string, number>;
 
 /** Counters of RESUME and RECLAIM, exact after every command; `/metrics` reads them. */
 export interface ReclaimStats {
@@ -215,13 +219,14 @@ export class Reclaims {
 
   /**
    * A new leader's takeover: every lock of `names` (those the last term may have left held) is
-   * reserved until `untilMs` (monotonic) or until its holder reclaimed it. Not a decision
-   * (nothing is granted): done before the term's grants begin. Returns how many.
+   * reserved until `untilMs` (monotonic) or until its holders reclaimed it, and a lock-delay of
+   * the last term in `delays` runs on to its end here. Not a decision (nothing is granted): done
+   * before the term's grants begin. Returns how many.
    */
-  reserve(names: Iterable<string>, untilMs: number): number {
+  reserve(names: Iterable<string>, untilMs: number, delays?: Delays): number {
     let count = 0;
     for (const name of names) {
-      this.#o.engine.reserve({ name, untilMs });
+      this.#o.engine.reserve({ name, untilMs, delayedUntilMs: delays?.get(name) });
       count++;
     }
     this.#o.apply([]);
@@ -233,12 +238,28 @@ export class Reclaims {
    * queue's head is granted), and the gate hears of every lock left idle (its record may go).
    */
   endReservations(names: readonly string[]): void {
-    const { engine, ownership } = this.#o;
-    const now = this.#o.now();
-    for (const name of names) {
-      if (engine.view.isReserved(name)) this.#o.apply(engine.liftReservation(now, name));
-      if (engine.view.isIdle(name)) ownership.idle(name);
+    for (const name of names) this.liftReservation(name, null);
+  }
+
+  /**
+   * Frees a lock reserved for reclaims (audited `reservation_lifted`, by an operator or, with
+   * `actor` null, by the window's end): its queue's head is granted; an idle lock's record may go.
+   */
+  liftReservation(name: string, actor: Actor | null): void {
+    const { engine, audit } = this.#o;
+    if (engine.view.isReserved(name)) {
+      audit.append({
+        event: "reservation_lifted",
+        lock: name,
+        token: null,
+        identity: "",
+        remote_addr: "",
+        session: 0,
+        ...(actor === null ? { by: "window" } : { by: "operator", actor }),
+      });
+      this.#o.apply(engine.liftReservation(this.#o.now(), name));
     }
+    if (engine.view.isIdle(name)) this.#o.ownership.idle(name);
   }
 
   // ---- claims of an earlier term (or none) -----------------------------------------

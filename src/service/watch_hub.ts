@@ -1,16 +1,19 @@
 /**
  * The watches of every session (protocol version 2, issue 23: WATCH, UNWATCH): which locks each
  * one matches, and what each session still has to be told. Pure: no timers, no I/O of its own;
- * the service drives it with the engine's changes (`changed`) and the sessions' ports tell it
- * when a batch of frames has been written (`SessionPort.sendObserved`).
+ * the service drives it with the engine's changes (`changed`) and `flush`, and the sessions'
+ * ports tell it when a batch of frames has been written (`SessionPort.sendObserved`).
  *
  * A watch first sends a LOCK_STATE (event `state`) per matching lock, then WATCHING, then one
- * LOCK_STATE per change of a matching lock. Coalescing: a session has at most one batch of watch
- * frames on its way to its connection (at most WATCH_BATCH_BYTES_MAX); changes that come
- * meanwhile wait, at most one per lock and watch (a newer change replaces the waiting one, and the
- * frame is built when it is sent, so it shows the lock's latest state). A slow reader thus gets
- * fewer, later events, never a backlog; one that stops reading is closed by the session's
- * slow-reader rule (its write stalls past the I/O timeout).
+ * LOCK_STATE per change of a matching lock. Changes are noted (`changed`, `watch`) and sent when
+ * the driver calls `flush`: the service does so at once, or, while fanning out takes more than
+ * its share of the server's time, a little later (watch_pacer.ts). Coalescing: a session has at
+ * most one batch of watch frames on its way to its connection (at most WATCH_BATCH_BYTES_MAX);
+ * changes that come meanwhile, or before the next flush, wait, at most one per lock and watch (a
+ * newer change replaces the waiting one, and the frame is built when it is sent, so it shows the
+ * lock's latest state). A slow reader thus gets fewer, later events, never a backlog; one that
+ * stops reading is closed by the session's slow-reader rule (its write stalls past the I/O
+ * timeout).
  *
  * @module
  */
@@ -76,6 +79,8 @@ class SessionWatches {
   readonly watches = new Map<number, Watch>();
   /** A batch of this session's watch frames is on its way to the connection. */
   inFlight = false;
+  /** Called once the batch on its way is written (one function per session, not per batch). */
+  written: (() => void) | null = null;
 
   constructor(peer: Peer) {
     this.peer = peer;
@@ -97,6 +102,11 @@ export interface WatchHubOptions {
   readonly mayRead: (peer: Peer, name: string) => boolean;
   /** Locks one watch may match (default LOCKS_PER_WATCH_MAX; tests give fewer). */
   readonly locksPerWatchMax?: number;
+  /**
+   * A session's batch was written and it has more to send: the driver should `flush` (now, or
+   * when its pacing allows). Absent: the hub flushes at once.
+   */
+  readonly wake?: () => void;
 }
 
 export class WatchHub {
@@ -107,6 +117,15 @@ export class WatchHub {
   readonly #exact = new Map<string, Set<Watch>>();
   /** Watches with wildcards. */
   readonly #globs = new Set<Watch>();
+  /** Sessions with frames to send (snapshots, WATCHING, waiting changes). */
+  readonly #dirty = new Set<SessionWatches>();
+  /**
+   * Changes not handed to the watches yet: the latest per lock. A change costs one entry here,
+   * whatever the number of watchers; `flush` hands them over (a lock handed off as fast as it goes
+   * changes thousands of times a second, and a thousand watchers noted one by one per change
+   * would cost more than the hand-offs).
+   */
+  readonly #changes = new Map<string, Waiting>();
 
   constructor(options: WatchHubOptions) {
     this.#options = options;
@@ -116,6 +135,23 @@ export class WatchHub {
   /** Whether no watch is open (nothing to tell of a change: the service skips it). */
   get empty(): boolean {
     return this.#exact.size === 0 && this.#globs.size === 0;
+  }
+
+  /** Whether some session has frames to send (`flush` sends them). */
+  get pending(): boolean {
+    return this.#dirty.size > 0 || this.#changes.size > 0;
+  }
+
+  /**
+   * Hands every session with frames to send its next batch, unless its last batch is still on
+   * its way (then its `written` brings it back). The driver calls it: at once, or paced.
+   */
+  flush(): void {
+    this.#handOver();
+    for (const session of [...this.#dirty]) {
+      this.#dirty.delete(session);
+      this.#flush(session);
+    }
   }
 
   /** Watches open now, all sessions together. */
@@ -153,6 +189,8 @@ export class WatchHub {
           "watches open, the limit (UNWATCH one first)",
       };
     }
+    // Changes made before this watch are the other watches' (its snapshots show their result).
+    this.#handOver();
     const exact = glob.literalPrefix === pattern && glob.matches(pattern);
     const names = exact ? [pattern] : this.#matching(peer, glob);
     if (names.length > this.#locksMax) {
@@ -169,7 +207,7 @@ export class WatchHub {
     } else {
       this.#globs.add(watch);
     }
-    this.#flush(session);
+    this.#dirty.add(session);
     return null;
   }
 
@@ -191,53 +229,80 @@ export class WatchHub {
     if (session === undefined) return;
     for (const watch of [...session.watches.values()]) this.#drop(session, watch);
     this.#sessions.delete(sessionId);
+    this.#dirty.delete(session);
   }
 
-  /** A lock changed: every watch that matches it hears of it (coalesced, see the module). */
+  /**
+   * A lock changed: every watch that matches it hears of it at the next `flush` (coalesced, see
+   * the module). One entry per lock until then, whatever the number of watchers.
+   */
   changed(change: LockChange): void {
-    const touched = new Set<SessionWatches>();
-    for (const watch of this.#exact.get(change.name) ?? []) {
-      this.#note(watch, change);
-      touched.add(watch.session);
-    }
-    if (this.#globs.size > 0) {
-      for (const watch of [...this.#globs]) {
-        const session = watch.session;
-        if (!watch.names.has(change.name)) {
-          if (!watch.glob.matches(change.name)) continue;
-          if (!this.#options.mayRead(session.peer, change.name)) continue;
-          watch.names.add(change.name);
-          if (watch.names.size > this.#locksMax) {
-            this.#drop(session, watch);
-            this.#options.port(session.peer.sessionId)?.send(
-              watchEnded(watch.requestId, "too_many_locks"),
-            );
-            continue;
-          }
-        }
-        this.#note(watch, change);
-        touched.add(session);
+    this.#changes.set(change.name, { event: change.event, reason: change.reason });
+  }
+
+  /** Hands the changes noted since the last flush to the watches that match their locks. */
+  #handOver(): void {
+    if (this.#changes.size === 0) return;
+    for (const [name, waiting] of this.#changes) {
+      for (const watch of this.#exact.get(name) ?? []) {
+        this.#note(watch, name, waiting);
+        this.#dirty.add(watch.session);
       }
+      if (this.#globs.size > 0) this.#handOverToGlobs(name, waiting);
     }
-    for (const session of touched) this.#flush(session);
+    this.#changes.clear();
+  }
+
+  #handOverToGlobs(name: string, waiting: Waiting): void {
+    for (const watch of [...this.#globs]) {
+      const session = watch.session;
+      if (!watch.names.has(name)) {
+        if (!watch.glob.matches(name)) continue;
+        if (!this.#options.mayRead(session.peer, name)) continue;
+        watch.names.add(name);
+        if (watch.names.size > this.#locksMax) {
+          this.#drop(session, watch);
+          this.#options.port(session.peer.sessionId)?.send(
+            watchEnded(watch.requestId, "too_many_locks"),
+          );
+          continue;
+        }
+      }
+      this.#note(watch, name, waiting);
+      this.#dirty.add(session);
+    }
   }
 
   /** Records a change for a watch: a snapshot still to send shows it anyway. */
-  #note(watch: Watch, change: LockChange): void {
-    if (!watch.watching && watch.snapshots.includes(change.name)) return;
-    watch.waiting.set(change.name, { event: change.event, reason: change.reason });
+  #note(watch: Watch, name: string, waiting: Waiting): void {
+    if (!watch.watching && watch.snapshots.includes(name)) return;
+    watch.waiting.set(name, waiting);
   }
 
-  /** Existing locks `glob` matches that the session may read, by name. */
+  /**
+   * Existing locks `glob` matches that the session may read, by name; more than the bound when
+   * there are too many (then it stops counting: no sort or view of a large match).
+   */
   #matching(peer: Peer, glob: Glob): string[] {
-    const names: string[] = [];
-    for (const lock of this.#options.view.listLocks({ prefix: glob.literalPrefix }, 0)) {
-      if (!glob.matches(lock.name) || !this.#options.mayRead(peer, lock.name)) continue;
-      if (lock.holders.length === 0 && lock.queueLength === 0) continue;
-      names.push(lock.name);
-      if (names.length > this.#locksMax) break;
-    }
-    return names;
+    let matched = 0;
+    const { locks } = this.#options.view.pageLocks({
+      prefix: glob.literalPrefix,
+      matches: (name) => {
+        if (matched > this.#locksMax) return false;
+        if (!glob.matches(name) || !this.#options.mayRead(peer, name)) return false;
+        matched++;
+        return true;
+      },
+      sort: "name",
+      descending: false,
+      offset: 0,
+      limit: this.#locksMax + 1,
+      waitersMax: 0,
+    });
+    if (matched > this.#locksMax) return locks.map((lock) => lock.name);
+    return locks
+      .filter((lock) => lock.holders.length > 0 || lock.queueLength > 0)
+      .map((lock) => lock.name);
   }
 
   #drop(session: SessionWatches, watch: Watch): void {
@@ -250,6 +315,7 @@ export class WatchHub {
     }
     if (session.watches.size === 0 && !session.inFlight) {
       this.#sessions.delete(session.peer.sessionId);
+      this.#dirty.delete(session);
     }
   }
 
@@ -258,6 +324,7 @@ export class WatchHub {
    * way: snapshots, WATCHING, then waiting changes, watch by watch, up to WATCH_BATCH_BYTES_MAX.
    */
   #flush(session: SessionWatches): void {
+    if (session.inFlight) return;
     const port = this.#options.port(session.peer.sessionId);
     if (port === undefined) return;
     while (!session.inFlight) {
@@ -270,14 +337,18 @@ export class WatchHub {
         continue;
       }
       session.inFlight = true;
-      port.sendObserved(last, () => {
+      session.written ??= () => {
         session.inFlight = false;
         if (session.watches.size === 0) {
           this.#sessions.delete(session.peer.sessionId);
           return;
         }
-        this.#flush(session);
-      });
+        if (!hasWork(session)) return;
+        this.#dirty.add(session);
+        if (this.#options.wake === undefined) this.flush();
+        else this.#options.wake();
+      };
+      port.sendObserved(last, session.written);
     }
   }
 
@@ -308,6 +379,14 @@ export class WatchHub {
     }
     return frames;
   }
+}
+
+/** Whether a session has frames to send. */
+function hasWork(session: SessionWatches): boolean {
+  for (const watch of session.watches.values()) {
+    if (watch.snapshots.length > 0 || !watch.watching || watch.waiting.size > 0) return true;
+  }
+  return false;
 }
 
 function watchEnded(requestId: number, reason: WatchEndReason): ServerMessage {

@@ -148,6 +148,25 @@ Deno.test("lockd run meeting a NOT_LEADER that names no address exits 1 with one
   assert.equal(stderr.trim().split("\n").length, 1, stderr);
 });
 
+Deno.test("lockd run tries its first connect again until -wait has passed: a server that comes up meanwhile gives it the lock", async () => {
+  const free = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const addr = `127.0.0.1:${free.addr.port}`;
+  free.close();
+  const run = lockdRun(["x", "-addr", addr, "-wait", "20s", "--", "true"]);
+  await new Promise((resolve) => setTimeout(resolve, 1_500)); // refused meanwhile
+  await using t = await startTestServer({ listen: addr });
+  const output = await run.output();
+  assert.equal(output.code, 0, new TextDecoder().decode(output.stderr));
+  assert.ok(t.audit.records().some((r) => r.event === "acquire" && r.lock === "x"));
+  // Without -wait, one try: refused at once, exit 1.
+  const free2 = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const addr2 = `127.0.0.1:${free2.addr.port}`;
+  free2.close();
+  const refused = await lockdRun(["x", "-addr", addr2, "--", "true"]).output();
+  assert.equal(refused.code, 1);
+  assert.match(new TextDecoder().decode(refused.stderr), /connection refused/);
+});
+
 // ---- the command's process group --------------------------------------------------------
 
 /** Force-releases `name` through the admin API, as an operator would. */

@@ -13,6 +13,8 @@ import assert from "node:assert/strict";
 import { connect, ConnectionError, type Lock, LockdError } from "../../mod.ts";
 import type { LockLostError } from "../../src/client/errors.ts";
 import { WIRE_CODES } from "../../src/wire/codes.ts";
+import { encodeFrame } from "../../src/wire/frame.ts";
+import { FrameReader } from "../../src/wire/frame_reader.ts";
 import type {
   Acquire,
   Acquired,
@@ -38,7 +40,7 @@ const WINDOW_MS = 5_000;
 
 type Script = (conn: HostileConn, message: ClientMessage) => void;
 
-function granted(m: Acquire | Reclaim, token = TOKEN, t = TICKET_A): Acquired {
+function granted(m: Acquire | Reclaim, token = TOKEN, t: Uint8Array = TICKET_A): Acquired {
   return {
     type: "acquired",
     requestId: m.requestId,
@@ -182,6 +184,63 @@ Deno.test("version 2: HELLO asks for 2 and falls back to 1 at a server of before
   assert.deepEqual(server.sent("goodbye"), []);
 });
 
+Deno.test("version 2: the fallback to version 1 stays within the one connect bound", async () => {
+  // Each HELLO is answered after 0.4 s: the refusal of version 2, then the WELCOME of version 1
+  // would come 0.8 s after the start, past the 0.6 s bound of the one attempt.
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const hellos: number[] = [];
+  const conns: Deno.Conn[] = [];
+  const timers = new Set<ReturnType<typeof setTimeout>>();
+  const serving = (async () => {
+    for await (const conn of listener) {
+      conns.push(conn);
+      void (async () => {
+        const reader = new FrameReader();
+        const buffer = new Uint8Array(4096);
+        try {
+          for (let n = await conn.read(buffer); n !== null; n = await conn.read(buffer)) {
+            reader.push(buffer.subarray(0, n));
+            for (let m = reader.next(); m !== null; m = reader.next()) {
+              if (m.type !== "hello") continue;
+              hellos.push(m.version);
+              const answer: ServerMessage = m.version === 2
+                ? error(0, WIRE_CODES.UNSUPPORTED_VERSION.code, "", "version 2 is not supported")
+                : { ...GOOD_WELCOME_V2, version: 1, term: 0, reclaimWindowMs: 0 };
+              const timer = setTimeout(() => {
+                timers.delete(timer);
+                conn.write(encodeFrame(answer)).catch(() => {});
+              }, 400);
+              timers.add(timer);
+            }
+          }
+        } catch {
+          // closed
+        }
+      })();
+    }
+  })();
+  try {
+    const started = performance.now();
+    await assert.rejects(
+      connect({ addr: `127.0.0.1:${listener.addr.port}`, connectTimeoutMs: 600 }),
+      /no WELCOME within 600 ms/,
+    );
+    assert.ok(performance.now() - started < 750, "within the one bound");
+    assert.deepEqual(hellos, [2, 1]);
+  } finally {
+    for (const timer of timers) clearTimeout(timer);
+    listener.close();
+    for (const conn of conns) {
+      try {
+        conn.close();
+      } catch {
+        // closed by the client
+      }
+    }
+    await serving.catch(() => {});
+  }
+});
+
 Deno.test("version 2: close() says GOODBYE after everything else, and the locks are gone", async () => {
   await using server = leader(0, leaderA);
   const client = await connect({ addr: server.addr });
@@ -314,6 +373,70 @@ Deno.test("reclaim: after a leader crash an owned lock stays held and is reclaim
   assert.equal(requests(b, 1).at(-1)?.type, "goodbye");
 });
 
+Deno.test("reclaim: a double fail-over reclaims with the tickets of the second leader", async () => {
+  const reclaimer = (t: Uint8Array): Script => (conn, m) => {
+    if (acks(conn, m)) return;
+    if (m.type === "resume") {
+      conn.send({
+        type: "resumed",
+        requestId: m.requestId,
+        outcome: "reclaim",
+        windowLeftMs: 4_000,
+      });
+    } else if (m.type === "reclaim") conn.send({ ...granted(m, m.token, t), leaseMs: 10_000 });
+  };
+  await using a = leader(7, leaderA);
+  await using b = leader(8, reclaimer(TICKET_B));
+  await using c = leader(9, reclaimer(TICKET_Q));
+  await using client = await connect({ addrs: [a.addr, b.addr, c.addr] });
+  const lock = await client.acquire("x", { leaseMs: 10_000 });
+  a.kill();
+  await until(() => b.sent("reclaim").length > 0, "reclaimed at B");
+  await sleep(50); // B's ACQUIRED arrives
+  b.kill();
+  await until(() => c.sent("reclaim").length > 0, "reclaimed at C");
+  await sleep(50);
+  assert.deepEqual([lock.state, lock.token], ["held", TOKEN]);
+  const [resume, reclaim] = requests(c, 1);
+  assert.ok(resume.type === "resume" && reclaim.type === "reclaim");
+  assert.deepEqual([resume.prevTerm, resume.prevSessionId, resume.claims], [8, 1, 1]);
+  assert.deepEqual([reclaim.token, reclaim.ticket], [TOKEN, TICKET_B]);
+});
+
+Deno.test("reclaim: claims no RESUME can carry rejoin the tail, after the RECLAIMs of the one it carries", async () => {
+  await using a = leader(7, leaderA);
+  // B takes the RESUME, never answers the queued RECLAIM of "y", grants "z".
+  await using b = leader(8, (conn, m) => {
+    if (acks(conn, m)) return;
+    if (m.type === "resume") {
+      conn.send({
+        type: "resumed",
+        requestId: m.requestId,
+        outcome: "reclaim",
+        windowLeftMs: 4_000,
+      });
+    } else if (m.type === "acquire") conn.send(granted(m, TOKEN + 3, TICKET_B));
+  });
+  await using c = leader(9, (conn, m) => void acks(conn, m));
+  await using client = await connect({ addrs: [a.addr, b.addr, c.addr] });
+  void background(client.acquire("y", { leaseMs: 10_000 }));
+  await until(() => a.sent("acquire").length > 0, "y queued at A");
+  await sleep(50);
+  a.kill();
+  await until(() => b.sent("reclaim").length > 0, "y reclaimed at B");
+  const z = await client.acquire("z", { leaseMs: 10_000 });
+  b.kill();
+  await until(() => requests(c, 1).length >= 3, "at C");
+  assert.equal(z.state, "held");
+  // One RESUME per connection: the newest lost connection's ("z", ticket of B); the claim still
+  // waiting on A's ticket joins the tail, after the RECLAIMs.
+  const [resume, reclaim, acquire] = requests(c, 1);
+  assert.ok(resume.type === "resume" && reclaim.type === "reclaim");
+  assert.deepEqual([resume.prevTerm, resume.claims], [8, 1]);
+  assert.deepEqual([reclaim.kind, reclaim.name, reclaim.ticket], ["owned", "z", TICKET_B]);
+  assert.deepEqual([acquire.type, "name" in acquire && acquire.name], ["acquire", "y"]);
+});
+
 Deno.test("reclaim: a reconnect with nothing to carry over still resumes the session that ended (0 claims)", async () => {
   await using a = leader(7, leaderA);
   await using b = leader(8, leaderA);
@@ -382,6 +505,19 @@ Deno.test("reclaim: a lock whose deadline passes before the reclaim's answer is 
   );
   assert.equal(lostReason(lock), "lease_unconfirmed", "never revived");
   assert.equal(client.protocolErrors, 0);
+});
+
+Deno.test("reclaim: a lock lost before the next connection is not reclaimed", async () => {
+  await using a = leader(7, leaderA);
+  await using b = leader(8, (conn, m) => void acks(conn, m), { holdHelloMs: 600 });
+  await using client = await connect({ addrs: [a.addr, b.addr] });
+  const lock = await client.acquire("x", { leaseMs: 300 });
+  a.kill();
+  await until(() => lock.lost.aborted, "lost before B answers the HELLO");
+  assert.equal(lostReason(lock), "lease_unconfirmed");
+  await until(() => client.sessionId !== 0, "at B");
+  await sleep(50);
+  assertNothingReclaimed(b);
 });
 
 Deno.test("reclaim: a suspend lock is suspended past its deadline and held again when reclaimed (suspend and resume events)", async () => {
@@ -594,6 +730,47 @@ Deno.test("reclaim: a new leader of before version 2 gets no reclaims; the lock 
   assert.deepEqual([lostReason(lock), client.protocolVersion], ["failover", 1]);
   await until(() => b.sent("acquire").some((m) => m.name === "y"), "y at B, at the tail");
   assertNothingReclaimed(b);
+});
+
+Deno.test("reclaim: a silent connection is given up, kept open until RESUMED, and its suspend lock moves", async () => {
+  await using server = new HostileServer({
+    versions: [1, 2],
+    hello: (conn) =>
+      conn.send({
+        ...GOOD_WELCOME_V2,
+        sessionId: conn.index,
+        ioTimeoutMs: 600,
+        reclaimWindowMs: WINDOW_MS,
+      }),
+    request: (conn, m) => {
+      if (conn.index === 1) {
+        if (m.type === "acquire") conn.send(granted(m)); // then nothing more: it went silent
+        return;
+      }
+      if (acks(conn, m)) return;
+      if (m.type === "resume") {
+        conn.send({
+          type: "resumed",
+          requestId: m.requestId,
+          outcome: "moved",
+          windowLeftMs: 4_000,
+        });
+      } else if (m.type === "reclaim") conn.send(granted(m, m.token, TICKET_B));
+    },
+  });
+  await using client = await connect({ addr: server.addr });
+  const lock = await client.acquire("x", { leaseMs: 10_000, suspend: true });
+  const heard: string[] = [];
+  lock.addEventListener("suspend", () => heard.push("suspend"));
+  lock.addEventListener("resume", () => heard.push("resume"));
+  await until(() => heard.length === 2, "suspended, then moved and held again");
+  assert.deepEqual([heard, lock.state, lock.token], [["suspend", "resume"], "held", TOKEN]);
+  await until(() => server.sent("goodbye").length === 1, "GOODBYE on the old connection");
+  // Kept open (unread) while the new connection resumed; then GOODBYE.
+  const order = server.received.map((r) => `${r.conn}:${r.message.type}`);
+  assert.ok(order.indexOf("2:reclaim") < order.indexOf("1:goodbye"), order.join(" "));
+  const resume = server.sent("resume")[0];
+  assert.deepEqual([resume.prevTerm, resume.prevSessionId, resume.claims], [0, 1, 1]);
 });
 
 Deno.test("reclaim: on a single node (term 0) an end of stream loses the locks", async () => {

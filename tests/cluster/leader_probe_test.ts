@@ -72,3 +72,11 @@ Deno.test("leader probe: a closed port is dead at once, without the timeout", as
   assert.equal(await leaderProbe(false, scheduler)(addr, 500), false);
   assert.equal(scheduler.pendingTimers, 0);
 });
+
+Deno.test("leader probe (plain): a lockd that refuses the HELLO (shutting down, a planned hand-over) is no leader to send clients to", async () => {
+  await using t = await startTestServer({});
+  t.server.context.service.beginShutdown();
+  const scheduler = new ManualScheduler();
+  assert.equal(await leaderProbe(false, scheduler)(t.addr, 500), false);
+  assert.equal(scheduler.pendingTimers, 0);
+});

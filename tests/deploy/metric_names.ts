@@ -80,6 +80,15 @@ export const CLUSTER_FAMILIES: readonly string[] = [
   "lockd_cluster_reclaim_void_total",
   "lockd_cluster_reclaim_conflicts_total",
   "lockd_reclaims_total",
+  // ownership records, takeover and reclaim window (issue 20)
+  "lockd_cluster_records",
+  "lockd_cluster_record_commits_total",
+  "lockd_cluster_record_commit_seconds",
+  "lockd_cluster_record_batch_ops",
+  "lockd_cluster_grants_waiting_commit",
+  "lockd_cluster_reserved_locks",
+  "lockd_cluster_reclaim_window_seconds",
+  "lockd_cluster_takeover_seconds",
 ];
 
 /** Label values of the cluster families the kit relies on. */
@@ -92,6 +101,7 @@ export const CLUSTER_LABEL_VALUES: Readonly<Record<string, Readonly<Record<strin
   lockd_cluster_reclaim_void_total: {
     reason: ["window", "floor", "regranted", "ticket", "acl", "limit", "term"],
   },
+  lockd_cluster_record_commits_total: { kind: ["held", "floor", "delete"] },
   // A single node exposes exactly the operator spec's label values; cluster mode adds
   // `failover` and 0x11 (NOT_LEADER).
   lockd_releases_total: { reason: ["graceful", "expired", "io_timeout", "force", "failover"] },

@@ -1,6 +1,6 @@
 /**
  * The watch hub (src/service/watch_hub.ts) on its own, over a real engine and a port whose writes
- * complete only when the test says so: coalescing (one waiting event per lock and watch, the
+ * complete only when the test says so (the test flushes, as the service's pacer would): coalescing (one waiting event per lock and watch, the
  * latest state), batches of at most WATCH_BATCH_BYTES_MAX, the bound on matched locks (at WATCH
  * and as a glob grows), silent ACL filtering of a glob, and a session's end. Also the LOCK_STATE
  * builder's frame bound.
@@ -79,13 +79,18 @@ Deno.test("watch hub: changes while a batch is on its way wait as one per lock, 
   h.acquire(holder, 1, "co/a");
   h.acquire(holder, 2, "co/b");
   assert.equal(hub.watch(watcher, 7, "co/*"), null);
+  hub.flush();
   assert.deepEqual(port.take(), ["7:co/a:state:1", "7:co/b:state:1", "7:watching:2"]);
   port.write();
   hub.changed({ name: "co/a", event: "value", reason: "none" });
+  hub.flush();
   assert.deepEqual(port.take(), ["7:co/a:value:1"], "sent at once: nothing on its way");
   hub.changed({ name: "co/a", event: "queue", reason: "none" });
+  hub.flush();
   hub.changed({ name: "co/b", event: "value", reason: "none" });
+  hub.flush();
   hub.changed({ name: "co/a", event: "ended", reason: "graceful" });
+  hub.flush();
   assert.deepEqual(port.take(), [], "the first is not written yet: the rest wait");
   port.write();
   assert.deepEqual(port.take(), ["7:co/a:ended:1", "7:co/b:value:1"], "one per lock, the latest");
@@ -100,6 +105,7 @@ Deno.test("watch hub: a snapshot larger than one batch goes out in batches as th
   const clients = Array.from({ length: 100 }, () => h.open("", "", 2));
   clients.forEach((c, i) => h.acquire(c, 1, `big/${String(i).padStart(3, "0")}`, { value }));
   assert.equal(hub.watch(watcher, 3, "big/*"), null);
+  hub.flush();
   let batches = 0;
   let states = 0;
   for (;;) {
@@ -121,19 +127,25 @@ Deno.test("watch hub: a glob over the bound ends at once, or when it comes to ma
   h.acquire(holder, 2, "m/secret1");
   h.acquire(holder, 3, "m/secret2");
   assert.equal(hub.watch(watcher, 1, "m/*"), null, "two matches, but only one readable");
+  hub.flush();
   assert.deepEqual(port.take(), ["1:m/a:state:1", "1:watching:1"]);
   port.write();
   h.acquire(holder, 4, "m/b");
   hub.changed({ name: "m/b", event: "granted", reason: "none" });
+  hub.flush();
   hub.changed({ name: "m/secret1", event: "value", reason: "none" });
+  hub.flush();
   assert.deepEqual(port.take(), ["1:m/b:granted:1"]);
   port.write();
   h.acquire(holder, 5, "m/c");
   hub.changed({ name: "m/c", event: "granted", reason: "none" });
+  hub.flush();
   assert.deepEqual(port.take(), ["1:ended:too_many_locks"]);
   hub.changed({ name: "m/a", event: "value", reason: "none" });
+  hub.flush();
   assert.deepEqual(port.take(), [], "the watch is over");
   assert.equal(hub.watch(watcher, 2, "m/*"), null);
+  hub.flush();
   assert.deepEqual(port.take(), ["2:ended:too_many_locks"], "three readable now: over at once");
   assert.equal(hub.size, 0);
   await using _ = h;
@@ -142,7 +154,9 @@ Deno.test("watch hub: a glob over the bound ends at once, or when it comes to ma
 Deno.test("watch hub: a session's end drops its watches; UNWATCH answers WATCH_ENDED even for no watch", async () => {
   const { h, hub, port, watcher } = setup();
   assert.equal(hub.watch(watcher, 1, "x/one"), null);
+  hub.flush();
   assert.equal(hub.watch(watcher, 2, "x/*"), null);
+  hub.flush();
   assert.equal(hub.size, 2);
   hub.unwatch(watcher, 1);
   hub.unwatch(watcher, 9);
@@ -170,5 +184,30 @@ Deno.test("engine events map onto watch events; a LOCK_STATE lists the holders t
     token,
   });
   assert.deepEqual(events.map(lockChangeOf), [{ name: "sem", event: "ended", reason: "graceful" }]);
+  await using _ = h;
+});
+
+Deno.test("watch hub: changes wait as one per lock until the flush hands them over; a watch opened after a change does not hear of it", async () => {
+  const { h, hub, port, watcher, holder } = setup();
+  h.acquire(holder, 1, "co/a");
+  assert.equal(hub.watch(watcher, 7, "co/*"), null);
+  hub.flush();
+  assert.deepEqual(port.take(), ["7:co/a:state:1", "7:watching:1"]);
+  port.write();
+  hub.changed({ name: "co/a", event: "queue", reason: "none" });
+  hub.changed({ name: "co/a", event: "value", reason: "none" });
+  // A lock that came and went before the next WATCH: its change is the first watch's alone.
+  hub.changed({ name: "co/gone", event: "ended", reason: "graceful" });
+  assert.equal(hub.pending, true, "noted, not sent");
+  assert.deepEqual(port.take(), []);
+  assert.equal(hub.watch(watcher, 8, "co/*"), null);
+  hub.flush();
+  assert.deepEqual(
+    port.take(),
+    ["7:co/a:value:1", "7:co/gone:ended:0", "8:co/a:state:1", "8:watching:1"],
+    "the older watch hears the latest change of each lock; the new one only its snapshot",
+  );
+  assert.equal(hub.pending, false);
+  port.write();
   await using _ = h;
 });

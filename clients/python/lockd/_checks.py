@@ -9,10 +9,15 @@ connection.ts), documented in docs/protocol.md ("Requests in flight", "Several n
 - a NOT_LEADER's name must be a plain ``host:port``, and is followed to an address outside the
   client's list only with TLS (where the node reached must present a certificate from the CA);
 - version 2 (docs/protocol.md, "Version 2"): a WELCOME has the HELLO's version and a reclaim window
-  in bounds; a QUEUED's order term is not above the session's term; an ACQUIRED grants a plain
-  lock (exclusive, limit 1: what this client asks for) and re-confirms an owned RECLAIM with the
-  claim's own token; RESUMED answers the RESUME only, with an outcome that names something;
-  CLAIM_VOID answers an owned RECLAIM only.
+  in bounds; a QUEUED's order term is not above the session's term; an ACQUIRED grants what was
+  asked (its mode; the limit asked for, any limit when the claim had no opinion, 1 for a shared
+  lock; a slot below the limit; a write generation below the token of a shared grant, 0 else) and
+  re-confirms an owned RECLAIM with the claim's own token, mode, limit and slot; RESUMED answers
+  the RESUME only, with an outcome that names something; CLAIM_VOID answers an owned RECLAIM only;
+  VALUE_SET answers a SET_VALUE; LOCK_STATE answers a QUERY (event 0, its name) or belongs to a
+  WATCH (event 0 before WATCHING, events 1 to 4 after it, a name the pattern can match), and is
+  consistent in itself (``lock_state_misfit``); WATCHING counts the snapshots sent; WATCH_ENDED
+  "unwatched" answers an UNWATCH only.
 """
 
 from __future__ import annotations
@@ -45,7 +50,12 @@ VALUE_BYTES_MAX_MAX = 0xFFFF
 LEASE_EXPIRED = 0x05
 NOT_OWNER = 0x06
 CLAIM_VOID = 0x12
+WAIT_TIMEOUT = 0x07
+DUPLICATE_CLAIM = 0x08
+CANCELLED = 0x0F
 _KNOWN_CODES = frozenset(range(0x01, 0x13))
+#: Codes that belong to an ownership or a wait: never the answer to a QUERY, SET_VALUE or WATCH.
+_NOT_LOOK_ANSWERS = frozenset((LEASE_EXPIRED, WAIT_TIMEOUT, DUPLICATE_CLAIM, CANCELLED, CLAIM_VOID))
 _CLOSING_CODES = frozenset((0x01, 0x02, 0x03, 0x0A, 0x0D, 0x0E, 0x11))
 
 _LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\Z")
@@ -169,6 +179,74 @@ def welcome_out_of_bounds(welcome: wire.Welcome, version: int = wire.PROTOCOL_VE
     return None
 
 
+def grant_misfit(message: wire.Acquired, asked: _Acquire) -> str | None:
+    """What is wrong with the kind of an ACQUIRED for what the claim asked, or None."""
+    mode, limit, slot, generation = message.mode, message.limit, message.slot, message.write_generation
+    if mode != asked.mode:
+        return f"with mode {mode}, but the claim asked for mode {asked.mode}"
+    if limit < 1 or (asked.limit >= 1 and limit != asked.limit):
+        return f"with limit {limit}, but the claim asked for limit {asked.limit or 'any'}"
+    if mode == "shared" and limit != 1:
+        return f"with limit {limit} for a shared grant (a shared lock has limit 1)"
+    if slot >= limit or (asked.reclaim == "owned" and slot != asked.slot):
+        return f"with slot {slot}, outside the lock's slots 0..{limit - 1} or not the claim's slot {asked.slot}"
+    if mode == "exclusive" and generation != 0:
+        return f"with write generation {generation} for an exclusive grant (only shared grants carry one)"
+    if mode == "shared" and generation >= message.token:
+        return f"with write generation {generation}, not below its own token {message.token}"
+    return None
+
+
+def pattern_may_match(pattern: str, name: str) -> bool:
+    """Whether a WATCH's pattern (a name or a glob, docs/protocol.md "WATCH") can match ``name``:
+    the literal text before its first wildcard, class or escape must start the name, and a pattern
+    without any of them must equal it. (A full glob match is the server's; this catches a LOCK_STATE
+    of another lock.)"""
+    cut = min((i for i, char in enumerate(pattern) if char in "*?[\\"), default=-1)
+    if cut < 0:
+        return name == pattern
+    return name.startswith(pattern[:cut])
+
+
+_HOLDER_KINDS = {"exclusive": ("exclusive",), "shared": ("shared", "exclusive"), "semaphore": ("exclusive",)}
+
+
+def lock_state_misfit(message: wire.LockState, welcome: wire.Welcome) -> str | None:
+    """What is inconsistent in a LOCK_STATE (docs/protocol.md, "LOCK_STATE"), or None: known
+    event, reason and kind; a reason with an end only; a kind "none" lock with nothing in it; a
+    limit that fits the kind; no more holder records than owners, nor owners than the limit; each
+    holder with a token and lease in bounds, a mode its lock admits, a slot below the limit."""
+    event, reason, kind, limit = message.event, message.reason, message.kind, message.limit
+    for field, value in (("event", event), ("reason", reason), ("kind", kind)):
+        if not isinstance(value, str):
+            return f"{field} {value} names nothing"
+    if (event == "ended") != (reason != "none"):
+        return f"event {event} with reason {reason} (only an end has a reason)"
+    holders = message.holders
+    if kind == "none":
+        if limit or message.owners or message.queue_length or holders:
+            return "kind none (no owner, no waiter), but it has a limit, owners, waiters or holders"
+        return None
+    if (limit != 1) if kind in ("exclusive", "shared") else (limit < 1):
+        return f"kind {kind} with limit {limit}"
+    if len(holders) > message.owners:
+        return f"{len(holders)} holder records for {message.owners} owner(s)"
+    if kind != "shared" and message.owners > limit:
+        return f"{message.owners} owners of a {kind} lock of limit {limit}"
+    for holder in holders:
+        if not 1 <= holder.token <= TOKEN_MAX:
+            return f"a holder with token {holder.token}"
+        if not LEASE_MS_MIN <= holder.lease_ms <= welcome.lease_max_ms:
+            return f"a holder with a lease of {holder.lease_ms} ms"
+        if holder.mode not in _HOLDER_KINDS[kind]:
+            return f"a holder in mode {holder.mode} of a {kind} lock"
+        if holder.slot >= limit or (kind != "semaphore" and holder.slot != 0):
+            return f"a holder in slot {holder.slot} of a {kind} lock of limit {limit}"
+    if kind == "shared" and any(h.mode == "exclusive" for h in holders) and message.owners != 1:
+        return "an exclusive holder beside other owners"
+    return None
+
+
 @dataclass
 class _Acquire:
     """An ACQUIRE, or a RECLAIM (``reclaim`` is its kind): both are answered the same way."""
@@ -179,6 +257,36 @@ class _Acquire:
     reclaim: Literal["owned", "queued"] | None = None
     #: An owned RECLAIM: the claim's token, which its ACQUIRED must carry again.
     token: int = 0
+    #: What the claim asked for: its mode and limit (0: no opinion); an owned RECLAIM: its slot.
+    mode: str = "exclusive"
+    limit: int = 1
+    slot: int = 0
+
+
+@dataclass
+class _Query:
+    name: str
+
+
+@dataclass
+class _SetValue:
+    name: str
+
+
+@dataclass
+class _Downgrade:
+    name: str
+    token: int
+
+
+@dataclass
+class _Watch:
+    """A WATCH: snapshots (event 0) until WATCHING, events after it, until WATCH_ENDED."""
+
+    pattern: str
+    snapshots: int = 0
+    watching: bool = False
+    unwatch_sent: bool = False
 
 
 @dataclass
@@ -197,7 +305,7 @@ class _Resume:
     name: str = ""  # an ERROR answering it names no lock
 
 
-_Expected = Union[_Acquire, _Release, _Heartbeat, _Resume]
+_Expected = Union[_Acquire, _Release, _Heartbeat, _Resume, _Query, _SetValue, _Watch, _Downgrade]
 
 _TYPE_NAMES = {
     wire.Queued: "QUEUED",
@@ -206,6 +314,10 @@ _TYPE_NAMES = {
     wire.HeartbeatAck: "HEARTBEAT_ACK",
     wire.Error: "ERROR",
     wire.Resumed: "RESUMED",
+    wire.ValueSet: "VALUE_SET",
+    wire.LockState: "LOCK_STATE",
+    wire.Watching: "WATCHING",
+    wire.WatchEnded: "WATCH_ENDED",
 }
 
 
@@ -227,11 +339,38 @@ class ReplyLedger:
     def __len__(self) -> int:
         return len(self._expected)
 
-    def acquire_sent(self, request_id: int, name: str) -> None:
-        self._expected[request_id] = _Acquire(name)
+    def acquire_sent(self, request_id: int, name: str, mode: str = "exclusive", limit: int = 1) -> None:
+        self._expected[request_id] = _Acquire(name, mode=mode, limit=limit)
 
-    def reclaim_sent(self, request_id: int, name: str, kind: Literal["owned", "queued"], token: int = 0) -> None:
-        self._expected[request_id] = _Acquire(name, reclaim=kind, token=token)
+    def reclaim_sent(
+        self,
+        request_id: int,
+        name: str,
+        kind: Literal["owned", "queued"],
+        token: int = 0,
+        *,
+        mode: str = "exclusive",
+        limit: int = 1,
+        slot: int = 0,
+    ) -> None:
+        self._expected[request_id] = _Acquire(name, reclaim=kind, token=token, mode=mode, limit=limit, slot=slot)
+
+    def downgrade_sent(self, request_id: int, name: str, token: int) -> None:
+        self._expected[request_id] = _Downgrade(name, token)
+
+    def query_sent(self, request_id: int, name: str) -> None:
+        self._expected[request_id] = _Query(name)
+
+    def set_value_sent(self, request_id: int, name: str) -> None:
+        self._expected[request_id] = _SetValue(name)
+
+    def watch_sent(self, request_id: int, pattern: str) -> None:
+        self._expected[request_id] = _Watch(pattern)
+
+    def unwatch_sent(self, request_id: int) -> None:
+        expected = self._expected.get(request_id)
+        if isinstance(expected, _Watch):
+            expected.unwatch_sent = True
 
     def resume_sent(self, request_id: int) -> None:
         self._expected[request_id] = _Resume()
@@ -279,7 +418,76 @@ class ReplyLedger:
             return None
         if isinstance(message, wire.Error):
             return self._error(what, message, expected)
+        if isinstance(message, wire.ValueSet):
+            if not isinstance(expected, _SetValue):
+                return f"{what}, which is not a SET_VALUE"
+            if message.name != expected.name:
+                return self._wrong_name(what, message.name, "SET_VALUE", expected.name)
+            del self._expected[request_id]
+            return None
+        if isinstance(message, wire.LockState):
+            return self._lock_state(what, message, expected)
+        if isinstance(message, wire.Watching):
+            if not isinstance(expected, _Watch) or expected.watching:
+                return f"{what}, which is not a WATCH waiting for its WATCHING"
+            if message.locks != expected.snapshots:
+                return f"{what} counting {message.locks} snapshot(s), but {expected.snapshots} came"
+            expected.watching = True
+            return None
+        if isinstance(message, wire.WatchEnded):
+            if not isinstance(expected, _Watch):
+                return f"{what}, which is not a WATCH"
+            if message.reason == "unwatched" and not expected.unwatch_sent:
+                return f"{what} with reason unwatched, but this session sent no UNWATCH for it"
+            del self._expected[request_id]
+            return None
         return f"{what}: not a reply"
+
+    def _downgraded(self, what: str, message: wire.Acquired, expected: _Downgrade) -> str | None:
+        """The ACQUIRED answering a DOWNGRADE: the same ownership (name, token), now shared."""
+        if message.name != expected.name:
+            return self._wrong_name(what, message.name, "DOWNGRADE", expected.name)
+        lease_max_ms = self._welcome.lease_max_ms
+        if not LEASE_MS_MIN <= message.lease_ms <= lease_max_ms:
+            return f"{what} with a lease of {message.lease_ms} ms, outside {LEASE_MS_MIN}..{lease_max_ms} ms"
+        asked = _Acquire(expected.name, mode="shared", limit=1)
+        misfit = (
+            f"with token {message.token}, but the DOWNGRADE named token {expected.token}"
+            if message.token != expected.token
+            else grant_misfit(message, asked)
+            if message.write_generation != message.token
+            else None  # a downgraded writer is its own write generation
+        )
+        if misfit is None and (message.mode, message.limit, message.slot) != ("shared", 1, 0):
+            misfit = f"with mode {message.mode}, limit {message.limit}, slot {message.slot}, not a shared grant"
+        if misfit is not None:
+            return f"{what} {misfit}"
+        del self._expected[message.request_id]
+        return None
+
+    def _lock_state(self, what: str, message: wire.LockState, expected: _Expected) -> str | None:
+        if isinstance(expected, _Query):
+            if message.event != "state":
+                return f"{what} with event {message.event}, but a QUERY is answered with event 0 (state)"
+            if message.name != expected.name:
+                return self._wrong_name(what, message.name, "QUERY", expected.name)
+            misfit = lock_state_misfit(message, self._welcome)
+            if misfit is None:
+                del self._expected[message.request_id]
+            return None if misfit is None else f"{what}: {misfit}"
+        if not isinstance(expected, _Watch):
+            return f"{what}, which is not a QUERY or WATCH"
+        if (message.event == "state") == expected.watching:
+            when = "after" if expected.watching else "before"
+            return f"{what} with event {message.event} {when} WATCHING"
+        if not pattern_may_match(expected.pattern, message.name):
+            return f"{what} names lock {quote_untrusted(message.name)}, which pattern {quote_untrusted(expected.pattern)} cannot match"
+        misfit = lock_state_misfit(message, self._welcome)
+        if misfit is not None:
+            return f"{what}: {misfit}"
+        if not expected.watching:
+            expected.snapshots += 1
+        return None
 
     def _queued(self, what: str, message: wire.Queued, expected: _Expected) -> str | None:
         if (
@@ -297,6 +505,8 @@ class ReplyLedger:
         return None
 
     def _acquired(self, what: str, message: wire.Acquired, expected: _Expected) -> str | None:
+        if isinstance(expected, _Downgrade):
+            return self._downgraded(what, message, expected)
         if not isinstance(expected, _Acquire) or expected.phase != "waiting":
             return f"{what}, which is not an ACQUIRE or RECLAIM waiting for its grant"
         if message.name != expected.name:
@@ -308,12 +518,9 @@ class ReplyLedger:
             return f"{what} with token {message.token}"
         if expected.reclaim == "owned" and message.token != expected.token:
             return f"{what} with token {message.token}, but that RECLAIM carried the claim's token {expected.token}"
-        # Version 2: this client asks for plain locks (exclusive, limit 1), as version 1 has them.
-        if (message.mode, message.limit, message.slot, message.write_generation) != ("exclusive", 1, 0, 0):
-            return (
-                f"{what} with mode {message.mode}, limit {message.limit}, slot {message.slot} and write "
-                f"generation {message.write_generation}, but it asked for a plain lock (exclusive, limit 1)"
-            )
+        misfit = grant_misfit(message, expected)
+        if misfit is not None:
+            return f"{what} {misfit}"
         expected.phase = "owned"
         return None
 
@@ -333,6 +540,8 @@ class ReplyLedger:
                 return self._wrong_name(what, message.name, "RESUME", "")
             del self._expected[message.request_id]
             return None
+        if isinstance(expected, (_Query, _SetValue, _Watch, _Downgrade)):
+            return self._look_error(code_text, message, expected)
         if not self._name_fits(message.name, expected.name):
             kind = "RELEASE" if isinstance(expected, _Release) else self._kind(expected)
             return self._wrong_name(what, message.name, kind, expected.name)
@@ -349,6 +558,24 @@ class ReplyLedger:
         if code in (LEASE_EXPIRED, NOT_OWNER) or code in _CLOSING_CODES:
             return f"{code_text} for {self._a(expected)} still waiting"
         del self._expected[request_id]
+        return None
+
+    def _look_error(
+        self, code_text: str, message: wire.Error, expected: _Query | _SetValue | _Watch | _Downgrade
+    ) -> str | None:
+        """An ERROR answering a QUERY, SET_VALUE or WATCH: a refusal of the request (a WATCH's only
+        before WATCHING), never an answer that belongs to an ownership or a wait."""
+        kind = {_Query: "QUERY", _SetValue: "SET_VALUE", _Watch: "WATCH", _Downgrade: "DOWNGRADE"}[type(expected)]
+        if message.code in _NOT_LOOK_ANSWERS or (message.code == NOT_OWNER and kind in ("QUERY", "WATCH")):
+            return f"{code_text}: not an answer to a {kind}"
+        if isinstance(expected, _Watch):
+            if expected.watching:
+                return f"{code_text} for a WATCH after its WATCHING"
+            if message.name not in ("", expected.pattern) and not self._name_fits(message.name, expected.pattern):
+                return self._wrong_name(code_text, message.name, "WATCH", expected.pattern)
+        elif not self._name_fits(message.name, expected.name):
+            return self._wrong_name(code_text, message.name, kind, expected.name)
+        del self._expected[message.request_id]
         return None
 
     def _release_answered(self, request_id: int, acquire_request_id: int) -> None:

@@ -23,6 +23,7 @@ import random
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from . import _codec as wire
 from ._checks import cut_utf8, node_key, redirect_verdict, refused_redirect_text
@@ -32,17 +33,21 @@ from ._lock import (
     Lock,
     LostEvent,
     PendingAcquire,
+    PendingQuery,
     Session,
     lease_margin_ms,
     local_deadline_ms,
     now_ms,
+    value_bytes,
 )
+from ._observe import Holder, LockState, Observer
 from .errors import (
     ClosedByAdminError,
     ConnectTimeoutError,
     InvalidArgumentError,
     IoTimeoutError,
     LeaseExpiredError,
+    LimitExceededError,
     LockdConnectionError,
     LockdError,
     NotLeaderError,
@@ -54,7 +59,10 @@ from .errors import (
 
 __all__ = [
     "Client",
+    "Holder",
     "Lock",
+    "LockState",
+    "Observer",
     "LostEvent",
     "backoff_delay_ms",
     "bound_client_name",
@@ -146,6 +154,26 @@ def default_client_name(program: str = f"lockd-python/{VERSION}") -> str:
     return compose_client_name(program, host, os.getpid())
 
 
+def _check_wire_str(what: str, text: object) -> None:
+    """A name or pattern the wire can carry (the server judges the rest): a ``str`` of at most
+    65,535 UTF-8 bytes, without lone surrogates. Checked when asked, as it is sent again on
+    every reconnect."""
+    if not isinstance(text, str):
+        raise TypeError(f"{what} is a str, not {type(text).__name__}")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} cannot be sent: it has a lone surrogate") from None
+    if size > wire.STR_BYTES_MAX:
+        raise ValueError(f"{what} cannot be sent: {size} bytes, above {wire.STR_BYTES_MAX}")
+
+
+def _value_too_long(action: str, name: str, length: int, welcome: wire.Welcome) -> str:
+    if welcome.value_bytes_max == 0:
+        return f'Cannot {action} lock "{name}": this server takes no lock values (protocol version 2 with values)'
+    return f'Cannot {action} lock "{name}": a value of {length} bytes is longer than the server\'s {welcome.value_bytes_max}'
+
+
 def backoff_delay_ms(attempt: int, rng: Callable[[], float] | None = None) -> float:
     """Full jitter: ``random(0, min(5000, 50 * 2^attempt))``; ``attempt`` counts failures since the last WELCOME."""
     cap = min(RECONNECT_BACKOFF_MS_MAX, RECONNECT_BACKOFF_MS_MIN * 2 ** min(attempt, 16))
@@ -197,6 +225,10 @@ class Client:
         self._reclaim = reclaim
         self._session: Session | None = None
         self._unsent: list[PendingAcquire] = []
+        #: QUERYs waiting for a connection (sent after the next WELCOME).
+        self._unsent_queries: list[PendingQuery] = []
+        #: Every open ``observe``: its WATCH is sent on each new connection.
+        self._observers: list[Observer] = []
         #: While RESUME and the RECLAIMs go out: new ACQUIREs wait in ``_unsent``.
         self._holding_acquires = False
         #: Claims of lost connections, oldest first, for the next connection to reclaim.
@@ -251,9 +283,25 @@ class Client:
         return self
 
     async def acquire(
-        self, name: str, *, lease_ms: int = 0, wait_ms: float | None = None, suspend: bool = False
+        self,
+        name: str,
+        *,
+        lease_ms: int = 0,
+        wait_ms: float | None = None,
+        suspend: bool = False,
+        mode: str = "exclusive",
+        limit: int = 1,
+        value: bytes | str = b"",
     ) -> Lock:
         """Waits for the lock and returns it once owned.
+
+        Protocol version 2 (issue 22 and 23): ``mode="shared"`` asks for a shared (read) lock:
+        shared claims are granted together, an exclusive claim waits for them and stops later
+        shared ones from passing it (``lock.write_generation`` is the token of the last exclusive
+        grant). ``limit=N`` asks for one of N slots of a semaphore (``lock.slot``); the default 1 is
+        a plain lock, 0 takes whatever the lock (or a server rule) has. ``value`` is published to
+        ``query`` and ``observe`` while the lock is owned (a ``str`` is sent as UTF-8). A server
+        of version 1 takes plain locks only: anything else raises ``InvalidArgumentError``.
 
         ``lease_ms`` 0 asks for the server's default lease. ``wait_ms`` None waits without bound;
         otherwise ``WaitTimeoutError`` is raised when ``wait_ms`` has passed on this client's
@@ -270,6 +318,13 @@ class Client:
             raise ValueError(f"lease_ms must be an integer in 0..2^32-1, not {lease_ms!r}")
         if wait_ms is not None and not 0 <= wait_ms <= wire.WAIT_MS_MAX:
             raise ValueError(f"wait_ms must be in 0..{wire.WAIT_MS_MAX} or None, not {wait_ms!r}")
+        if mode not in wire.LOCK_MODES:
+            raise ValueError(f'mode must be "exclusive" or "shared", not {mode!r}')
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= 0xFFFF_FFFF:
+            raise ValueError(f"limit must be an integer in 0..2^32-1, not {limit!r}")
+        data = value_bytes(value)
+        if len(data) > wire.STR_BYTES_MAX:
+            raise ValueError(f"a lock value is at most {wire.STR_BYTES_MAX} bytes, not {len(data)}")
         loop = self._running_loop()
         pending = PendingAcquire(
             name=name,
@@ -278,6 +333,9 @@ class Client:
             wait_ms=wait_ms,
             future=loop.create_future(),
             suspend=bool(suspend),
+            mode=mode,
+            limit=limit,
+            value=data,
         )
         if wait_ms is not None and wait_ms > 0:
             pending.wait_handle = loop.call_later(wait_ms / 1000, self._wait_bound_passed, pending)
@@ -288,30 +346,76 @@ class Client:
             self._abandon(pending, None)
             raise
 
-    async def try_acquire(self, name: str, *, lease_ms: int = 0, suspend: bool = False) -> Lock | None:
-        """Takes the lock if it is free right now; None when it is held."""
+    async def try_acquire(self, name: str, *, lease_ms: int = 0, suspend: bool = False, **kind: Any) -> Lock | None:
+        """Takes the lock if it is free right now; None when it is held. ``mode``, ``limit`` and
+        ``value`` as in ``acquire``."""
         try:
-            return await self.acquire(name, lease_ms=lease_ms, wait_ms=0, suspend=suspend)
+            return await self.acquire(name, lease_ms=lease_ms, wait_ms=0, suspend=suspend, **kind)
         except WaitTimeoutError:
             return None
 
     @contextlib.asynccontextmanager
     async def lock(
-        self, name: str, *, lease_ms: int = 0, wait_ms: float | None = None, suspend: bool = False
+        self, name: str, *, lease_ms: int = 0, wait_ms: float | None = None, suspend: bool = False, **kind: Any
     ) -> AsyncIterator[Lock]:
-        """``async with client.lock(name, ...) as lock:`` acquires, and releases on exit."""
-        held = await self.acquire(name, lease_ms=lease_ms, wait_ms=wait_ms, suspend=suspend)
+        """``async with client.lock(name, ...) as lock:`` acquires, and releases on exit. ``mode``,
+        ``limit`` and ``value`` as in ``acquire``."""
+        held = await self.acquire(name, lease_ms=lease_ms, wait_ms=wait_ms, suspend=suspend, **kind)
         try:
             yield held
         finally:
             await held.release()
 
+    async def query(self, name: str) -> LockState:
+        """The state of lock ``name`` now, without queueing (QUERY, protocol version 2): its kind,
+        holders (identity, client name, value, token, held for), queue length;
+        ``state.holder`` is None when nobody holds it. Asked again on the next connection if this
+        one ends first. Raises ``InvalidArgumentError`` (a bad name, or a server of version 1)
+        or ``AclDeniedError``."""
+        self._usable()
+        _check_wire_str("a lock name", name)
+        query = PendingQuery(name, self._running_loop().create_future())
+        self._send_query(query)
+        try:
+            return await asyncio.shield(query.future)
+        except asyncio.CancelledError:
+            if query in self._unsent_queries:
+                self._unsent_queries.remove(query)
+            query.future.cancel()
+            raise
+
+    def observe(self, pattern: str) -> Observer:
+        """Observes lock ``pattern``, or every lock a glob in the ACL's language matches (WATCH,
+        protocol version 2): an async iterator of ``LockState``, first the current state of each
+        matching lock, then one per change (granted, ended with its reason, value or queue
+        changed), the latest state per lock when the reader is slow. After a reconnect or a
+        fail-over it watches again and starts over with a fresh snapshot. End it with
+        ``await observer.aclose()`` or ``async with client.observe(...) as states:``."""
+        self._usable()
+        _check_wire_str("a pattern", pattern)
+        self._running_loop()
+        observer = Observer(self, pattern)
+        self._observers.append(observer)
+        session = self._session
+        if session is not None and not session.ended and not self._holding_acquires:
+            self._send_watch(session, observer)
+        return observer
+    def _usable(self) -> None:
+        if self._closed:
+            raise LockdConnectionError("The client is closed", retryable=False)
+        if self._failed:
+            raise LockdConnectionError(f"The connection to lockd at {self.addr} was lost", retryable=False)
+
     async def close(self) -> None:
         """Closes the session: GOODBYE (version 2) tells the server to end it gracefully, so owned
-        locks go to their next waiters at once; waits fail; nothing is carried over any more."""
+        locks go to their next waiters at once; waits fail; observers end; nothing is carried over
+        any more."""
         if self._closed:
             return
         self._closed = True
+        for observer in self._observers:
+            observer._end()
+        self._observers.clear()
         if self._reconnect_task is not None:
             self._reconnect_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -480,6 +584,11 @@ class Client:
         unsent, self._unsent = self._unsent, []
         for pending in unsent:
             self._send_acquire(pending)
+        queries, self._unsent_queries = self._unsent_queries, []
+        for query in queries:
+            self._send_query(query)
+        for observer in list(self._observers):
+            self._send_watch(session, observer)
 
     def _drain_buffered(self, session: Session) -> None:
         try:
@@ -616,23 +725,28 @@ class Client:
         lock._reclaim_id = request_id
         lock._reclaim_sent_ms = now_ms(self._running_loop())
         session.reclaims[request_id] = lock
-        session.ledger.reclaim_sent(request_id, lock.name, "owned", lock.token)
+        session.ledger.reclaim_sent(
+            request_id, lock.name, "owned", lock.token, mode=lock.mode, limit=lock.limit, slot=lock.slot
+        )
         self._schedule_heartbeat(session)  # its lease counts for the cadence: an ACK confirms it too
+        # The value travels with the claim (what the old leader last confirmed).
+        value = lock.value if len(lock.value) <= session.welcome.value_bytes_max else wire.EMPTY_VALUE
         self._send(
             session,
             wire.Reclaim(
                 request_id, "owned", lock.token, 0, 0, lock.lease_ms, 0, lock._ticket,
-                "exclusive", 1, 0, lock.name, wire.EMPTY_VALUE,
+                lock.mode, lock.limit, lock.slot, lock.name, value,
             ),
         )
 
     def _send_queued_reclaim(self, session: Session, pending: PendingAcquire) -> None:
         self._register_request(session, pending, reclaim=True)
+        value = pending.value if len(pending.value) <= session.welcome.value_bytes_max else wire.EMPTY_VALUE
         self._send(
             session,
             wire.Reclaim(
                 pending.request_id, "queued", 0, pending.order_term, pending.order_seq, pending.lease_ms,
-                self._wait_left(pending), pending.ticket, "exclusive", 1, 0, pending.name, wire.EMPTY_VALUE,
+                self._wait_left(pending), pending.ticket, pending.mode, pending.limit, 0, pending.name, value,
             ),
         )
 
@@ -779,10 +893,11 @@ class Client:
         pending.sent_ms = now_ms(self._running_loop())
         pending.reclaim = reclaim
         session.pending[pending.request_id] = pending
+        limit = pending.limit if session.version == 2 else 0
         if reclaim:
-            session.ledger.reclaim_sent(pending.request_id, pending.name, "queued")
+            session.ledger.reclaim_sent(pending.request_id, pending.name, "queued", mode=pending.mode, limit=limit)
         else:
-            session.ledger.acquire_sent(pending.request_id, pending.name)
+            session.ledger.acquire_sent(pending.request_id, pending.name, pending.mode, limit)
         self._schedule_heartbeat(session)  # a waiting claim's lease counts for the cadence
 
     def _send_acquire(self, pending: PendingAcquire) -> None:
@@ -793,12 +908,38 @@ class Client:
             if pending not in self._unsent:
                 self._unsent.append(pending)  # sent after the next WELCOME (and its RECLAIMs)
             return
+        refusal = self._claim_refusal(session, pending)
+        if refusal is not None:
+            if pending.wait_handle is not None:
+                pending.wait_handle.cancel()
+                pending.wait_handle = None
+            pending.future.set_exception(refusal)
+            return
         wait_ms = self._wait_left(pending)
         pending.forget_ticket()  # a new place at the tail
         self._register_request(session, pending, reclaim=False)
-        # Version 2: a plain lock (exclusive, limit 1), as version 1 has them; limit 0 is version 1's neutral.
-        limit = 1 if session.version == 2 else 0
-        self._send(session, wire.Acquire(pending.request_id, pending.lease_ms, wait_ms, pending.name, limit=limit))
+        if session.version == 2:
+            message = wire.Acquire(
+                pending.request_id, pending.lease_ms, wait_ms, pending.name, pending.mode, pending.limit, pending.value
+            )
+        else:  # limit 0 is version 1's neutral field: a plain lock
+            message = wire.Acquire(pending.request_id, pending.lease_ms, wait_ms, pending.name)
+        self._send(session, message)
+
+    @staticmethod
+    def _claim_refusal(session: Session, pending: PendingAcquire) -> InvalidArgumentError | None:
+        """Why this connection's server cannot take the claim (a kind or value it does not know), or None."""
+        welcome = session.welcome
+        if session.version == 1 and (pending.mode != "exclusive" or pending.limit > 1 or pending.value):
+            what = "a shared lock" if pending.mode != "exclusive" else "a semaphore" if pending.limit > 1 else "a value"
+            return InvalidArgumentError(
+                f'Cannot acquire lock "{pending.name}": {what} needs protocol version 2, and lockd at '
+                f"{session.addr} speaks version 1",
+                lock_name=pending.name,
+            )
+        if len(pending.value) > welcome.value_bytes_max:
+            return InvalidArgumentError(_value_too_long("acquire", pending.name, len(pending.value), welcome), lock_name=pending.name)
+        return None
 
     def _wait_bound_passed(self, pending: PendingAcquire) -> None:
         pending.wait_handle = None
@@ -1047,7 +1188,11 @@ class Client:
         loop = self._running_loop()
         session.last_frame_ms = now_ms(loop)
         if not isinstance(
-            message, (wire.Acquired, wire.HeartbeatAck, wire.Released, wire.Error, wire.Queued, wire.Resumed)
+            message,
+            (
+                wire.Acquired, wire.HeartbeatAck, wire.Released, wire.Error, wire.Queued, wire.Resumed,
+                wire.ValueSet, wire.LockState, wire.Watching, wire.WatchEnded,
+            ),
         ):
             self._violation(session, f"it sent {type(message).__name__.upper()} after WELCOME")
             return
@@ -1058,7 +1203,9 @@ class Client:
                 self._violation(session, misfit)
                 return
         if isinstance(message, wire.Acquired):
-            if message.request_id in session.reclaims:
+            if message.request_id in session.downgrades:
+                self._on_downgraded(session, message)
+            elif message.request_id in session.reclaims:
                 self._on_reclaim_kept(session, message)
             else:
                 self._on_acquired(session, message)
@@ -1073,8 +1220,10 @@ class Client:
             self._on_error(session, message)
         elif isinstance(message, wire.Resumed):
             self._on_resumed(session, message)
-        else:
+        elif isinstance(message, wire.Queued):
             self._on_queued(session, message)
+        else:
+            self._on_look(session, message)
 
     def _on_acquired(self, session: Session, message: wire.Acquired) -> None:
         loop = self._running_loop()
@@ -1090,7 +1239,15 @@ class Client:
             self._send_release(session, message.token, message.name, message.request_id)
             return
         lock = Lock(
-            self, session, message.name, message.token, message.lease_ms, message.request_id, suspend=pending.suspend
+            self,
+            session,
+            message.name,
+            message.token,
+            message.lease_ms,
+            message.request_id,
+            suspend=pending.suspend,
+            grant=message,
+            value=pending.value,
         )
         self._take_grant(session, lock, message)
         lock._confirmed_send_ms = max(pending.sent_ms, session.last_acked_heartbeat_send_ms)
@@ -1243,6 +1400,8 @@ class Client:
             self._carried_lost(reclaimed, "failover", error)
             self._schedule_heartbeat(session)
             return
+        if self._on_look_error(session, message.request_id, error):
+            return
         pending = session.pending.pop(message.request_id, None)
         if pending is not None:
             if pending.wait_handle is not None:
@@ -1257,6 +1416,188 @@ class Client:
         if lock is not None:  # NOT_OWNER: the server had no such ownership
             self._ownership_over(session, lock, "", error)
             self._schedule_heartbeat(session)
+
+    # -- looking at locks: QUERY, WATCH, SET_VALUE (protocol version 2) ------------------
+
+    def _version_1_refusal(self, session: Session, what: str, name: str) -> InvalidArgumentError:
+        return InvalidArgumentError(
+            f"Cannot {what}: it needs protocol version 2, and lockd at {session.addr} speaks version 1",
+            lock_name=name,
+        )
+
+    def _send_query(self, query: PendingQuery) -> None:
+        if query.future.done():
+            return
+        session = self._session
+        if session is None or session.ended or self._holding_acquires:
+            self._unsent_queries.append(query)
+            return
+        if session.version == 1:
+            query.future.set_exception(self._version_1_refusal(session, f'query lock "{query.name}"', query.name))
+            return
+        query.request_id = self._new_request_id(session)
+        session.queries[query.request_id] = query
+        session.ledger.query_sent(query.request_id, query.name)
+        self._send(session, wire.Query(query.request_id, query.name))
+
+    def _send_watch(self, session: Session, observer: Observer) -> None:
+        if observer._closed:
+            return
+        if session.version == 1:
+            if observer in self._observers:
+                self._observers.remove(observer)
+            observer._fail(self._version_1_refusal(session, f'observe "{observer.pattern}"', observer.pattern))
+            return
+        request_id = self._new_request_id(session)
+        session.watches[request_id] = observer
+        session.ledger.watch_sent(request_id, observer.pattern)
+        observer._watch_sent(session, request_id)
+        self._send(session, wire.Watch(request_id, observer.pattern))
+
+    def _unobserve(self, observer: Observer) -> None:
+        """The reader ended the observer: UNWATCH; what still comes for it is checked and dropped."""
+        if observer in self._observers:
+            self._observers.remove(observer)
+        session, request_id = observer._session, observer._request_id
+        observer._connection_ended()
+        if session is not None and not session.ended and session.watches.get(request_id) is observer:
+            session.ledger.unwatch_sent(request_id)
+            self._send(session, wire.Unwatch(request_id))
+
+    def _confirmed_session(self, lock: Lock, what: str) -> Session:
+        """The connection ``lock`` is confirmed on, for a request about it; raises when there is none."""
+        session = lock._session
+        if (
+            lock._phase != "held"
+            or lock._reclaim_session is not None
+            or session.ended
+            or session.owned.get(lock._acquire_id) is not lock
+        ):
+            raise LockdConnectionError(
+                f'Cannot {what} lock "{lock.name}": it is being carried over to a new connection; try again'
+            )
+        if lock._released:
+            raise LockdError(f'Cannot {what} lock "{lock.name}": it was released', lock_name=lock.name)
+        if session.version == 1:
+            raise self._version_1_refusal(session, f'{what} lock "{lock.name}"', lock.name)
+        return session
+
+    async def _downgrade(self, lock: Lock) -> None:
+        session = self._confirmed_session(lock, "downgrade")
+        future: asyncio.Future[None] = self._running_loop().create_future()
+        request_id = self._new_request_id(session)
+        session.downgrades[request_id] = (lock, future)
+        session.ledger.downgrade_sent(request_id, lock.name, lock.token)
+        self._send(session, wire.Downgrade(request_id, lock.token, lock.name))
+        await future
+
+    def _on_downgraded(self, session: Session, message: wire.Acquired) -> None:
+        lock, future = session.downgrades.pop(message.request_id)
+        lock.mode, lock.write_generation = "shared", message.write_generation
+        self._take_grant(session, lock, message)  # a ticket names the mode: the new one counts
+        if not future.done():
+            future.set_result(None)
+
+    async def _set_value(self, lock: Lock, value: bytes) -> None:
+        session = self._confirmed_session(lock, "set the value of")
+        if len(value) > session.welcome.value_bytes_max:
+            raise InvalidArgumentError(
+                _value_too_long("set the value of", lock.name, len(value), session.welcome), lock_name=lock.name
+            )
+        future: asyncio.Future[None] = self._running_loop().create_future()
+        request_id = self._new_request_id(session)
+        session.value_sets[request_id] = (lock, value, future)
+        session.ledger.set_value_sent(request_id, lock.name)
+        self._send(session, wire.SetValue(request_id, lock.token, lock.name, value))
+        await future
+
+    def _on_look(
+        self, session: Session, message: wire.ValueSet | wire.LockState | wire.Watching | wire.WatchEnded
+    ) -> None:
+        """VALUE_SET, LOCK_STATE, WATCHING, WATCH_ENDED (each checked by the ledger already)."""
+        request_id = message.request_id
+        if isinstance(message, wire.ValueSet):
+            lock, value, future = session.value_sets.pop(request_id)
+            lock.value = value
+            if not future.done():
+                future.set_result(None)
+        elif isinstance(message, wire.LockState):
+            query = session.queries.pop(request_id, None)
+            if query is not None:
+                if not query.future.done():
+                    query.future.set_result(LockState.from_wire(message))
+                return
+            observer = session.watches.get(request_id)
+            if observer is not None:
+                too_many = observer._push(LockState.from_wire(message))
+                if too_many is not None:
+                    self._violation(session, too_many)
+        elif isinstance(message, wire.Watching):
+            observer = session.watches.get(request_id)
+            if observer is not None and observer._request_id == request_id:
+                observer._on_watching()
+        else:
+            observer = session.watches.pop(request_id, None)
+            if observer is not None and observer._request_id == request_id and observer in self._observers:
+                self._observers.remove(observer)
+                pattern = observer.pattern
+                if message.reason == "too_many_locks":
+                    observer._fail(
+                        LimitExceededError(f'Cannot observe "{pattern}": it matches too many locks', lock_name=pattern)
+                    )
+                else:
+                    observer._fail(
+                        LockdError(f'Cannot observe "{pattern}": the server ended the watch ({message.reason})', lock_name=pattern)
+                    )
+
+    def _on_look_error(self, session: Session, request_id: int, error: LockdError) -> bool:
+        """An ERROR answering a QUERY, WATCH or SET_VALUE: handed to its caller; False for another request."""
+        query = session.queries.pop(request_id, None)
+        if query is not None:
+            if not query.future.done():
+                query.future.set_exception(error)
+            return True
+        observer = session.watches.pop(request_id, None)
+        if observer is not None:
+            if observer in self._observers:
+                self._observers.remove(observer)
+            observer._fail(error)
+            return True
+        value_set = session.value_sets.pop(request_id, None)
+        if value_set is not None:
+            if not value_set[2].done():
+                value_set[2].set_exception(error)
+            return True
+        downgrade = session.downgrades.pop(request_id, None)
+        if downgrade is not None:
+            if not downgrade[1].done():
+                downgrade[1].set_exception(error)
+            return True
+        return False
+
+    def _looks_ended(self, session: Session) -> None:
+        """The connection ended: queries go to the next one, observers watch again there; a value
+        being set is unknown (retryable error)."""
+        for query in session.queries.values():
+            if not query.future.done():
+                self._unsent_queries.append(query)
+        session.queries.clear()
+        for observer in session.watches.values():
+            if observer._session is session:
+                observer._connection_ended()
+        session.watches.clear()
+        for lock, _value, future in session.value_sets.values():
+            if not future.done():
+                future.set_exception(
+                    LockdConnectionError(f'Cannot set the value of lock "{lock.name}": the connection ended first')
+                )
+        session.value_sets.clear()
+        for lock, future in session.downgrades.values():
+            if not future.done():
+                future.set_exception(
+                    LockdConnectionError(f'Cannot downgrade lock "{lock.name}": the connection ended first')
+                )
+        session.downgrades.clear()
 
     # -- the end of a connection --------------------------------------------------------
 
@@ -1335,6 +1676,7 @@ class Client:
                 self._ownership_over(session, lock, reason)
         session.owned.clear()
         session.releases.clear()
+        self._looks_ended(session)
         waiting = [p for p in session.pending.values() if not p.abandoned and not p.future.done()]
         session.pending.clear()
         if self._closed:
@@ -1385,6 +1727,14 @@ class Client:
                 logger.exception("on_protocol_error callback failed")
 
     def _fail_unsent(self, error: BaseException, extra: list[PendingAcquire] | None = None) -> None:
+        queries, self._unsent_queries = self._unsent_queries, []
+        for query in queries:
+            if not query.future.done():
+                query.future.set_exception(error)
+        if self._failed or self._closed:
+            for observer in self._observers:
+                observer._fail(error) if self._failed else observer._end()
+            self._observers.clear()
         failed, self._unsent = [*self._unsent, *(extra or [])], []
         for pending in failed:
             if pending.wait_handle is not None:

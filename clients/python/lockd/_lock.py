@@ -20,7 +20,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import _codec as wire
 from ._checks import ReplyLedger
@@ -89,6 +89,8 @@ class Lock:
         acquire_id: int,
         *,
         suspend: bool = False,
+        grant: wire.Acquired | None = None,
+        value: bytes = wire.EMPTY_VALUE,
     ) -> None:
         self._client = client
         #: The connection it was confirmed on last (while reclaiming: the one that was lost).
@@ -100,6 +102,18 @@ class Lock:
         self.token = token
         #: The effective lease in ms, after the server's clamping (the new leader's, once carried over).
         self.lease_ms = lease_ms
+        #: ``"exclusive"`` or ``"shared"`` (protocol version 2; version 1 has exclusive locks only).
+        self.mode: str = str(grant.mode) if grant is not None else "exclusive"
+        #: The lock's limit: N for a semaphore of N, else 1.
+        self.limit: int = grant.limit if grant is not None else 1
+        #: The semaphore slot this ownership holds, 0..limit-1 (0 for exclusive and shared locks):
+        #: a resource that must reject stale holders of a slot keeps the last token per slot.
+        self.slot: int = grant.slot if grant is not None else 0
+        #: A shared grant: the token of the lock's last exclusive grant (0 = none known), so a
+        #: reader can tell whether what it reads was written by the newest writer; else 0.
+        self.write_generation: int = grant.write_generation if grant is not None else 0
+        #: The holder's value as the server has it (the ACQUIRE's, then each ``set_value``'s).
+        self.value: bytes = value
         self._lost = LostEvent(self._probe)
         #: Request id of the ACQUIRE (or RECLAIM) its ownership is keyed by on ``_session``.
         self._acquire_id = acquire_id
@@ -162,6 +176,27 @@ class Lock:
         if self._released:
             raise LockdError(f'Lock "{self.name}" was released')
 
+    async def set_value(self, value: bytes | str) -> None:
+        """Replaces the holder's value (SET_VALUE, protocol version 2): what ``query`` and
+        ``observe`` show others, e.g. a leader's address. A ``str`` is sent as UTF-8. Raises
+        ``LockLostError`` when the lock was lost, ``NotOwnerError`` when the server no longer has
+        this ownership, ``InvalidArgumentError`` for a value longer than the server takes, and a
+        retryable ``LockdConnectionError`` while the lock is being carried over to a new connection."""
+        self.check()
+        await self._client._set_value(self, value_bytes(value))
+
+    async def downgrade(self) -> None:
+        """Makes this exclusive ownership shared, in place (DOWNGRADE, protocol version 2): same
+        token, no moment without the lock; readers waiting at the head of the queue are granted
+        beside it. ``mode`` becomes ``"shared"`` and ``write_generation`` this lock's own token.
+        Quiet when it is shared already. There is no upgrade (two readers upgrading at once would
+        wait for each other forever): release, then acquire exclusive. Raises as ``set_value``
+        (``InvalidArgumentError`` on a semaphore or a lock a server rule makes exclusive)."""
+        self.check()
+        if self.mode == "shared":
+            return
+        await self._client._downgrade(self)
+
     async def release(self) -> None:
         """Ends the ownership. Returns quietly when the lock was already lost or released."""
         if self._released or self.lost.is_set():
@@ -201,7 +236,8 @@ class Lock:
             if self._phase == "suspended"
             else "owned"
         )
-        return f"<Lock {self.name!r} token={self.token} lease_ms={self.lease_ms} {state}>"
+        kind = "" if (self.mode, self.limit) == ("exclusive", 1) else f" mode={self.mode} limit={self.limit} slot={self.slot}"
+        return f"<Lock {self.name!r} token={self.token} lease_ms={self.lease_ms}{kind} {state}>"
 
     # -- internals ----------------------------------------------------------
 
@@ -256,6 +292,15 @@ class Lock:
             logger.exception("callback of lock %r failed", self.name)
 
 
+def value_bytes(value: bytes | bytearray | memoryview | str) -> bytes:
+    """A holder's value as bytes: bytes-like as is, a ``str`` as UTF-8."""
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"a lock value is bytes or str, not {type(value).__name__}")
+
+
 @dataclass(eq=False)
 class PendingAcquire:
     """An acquire the caller still waits for. Its request is an ACQUIRE, or a queued RECLAIM
@@ -267,6 +312,10 @@ class PendingAcquire:
     wait_ms: float | None
     future: asyncio.Future[Lock]
     suspend: bool = False
+    #: What it asks for (protocol version 2): mode, limit (0: no opinion) and the holder's value.
+    mode: str = "exclusive"
+    limit: int = 1
+    value: bytes = wire.EMPTY_VALUE
     request_id: int = 0
     sent_ms: float = 0.0
     abandoned: bool = False
@@ -287,6 +336,15 @@ class PendingAcquire:
 
 
 @dataclass(eq=False)
+class PendingQuery:
+    """A ``query`` the caller waits for; sent again on the next connection if this one ends."""
+
+    name: str
+    future: asyncio.Future[Any]
+    request_id: int = 0
+
+
+@dataclass(eq=False)
 class Session:
     """One connection after its WELCOME, with everything keyed by its request ids."""
 
@@ -304,6 +362,14 @@ class Session:
     releases: dict[int, Lock] = field(default_factory=dict)  # RELEASE request id -> lock
     #: Owned RECLAIMs waiting for their answer, by request id.
     reclaims: dict[int, Lock] = field(default_factory=dict)
+    #: QUERYs waiting for their LOCK_STATE, by request id.
+    queries: dict[int, PendingQuery] = field(default_factory=dict)
+    #: DOWNGRADEs waiting for their ACQUIRED: the lock and the caller's future.
+    downgrades: dict[int, tuple[Lock, asyncio.Future[None]]] = field(default_factory=dict)
+    #: SET_VALUEs waiting for their VALUE_SET: the lock, the value, the caller's future.
+    value_sets: dict[int, tuple[Lock, bytes, asyncio.Future[None]]] = field(default_factory=dict)
+    #: WATCHes of this connection, by request id (each an ``Observer`` of ``_observe.py``).
+    watches: dict[int, Any] = field(default_factory=dict)
     #: The RESUME waiting for its RESUMED (0: none).
     resume_id: int = 0
     heartbeats: dict[int, float] = field(default_factory=dict)  # request id -> send time

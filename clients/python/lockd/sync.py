@@ -22,9 +22,10 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from ._client import Client, Lock
+from ._observe import LockState, Observer
 from .errors import LockLostError
 
-__all__ = ["SyncClient", "SyncLock", "SyncLostEvent", "connect"]
+__all__ = ["SyncClient", "SyncLock", "SyncLostEvent", "SyncObserver", "connect"]
 
 T = TypeVar("T")
 
@@ -59,6 +60,12 @@ class SyncLock:
         self.name = lock.name
         self.token = lock.token
         self.lease_ms = lock.lease_ms
+        #: As ``lockd.Lock``: ``"exclusive"`` or ``"shared"``, the lock's limit, the semaphore slot,
+        #: the write generation of a shared grant.
+        self.mode = lock.mode
+        self.limit = lock.limit
+        self.slot = lock.slot
+        self.write_generation = lock.write_generation
         #: Set when ownership ends without ``release()`` (from the client's thread, or by a look at
         #: ``lost.is_set()`` past the local lease deadline).
         self.lost = SyncLostEvent(self._probe)
@@ -126,6 +133,20 @@ class SyncLock:
             raise self.lost.error
         self._lock.check()
 
+    @property
+    def value(self) -> bytes:
+        """The holder's value as the server has it."""
+        return self._lock.value
+
+    def set_value(self, value: bytes | str) -> None:
+        """Replaces the holder's value (see ``lockd.Lock.set_value``)."""
+        self._client._run(self._lock.set_value(value))
+
+    def downgrade(self) -> None:
+        """Makes the exclusive ownership shared, in place (see ``lockd.Lock.downgrade``)."""
+        self._client._run(self._lock.downgrade())
+        self.mode, self.write_generation = self._lock.mode, self._lock.write_generation
+
     def release(self) -> None:
         """Ends the ownership; quiet when it was already lost or released."""
         self._client._run(self._lock.release())
@@ -171,33 +192,46 @@ class SyncClient:
         return self._client.protocol_version
 
     def acquire(
-        self, name: str, *, lease_ms: int = 0, wait_ms: float | None = None, suspend: bool = False
+        self, name: str, *, lease_ms: int = 0, wait_ms: float | None = None, suspend: bool = False, **kind: Any
     ) -> SyncLock:
         """Blocks until the lock is owned (``wait_ms`` None = no bound; ``WaitTimeoutError`` after
-        it); ``suspend`` as in ``lockd.Client.acquire``."""
+        it); ``suspend``, ``mode``, ``limit`` and ``value`` as in ``lockd.Client.acquire``."""
 
         async def acquire() -> SyncLock:
             # Built on the loop's thread, so no loss can slip between the grant and the callback.
-            lock = await self._client.acquire(name, lease_ms=lease_ms, wait_ms=wait_ms, suspend=suspend)
+            lock = await self._client.acquire(name, lease_ms=lease_ms, wait_ms=wait_ms, suspend=suspend, **kind)
             return SyncLock(self, lock)
 
         return self._run(acquire())
 
-    def try_acquire(self, name: str, *, lease_ms: int = 0, suspend: bool = False) -> SyncLock | None:
+    def try_acquire(self, name: str, *, lease_ms: int = 0, suspend: bool = False, **kind: Any) -> SyncLock | None:
         """The lock if it is free right now, else None."""
 
         async def try_acquire() -> SyncLock | None:
-            lock = await self._client.try_acquire(name, lease_ms=lease_ms, suspend=suspend)
+            lock = await self._client.try_acquire(name, lease_ms=lease_ms, suspend=suspend, **kind)
             return None if lock is None else SyncLock(self, lock)
 
         return self._run(try_acquire())
 
+    def query(self, name: str, *, timeout_s: float | None = None) -> LockState:
+        """The state of lock ``name`` now (see ``lockd.Client.query``)."""
+        return self._run(self._client.query(name), timeout_s)
+
+    def observe(self, pattern: str) -> SyncObserver:
+        """Observes ``pattern`` (see ``lockd.Client.observe``): an iterator of ``LockState`` that
+        blocks for the next one; ``with client.observe(p) as states: for state in states: ...``."""
+
+        async def observe() -> Observer:
+            return self._client.observe(pattern)
+
+        return SyncObserver(self, self._run(observe()))
+
     @contextlib.contextmanager
     def lock(
-        self, name: str, *, lease_ms: int = 0, wait_ms: float | None = None, suspend: bool = False
+        self, name: str, *, lease_ms: int = 0, wait_ms: float | None = None, suspend: bool = False, **kind: Any
     ) -> Iterator[SyncLock]:
         """``with client.lock(name, ...) as lock:`` acquires, and releases on exit."""
-        held = self.acquire(name, lease_ms=lease_ms, wait_ms=wait_ms, suspend=suspend)
+        held = self.acquire(name, lease_ms=lease_ms, wait_ms=wait_ms, suspend=suspend, **kind)
         try:
             yield held
         finally:
@@ -216,6 +250,39 @@ class SyncClient:
             self._loop.close()
 
     def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SyncObserver:
+    """``SyncClient.observe``: iterate for the next ``LockState`` (blocking); ``next_state(timeout_s)``
+    waits at most that long (``TimeoutError``); ``close()`` ends the watch."""
+
+    def __init__(self, client: SyncClient, observer: Observer) -> None:
+        self._client = client
+        self._observer = observer
+        self.pattern = observer.pattern
+
+    def next_state(self, timeout_s: float | None = None) -> LockState:
+        """The next state; ``StopIteration`` once the observer is closed."""
+        try:
+            return self._client._run(self._observer.__anext__(), timeout_s)
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def __iter__(self) -> SyncObserver:
+        return self
+
+    def __next__(self) -> LockState:
+        return self.next_state()
+
+    def close(self) -> None:
+        if not self._client._closed:
+            self._client._run(self._observer.aclose())
+
+    def __enter__(self) -> SyncObserver:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -320,7 +320,8 @@ class FakeServer:
     UNSUPPORTED_VERSION and a close, as a server of before version 2 does), then calls
     ``script(message, send)`` for every request; ``send`` queues a frame in the layout of the
     connection's version (``send(None)`` closes the connection). A version-2 WELCOME carries
-    ``term`` and ``reclaim_window_ms`` (0 by default: a server that takes no reclaims). GOODBYE
+    ``term``, ``reclaim_window_ms`` (0 by default: a server that takes no reclaims) and
+    ``value_bytes_max`` (0 by default: a server that takes no lock values). GOODBYE
     closes the connection, as a server does. ``self.conn`` is the connection of the last frame.
     ``hello_answer(connection, version)``, when given, answers a HELLO the server would welcome:
     a frame to send instead of WELCOME (an ERROR then closes the connection), or None for the
@@ -338,8 +339,10 @@ class FakeServer:
         reclaim_window_ms: int = 0,
         hello_answer: Callable[[int, int], wire.Message | None] | None = None,
         hold_hello_s: float = 0.0,
+        value_bytes_max: int = 0,
     ) -> None:
         self.script = script
+        self.value_bytes_max = value_bytes_max
         self.hello_answer = hello_answer
         self.hold_hello_s = hold_hello_s
         self.io_timeout_ms = io_timeout_ms
@@ -437,7 +440,8 @@ class FakeServer:
         if version == 1:
             return wire.Welcome(1, "fake", session_id, self.io_timeout_ms, 15_000, 300_000)
         return wire.Welcome(
-            2, "fake", session_id, self.io_timeout_ms, 15_000, 300_000, self.term, self.reclaim_window_ms, 0
+            2, "fake", session_id, self.io_timeout_ms, 15_000, 300_000, self.term, self.reclaim_window_ms,
+            self.value_bytes_max,
         )
 
 

@@ -227,6 +227,8 @@ function durationOrNone(ms) {
 function clusterPairs(cluster) {
   /** @type {Record<string, [string, (value: any) => string]>} */
   const labels = {
+    status_text: ["Status of this node", String],
+    status: ["Phase", String],
     name: ["Cluster", String],
     node: ["This node", String],
     advertise: ["This node's lock address", String],
@@ -244,6 +246,12 @@ function clusterPairs(cluster) {
     ttl_ms: ["etcd lease TTL", durationOrNone],
     token_high_water: ["Fencing tokens reserved up to", String],
     lease_horizon_ms: ["Longest lease promised past the etcd lease", durationOrNone],
+    records: ["Ownership records in etcd (as this node knows them)", String],
+    reserved_locks: ["Locks kept for reclaims on this node", String],
+    window_ends_in_ms: [
+      "Reclaim window ends in",
+      (v) => v === null ? "no window open" : durationOrNone(v),
+    ],
     etcd: [
       "etcd",
       (v) =>
@@ -544,14 +552,31 @@ function renderDetail(name, lock) {
 function renderStandby() {
   const banner = byId("cluster-banner");
   const standby = state.standby;
-  banner.hidden = standby === null;
+  const cluster = state.info.cluster;
+  // The serving leader in its reclaim window says so too, in the server's words.
+  const reclaiming = standby === null && cluster !== undefined && cluster.status === "reclaiming";
+  banner.hidden = standby === null && !reclaiming;
   labelOwnFigures(standby);
+  if (reclaiming) {
+    banner.replaceChildren(
+      `This node (${cluster.node}) is ${cluster.status_text}. Locks held before the fail-over are kept for their holders until then (marked "reserved").`,
+    );
+    return;
+  }
   if (standby === null) return;
   const leader = standby.leader;
   const self = leader !== null && leader.node === standby.node;
   if (leader === null || self || leader.admin === null) {
+    // The server's status line (electing, taking over, paused), when it has one.
+    const status = typeof standby.status_text === "string" ? standby.status_text : null;
     banner.replaceChildren(
-      self
+      status !== null
+        ? `This node (${standby.node}) is ${status}${
+          leader !== null && !self && leader.admin === null
+            ? `; the leader ${leader.node} advertises no admin address.`
+            : "."
+        }`
+        : self
         ? `This node (${standby.node}) leads term ${leader.term} but is ${standby.role}: it serves nothing until its etcd lease is confirmed.`
         : `This node (${standby.node}) is ${standby.role}; ${
           leader === null
