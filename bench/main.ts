@@ -10,6 +10,7 @@ import { BenchConn, type BenchTls, quantile, sortedCopy } from "./bench_client.t
 import { cpuSeconds, type LockdProc, rssBytes, spawnLockd } from "./lockd_proc.ts";
 import { engineRemoval } from "./engine_removal.ts";
 import { clusterScenarioRows } from "./cluster_bench.ts";
+import { clientTls, tlsServerArgs } from "./tls_fixtures.ts";
 import { etcdAvailable } from "./etcd_proc.ts";
 import { kindScenarios } from "./kinds_bench.ts";
 import {
@@ -738,37 +739,18 @@ async function expiry(): Promise<void> {
 
 // ---- 7. TLS and mutual TLS ----------------------------------------------------
 
-const TLS_FIXTURES = `${ROOT}tests/fixtures/tls/`;
-
-function tlsServerArgs(mtls: boolean): string[] {
-  return [
-    "-tls-cert",
-    `${TLS_FIXTURES}server.pem`,
-    "-tls-key",
-    `${TLS_FIXTURES}server-key.pem`,
-    ...(mtls ? ["-tls-client-ca", `${TLS_FIXTURES}ca.pem`] : []),
-  ];
-}
-
-function clientTls(mtls: boolean): BenchTls {
-  return {
-    ca: Deno.readTextFileSync(`${TLS_FIXTURES}ca.pem`),
-    ...(mtls
-      ? {
-        cert: Deno.readTextFileSync(`${TLS_FIXTURES}client-uri.pem`),
-        key: Deno.readTextFileSync(`${TLS_FIXTURES}client-uri-key.pem`),
-      }
-      : {}),
-  };
-}
-
 /** Uncontended acquire+release cycles/s at `c` connections. */
-async function cyclesPerS(addr: string, c: number, tls?: BenchTls): Promise<number> {
+async function cyclesPerS(
+  addr: string,
+  c: number,
+  tls?: BenchTls,
+  server: Measured | null = null,
+): Promise<{ perS: number; cpuUsPerCycle: number }> {
   const conns = await Promise.all(
     Array.from({ length: c }, () => BenchConn.session(addr, "bench", tls)),
   );
   let cycles = 0;
-  const { elapsedMs } = await timedLoops(c, async (i, measuring, stop) => {
+  const { elapsedMs, cost } = await timedLoops(c, async (i, measuring, stop) => {
     const name = `t/${c}/${i}`;
     while (!stop()) {
       const a = await conns[i].acquire(name, 0, 0);
@@ -776,10 +758,13 @@ async function cyclesPerS(addr: string, c: number, tls?: BenchTls): Promise<numb
       await conns[i].release(name, a.token);
       if (measuring()) cycles++;
     }
-  });
+  }, server);
   for (const k of conns) k.close();
   await Promise.all(conns.map((k) => k.done));
-  return (cycles / elapsedMs) * 1000;
+  return {
+    perS: (cycles / elapsedMs) * 1000,
+    cpuUsPerCycle: cost === null ? NaN : perOp(cost, cycles).cpuUsPerOp,
+  };
 }
 
 /** Runs bench/tls_flood.ts `full` in `workers` processes against `addr`; sessions opened per second and server CPU per session. */
@@ -842,23 +827,41 @@ async function tlsScenarios(): Promise<void> {
   const c = 64;
   const TLS_ROUNDS = 3;
   const rates = new Map<string, number[]>(modes.map((m) => [m.name, []]));
+  const cpus = new Map<string, number[]>(modes.map((m) => [m.name, []]));
   for (let round = 0; round < TLS_ROUNDS; round++) {
     for (const mode of modes) {
-      const rate = await withServer((addr) => cyclesPerS(addr, c, mode.tls), false, mode.args);
-      rates.get(mode.name)!.push(rate);
+      const r = await withServer(
+        (addr, _proc, server) => cyclesPerS(addr, c, mode.tls, server),
+        false,
+        mode.args,
+      );
+      rates.get(mode.name)!.push(r.perS);
+      cpus.get(mode.name)!.push(r.cpuUsPerCycle);
     }
   }
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
   const plain = rates.get("plaintext")!;
+  const plainCpu = cpus.get("plaintext")!;
   for (const mode of modes) {
     const rs = rates.get(mode.name)!;
+    const cs = cpus.get(mode.name)!;
     row({
       scenario: `7 TLS: uncontended C=${c}`,
       metric: `${mode.name} cycles/s (${TLS_ROUNDS} rounds)`,
       value: rs.map((r) => Math.round(r)).join(" / "),
-      unit: "/s",
+      unit: `/s (server CPU ${cs.map((x) => round(x, 1)).join(" / ")} µs per cycle)`,
     });
     if (mode.name === "plaintext") continue;
+    // On two shared cores the client's share of the CPU moves the cycles/s of a round; the
+    // server's CPU per cycle does not: plaintext's over this mode's is the ratio the server alone
+    // would give.
+    const cpuRatios = cs.map((x, i) => plainCpu[i] / x);
+    row({
+      scenario: `7 TLS: uncontended C=${c}`,
+      metric: `plaintext / ${mode.name} server CPU per cycle, each round (median)`,
+      value: `${cpuRatios.map((r) => round(r, 2)).join(" / ")} (${round(median(cpuRatios), 2)})`,
+      unit: "",
+    });
     const ratios = rs.map((r, i) => r / plain[i]);
     const mtls = mode.name === "mTLS";
     row({
