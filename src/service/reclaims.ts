@@ -69,9 +69,10 @@ export interface ReclaimRequest {
   /** Queued: what is left of its wait bound (null: forever). */
   readonly waitMs: number | null;
   readonly ticket: Uint8Array;
-  /** The limit and slot the RECLAIM carried (an owned claim's ticket binds them). */
+  /** The limit, slot and write generation the RECLAIM carried (an owned claim's ticket binds them). */
   readonly limit: number;
   readonly slot: number;
+  readonly writeGeneration: number;
   /** What the engine is asked for (mode, limit, value). */
   readonly claim: ClaimOptions;
 }
@@ -300,6 +301,7 @@ export class Reclaims {
           mode: claim.mode,
           limit: request.limit,
           slot: request.slot,
+          writeGeneration: request.writeGeneration,
         }
         : {
           kind: "queued",
@@ -338,6 +340,7 @@ export class Reclaims {
       mode: request.claim.mode,
       limit: request.claim.limit,
       slot: request.slot,
+      writeGeneration: request.writeGeneration,
       value: request.claim.value,
     });
   }

@@ -8,8 +8,8 @@
  *   holder, not the holders of the other slots;
  * - a semaphore stays reserved while it has room for holders still to reclaim: a reclaimed
  *   waiter is not granted a slot before every holder came back (or the window ended);
- * - a shared lock's readers come back shared with their values (a reader's write generation is
- *   not carried: 0, none known), the queued writer keeps its place; it is granted at the window's
+ * - a shared lock's readers come back shared with their values and write generation (which their
+ *   tickets bind: a forged one is void), the queued writer keeps its place; it is granted at the window's
  *   end (another reader of the last term may still hold the lock until then);
  * - values come back with their ownership;
  */
@@ -140,6 +140,7 @@ function reclaimOwned(requestId: number, granted: Acquired, value = ""): Reclaim
     slot: granted.slot ?? 0,
     name: granted.name,
     value: text.encode(value),
+    writeGeneration: granted.writeGeneration ?? 0,
   };
 }
 
@@ -185,14 +186,11 @@ function expectClaimVoid(message: Message | null): void {
   assert.equal(error.code, WIRE_CODES.CLAIM_VOID.code, JSON.stringify(error));
 }
 
-/**
- * The kept ACQUIRED of an owned reclaim: the same token, mode, limit and slot. A reader's write
- * generation is not carried by RECLAIM: the new leader answers 0 ("none known").
- */
+/** The kept ACQUIRED of an owned reclaim: the same token, mode, limit, slot and generation. */
 function assertSameGrant(kept: Acquired, before: Acquired): void {
   assert.deepEqual(
     [kept.token, kept.mode, kept.limit, kept.slot, kept.writeGeneration],
-    [before.token, before.mode, before.limit, before.slot, 0],
+    [before.token, before.mode, before.limit, before.slot, before.writeGeneration],
   );
 }
 
@@ -320,7 +318,7 @@ Deno.test("m2 kinds sim: a semaphore not yet full stays reserved for holders sti
   assert.notEqual(granted.slot, gx.slot);
 });
 
-Deno.test("m2 kinds sim: a shared lock's two readers come back shared with their values; the queued writer keeps its place and is granted at the window's end", async () => {
+Deno.test("m2 kinds sim: a shared lock's two readers come back shared with their values and write generation; the queued writer keeps its place and is granted at the window's end", async () => {
   await using fake = fakeCluster(WALL_MS);
   const [n1, n2] = await twoNodes(fake);
   await using writer0 = await session(n1.t);
@@ -346,6 +344,12 @@ Deno.test("m2 kinds sim: a shared lock's two readers come back shared with their
   const rw = await resumeAt(fake, n2.t, w, reclaimQueued(2, qw, "doc"));
   await using w2 = rw.client;
   expect(await next(fake, w2), "queued");
+  const forged = await resumeAt(fake, n2.t, r1, {
+    ...reclaimOwned(2, g1, "r1"),
+    writeGeneration: g1.writeGeneration! + 1,
+  });
+  await using r1forged = forged.client;
+  expectClaimVoid(await next(fake, r1forged));
   const s1 = await resumeAt(fake, n2.t, r1, reclaimOwned(2, g1, "r1"));
   await using r1b = s1.client;
   assertSameGrant(expect(await next(fake, r1b), "acquired"), g1);
