@@ -83,6 +83,12 @@ export interface Takeover {
   readonly handover: HandoverRecord | null;
   /** The last term's promises may run until this instant (monotonic ms; 0: none published). */
   readonly horizonUntilMs: number;
+  /**
+   * A leader that kept no records (of before milestone 2: a rolling upgrade) served after the last
+   * one that did: no lock may be granted until its promises ran out, as before milestone 2
+   * (`horizonUntilMs`, or 0 when that is not the case).
+   */
+  readonly holdAllUntilMs: number;
   readonly loadMs: number;
 }
 
@@ -223,12 +229,16 @@ export class ClusterOwnership {
         count: loaded.invalid.length,
       });
     }
+    // A horizon of a term after the last one that wrote `terms` comes from a leader that wrote no
+    // records either: every lock it granted is unknown here.
+    const recordless = previous !== null && previous.term > read.served && read.served < term;
     return {
       term,
       terms: prior,
       loaded,
       handover: parseHandover(handover.kv?.value),
       horizonUntilMs,
+      holdAllUntilMs: recordless ? horizonUntilMs : 0,
       loadMs,
     };
   }
