@@ -499,3 +499,40 @@ Deno.test("m2 kinds sim: a reader's floor that waited for the older readers comm
   assert.ok(granted.token > g2.token);
   assert.equal(record(fake, "doc")?.f, g2.token, "the expired reader's floor, before the writer");
 });
+
+Deno.test("m2 kinds sim: higher token wins per slot: a semaphore slot's stale reclaim (a client that let go) loses to the slot's later holder; the other slot's holder keeps its lock", async () => {
+  await using fake = fakeCluster(WALL_MS);
+  const [n1, n2] = await twoNodes(fake);
+  await using a = await session(n1.t);
+  await using b = await session(n1.t);
+  await using c = await session(n1.t);
+  await a.send(acquireMsg(1, "r", { limit: 2 }));
+  const ga = expect(await next(fake, a), "acquired");
+  await b.send(acquireMsg(1, "r", { limit: 2 }));
+  const gb = expect(await next(fake, b), "acquired");
+  // A lets go of slot 0 (graceful: no floor), C takes it.
+  await a.send({ type: "release", requestId: 2, name: "r", token: ga.token });
+  expect(await next(fake, a), "released");
+  await c.send(acquireMsg(1, "r", { limit: 2 }));
+  const gc = expect(await next(fake, c), "acquired");
+  assert.deepEqual([gb.slot, gc.slot], [1, 0]);
+  n1.crash();
+  await untilServing(fake, n2);
+  const rb = await resumeAt(fake, n2.t, b, reclaimOwned(2, gb));
+  await using b2 = rb.client;
+  assertSameGrant(expect(await next(fake, b2), "acquired"), gb);
+  // A misbehaves: it reclaims the slot it let go of, before C.
+  const ra = await resumeAt(fake, n2.t, a, reclaimOwned(3, ga));
+  await using a2 = ra.client;
+  assertSameGrant(expect(await next(fake, a2), "acquired"), ga);
+  const rc = await resumeAt(fake, n2.t, c, reclaimOwned(2, gc));
+  await using c2 = rc.client;
+  assertSameGrant(expect(await next(fake, c2), "acquired"), gc);
+  const lock = n2.t.server.context.engine.getLock("r")!;
+  assert.deepEqual(
+    lock.holders.map((h) => [h.token, h.slot]).sort((x, y) => x[1] - y[1]),
+    [[gc.token, 0], [gb.token, 1]],
+  );
+  const conflicts = n2.t.audit.records().filter((r) => r.event === "reclaim_conflict");
+  assert.deepEqual(conflicts.map((r) => r.token), [ga.token]);
+});
