@@ -536,3 +536,23 @@ Deno.test("m2 kinds sim: higher token wins per slot: a semaphore slot's stale re
   const conflicts = n2.t.audit.records().filter((r) => r.event === "reclaim_conflict");
   assert.deepEqual(conflicts.map((r) => r.token), [ga.token]);
 });
+
+Deno.test("m2 kinds sim: a downgraded owner (its write generation is its own token) is reclaimed shared with it", async () => {
+  await using fake = fakeCluster(WALL_MS);
+  const [n1, n2] = await twoNodes(fake);
+  await using x = await session(n1.t);
+  await x.send(acquireMsg(1, "doc"));
+  const held = expect(await next(fake, x), "acquired");
+  await x.send({ type: "downgrade", requestId: 2, name: "doc", token: held.token });
+  const shared = expect(await next(fake, x), "acquired");
+  assert.deepEqual([shared.mode, shared.token, shared.writeGeneration], [
+    "shared",
+    held.token,
+    held.token,
+  ]);
+  n1.crash();
+  await untilServing(fake, n2);
+  const rx = await resumeAt(fake, n2.t, x, reclaimOwned(3, { ...shared, requestId: 1 }));
+  await using x2 = rx.client;
+  assertSameGrant(expect(await next(fake, x2), "acquired"), shared);
+});
