@@ -93,3 +93,17 @@ export async function fakeRoute(
     if (failures.length > 0) throw new Error(failures.join("\n"));
   };
 }
+
+/**
+ * Marks the table row around the element `elementJs` (a script expression, evaluated in the page)
+ * and waits until the page has drawn that row again (a redraw drops the mark: the row is replaced
+ * or its attributes are set anew), failing past `ms`.
+ */
+export async function waitForRowRedraw(page: Page, elementJs: string, ms = 5_000): Promise<void> {
+  await page.evaluate(`(${elementJs}).closest("tr").dataset.redrawProbe = "drawn before"`);
+  const untilMs = performance.now() + ms;
+  while (await page.evaluate(`document.querySelector("[data-redraw-probe]") !== null`)) {
+    if (performance.now() > untilMs) throw new Error(`the row was not drawn again in ${ms} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}

@@ -20,7 +20,7 @@ import {
   fillPairs,
   formatDuration,
   formatNumber,
-  replaceKeepingFocus,
+  patchRows,
   valueText,
 } from "./dom.js";
 
@@ -55,7 +55,10 @@ const state = {
   version: -1,
 };
 
-/** Duration cells that tick between answers: [node, milliseconds when fetched, fetched at]. */
+/**
+ * Duration cells that tick between answers: [node, milliseconds when fetched, fetched at]. Nodes
+ * no longer in the page (drawn over) drop out at the next tick.
+ */
 /** @type {[HTMLElement, number, number][]} */
 let ticking = [];
 
@@ -337,7 +340,6 @@ function renderCounts(counts) {
 /** @param {{ locks: any[], total: number }} page */
 function renderLocks(page) {
   const now = performance.now();
-  ticking = ticking.filter(([node]) => !byId("locks-body").contains(node));
   const rows = page.locks.map((lock) => {
     const holder = lock.holder;
     const heldFor = el("span", {}, holder === null ? "–" : formatDuration(holder.held_for_ms));
@@ -347,7 +349,8 @@ function renderLocks(page) {
       class: "name",
       "aria-label": `Show lock ${lock.name}`,
     }, lock.name);
-    open.addEventListener("click", () => select(lock.name));
+    // A property, not a listener: patchRows hands it to a row it keeps.
+    open.onclick = () => select(lock.name);
     return el(
       "tr",
       { class: lock.name === state.selected ? "selected" : null },
@@ -359,7 +362,7 @@ function renderLocks(page) {
       el("td", { class: "number mono" }, holder === null ? "" : holder.token),
     );
   });
-  replaceKeepingFocus(byId("locks-body"), ...rows);
+  patchRows(byId("locks-body"), rows);
   const first = page.total === 0 ? 0 : state.offset + 1;
   const last = state.offset + page.locks.length;
   byId("page-status").textContent = page.total === 0
@@ -467,7 +470,7 @@ function renderHolders(name, lock, now) {
       class: "danger",
       "aria-label": `Release owner ${holder.remote_addr} (token ${holder.token})`,
     }, "Release…");
-    release.addEventListener("click", () => releaseOwner(name, holder));
+    release.onclick = () => releaseOwner(name, holder);
     return el(
       "tr",
       { "data-token": holder.token },
@@ -481,7 +484,7 @@ function renderHolders(name, lock, now) {
       el("td", {}, release),
     );
   });
-  replaceKeepingFocus(byId("holders-body"), ...rows);
+  patchRows(byId("holders-body"), rows);
 }
 
 /**
@@ -496,7 +499,6 @@ function renderDetail(name, lock) {
   byId("detail-link").setAttribute("href", lockHash(name));
   byId("copy-link").onclick = () => copyLink(name);
   byId("detail-idle").hidden = lock !== null;
-  ticking = ticking.filter(([node]) => !detail.contains(node));
   const holder = lock?.holder ?? null;
   byId("detail-holder").hidden = lock === null;
   /** @type {HTMLButtonElement} */ (byId("force-release")).disabled = holder === null;
@@ -538,7 +540,7 @@ function renderDetail(name, lock) {
       type: "button",
       "aria-label": `Remove waiter ${waiter.remote_addr}`,
     }, "Remove…");
-    kick.addEventListener("click", () => kickWaiter(name, waiter, lock));
+    kick.onclick = () => kickWaiter(name, waiter, lock);
     return el(
       "tr",
       { "data-remote-addr": waiter.remote_addr },
@@ -551,7 +553,7 @@ function renderDetail(name, lock) {
       el("td", {}, kick),
     );
   });
-  replaceKeepingFocus(byId("queue-body"), ...rows);
+  patchRows(byId("queue-body"), rows);
   const release = byId("force-release");
   release.onclick = () => forceRelease(name, lock);
 }
