@@ -1,8 +1,8 @@
 import { type Scheduler, systemScheduler, type Timer } from "../clock.ts";
 import {
   KILL_GRACE_MS_DEFAULT,
-  RUN_CONNECT_RETRY_MS,
   RECONNECT_PROGRESS_INTERVAL_MS,
+  RUN_CONNECT_RETRY_MS,
 } from "../limits.ts";
 import { type AcquireOptions, type Client, connect, type Lock } from "../client/client.ts";
 import { composeClientName } from "../client/client_name.ts";
