@@ -525,8 +525,9 @@ export const CLUSTER_RETRY_MS = 250;
 /**
  * Longest a standby (or a leader not serving yet) holds a HELLO while no live leader is known,
  * before it answers NOT_LEADER anyway: below the clients' 5 s connect timeout, and long enough
- * to cover an election (the TTL plus etcd's expiry check) so clients are answered the moment a
- * leader is elected instead of backing off. The hold is 1.5 × TTL at most.
+ * to cover an election (the TTL plus etcd's expiry check) and the new leader's takeover so
+ * clients are answered the moment a leader serves instead of backing off. The hold is 1.5 × TTL,
+ * and 2 × TTL while an election or a takeover is still under way.
  */
 export const CLUSTER_HELLO_HOLD_MS_MAX = 4_000;
 /** A leader that does not answer a standby's probe within this is taken for dead. */

@@ -307,15 +307,15 @@ const EXPORTED_FOR_TESTS: Readonly<Record<string, string>> = {
     "a version-1 message with version 2's neutral fields, which tests compare decoded frames with",
   "src/cluster/etcd_http.ts: prefixRangeEnd": "the range end of a prefix read, table-tested alone",
   "src/cluster/ownership_records.ts: RecordsNotCommitted":
-    "cluster milestone 2 (issue 20): the records batcher is being wired into the cluster node",
+    "the error a waiting grant's commit is refused with when the term ends, which tests match",
   "src/cluster/ticket_key.ts: TicketKeyInvalid":
-    "cluster milestone 2 (issue 20): the ticket key is being wired into the cluster node",
+    "the error a bad stored ticket key is refused with (the takeover retries), which tests match",
   "src/cluster/ticket_key.ts: ticketKeyName":
-    "cluster milestone 2 (issue 20): the ticket key is being wired into the cluster node",
+    "the key's name in etcd, which the ticket key tests check",
   "src/cluster/ticket_key.ts: parseTicketKey":
-    "cluster milestone 2 (issue 20): the ticket key is being wired into the cluster node",
+    "the stored key's check (exactly 32 bytes of canonical base64), table-tested alone",
   "src/security/tickets.ts: TICKET_BYTES":
-    "cluster milestone 2 (issue 20): tickets are being wired into the service",
+    "a ticket's length on the wire, which the ticket tests check",
   "src/admin/console_assets.ts: CONSOLE_CSP":
     "the console's Content-Security-Policy, which tests/admin/console_policy_test.ts holds every " +
     "console file to (no inline script or style)",

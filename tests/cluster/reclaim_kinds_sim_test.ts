@@ -445,3 +445,53 @@ Deno.test("m2 kinds sim: the rules file's kinds hold at the new leader: holders 
     await Deno.remove(path);
   }
 });
+
+/** On `n`: readers R1 (10 s) and R2 (1 s, falls silent), then a queued writer; R2 expires. */
+async function readersOneExpired(fake: FakeCluster, n: Node) {
+  const r1 = await session(n.t);
+  const r2 = await session(n.t);
+  const w = await session(n.t);
+  await r1.send(acquireMsg(1, "doc", { mode: "shared" }));
+  const g1 = expect(await next(fake, r1), "acquired");
+  await r2.send(acquireMsg(1, "doc", { mode: "shared", leaseMs: 1_000 }));
+  const g2 = expect(await next(fake, r2), "acquired");
+  await w.send(acquireMsg(1, "doc", { waitMs: WAIT_FOREVER }));
+  const qw = expect(await next(fake, w), "queued");
+  await fake.run(1_300);
+  assert.deepEqual(n.t.server.context.engine.getLock("doc")!.holders.map((h) => h.token), [
+    g1.token,
+  ]);
+  return { r1, r2, w, g1, g2, qw };
+}
+
+Deno.test("m2 kinds sim: a reader that expired beside an older reader raises the floor only below that reader: the older reader is reclaimed at the next leader", async () => {
+  await using fake = fakeCluster(WALL_MS);
+  const [n1, n2] = await twoNodes(fake);
+  const { r1, r2, w, g1, qw } = await readersOneExpired(fake, n1);
+  await using _r1 = r1, _r2 = r2, _w = w;
+  assert.equal(record(fake, "doc")?.f, g1.token - 1, "below the older reader still holding");
+  n1.crash();
+  await untilServing(fake, n2);
+  const s1 = await resumeAt(fake, n2.t, r1, reclaimOwned(2, g1));
+  await using r1b = s1.client;
+  assertSameGrant(expect(await next(fake, r1b), "acquired"), g1);
+  const sw = await resumeAt(fake, n2.t, w, reclaimQueued(2, qw, "doc"));
+  await using w2 = sw.client;
+  expect(await next(fake, w2), "queued");
+});
+
+Deno.test("m2 kinds sim: a reader's floor that waited for the older readers commits before the writer's ACQUIRED leaves", async () => {
+  await using fake = fakeCluster(WALL_MS);
+  const [n1] = await twoNodes(fake);
+  const { r1, r2, w, g1, g2 } = await readersOneExpired(fake, n1);
+  await using _r1 = r1, _r2 = r2, _w = w;
+  fake.etcd.setMode("stall");
+  await r1.send({ type: "release", requestId: 2, name: "doc", token: g1.token });
+  expect(await next(fake, r1), "released");
+  const { pending } = await nothingFor(fake, w, 300);
+  assert.equal(record(fake, "doc")?.f, g1.token - 1, "not committed yet");
+  fake.etcd.setMode("up");
+  const granted = expect(await withTime(fake, pending), "acquired");
+  assert.ok(granted.token > g2.token);
+  assert.equal(record(fake, "doc")?.f, g2.token, "the expired reader's floor, before the writer");
+});
