@@ -9,12 +9,19 @@
  */
 
 import type { Scheduler, Timer } from "../clock.ts";
-import { type Acquired, EMPTY_TICKET, type Queued, type Welcome } from "../wire/messages.ts";
+import {
+  type Acquired,
+  EMPTY_TICKET,
+  EMPTY_VALUE,
+  type Queued,
+  type Welcome,
+} from "../wire/messages.ts";
 import type { Connection } from "./connection.ts";
 import { WIRE_CODES } from "../wire/codes.ts";
 import type { LostReason } from "./errors.ts";
 import { LockHandle } from "./lock_handle.ts";
 import { type Carry, forgetTicket, type PendingAcquire, type Session } from "./session.ts";
+import { callBack } from "./options.ts";
 import { effectiveLeaseMs } from "./timing.ts";
 
 /** RESUME's `claims` is a u16: at most this many RECLAIMs follow one RESUME. */
@@ -35,6 +42,8 @@ export interface ClaimsHost {
   retire(connection: Connection): void;
   /** The heartbeat cadence may have changed. */
   armHeartbeat(): void;
+  /** ConnectOptions.onValueDropped: a claim carried over without its value. */
+  readonly onValueDropped?: (name: string, valueBytes: number, valueBytesMax: number) => void;
 }
 
 /** The claims of one client. */
@@ -329,9 +338,10 @@ export class Claims {
 
   /**
    * What of `carry` one RESUME takes (RESUME's `claims` is a u16): the locks and waiting claims
-   * without a RECLAIM on its way; the rest is given up. Both empty: the carry is given up.
+   * without a RECLAIM on its way; the rest is given up. Both empty: the carry is given up. A
+   * value longer than the new leader takes (`welcome`) is left behind (see the loop).
    */
-  toReclaim(carry: Carry): { locks: LockHandle[]; queued: PendingAcquire[] } {
+  toReclaim(carry: Carry, welcome: Welcome): { locks: LockHandle[]; queued: PendingAcquire[] } {
     let locks = carry.locks.filter((handle) => handle.reclaimRequestId === 0);
     let queued = carry.queued.filter((pending) => pending.state === "carried");
     for (const handle of locks.slice(RECLAIMS_PER_RESUME_MAX)) this.carriedLost(handle, "failover");
@@ -340,6 +350,16 @@ export class Claims {
     for (const pending of queued.slice(room)) this.uncarry(pending);
     queued = queued.slice(0, room);
     if (locks.length + queued.length === 0) this.giveUpCarry(carry, "failover");
+    // Such a value would get the RECLAIM refused (INVALID_ARGUMENT) and the lock lost for its
+    // value: the claim goes without it, and the application hears of it.
+    const valueBytesMax = welcome.valueBytesMax ?? 0;
+    for (const claim of [...locks, ...queued]) {
+      const value = claim instanceof LockHandle ? claim.value : claim.kind.value;
+      if (value.length <= valueBytesMax) continue;
+      callBack(this.#host.onValueDropped, claim.name, value.length, valueBytesMax);
+      if (claim instanceof LockHandle) claim.value = EMPTY_VALUE;
+      else claim.kind = { ...claim.kind, value: EMPTY_VALUE };
+    }
     return { locks, queued };
   }
 

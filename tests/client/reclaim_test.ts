@@ -107,7 +107,12 @@ const keeper: Script = (conn, m) => {
 function leader(
   term: number,
   request: Script,
-  options: { windowMs?: number; holdHelloMs?: number; versions?: number[] } = {},
+  options: {
+    windowMs?: number;
+    holdHelloMs?: number;
+    versions?: number[];
+    valueBytesMax?: number;
+  } = {},
 ): HostileServer {
   const script: HostileScript = {
     versions: options.versions ?? [1, 2],
@@ -117,6 +122,7 @@ function leader(
         term,
         sessionId: conn.index,
         reclaimWindowMs: options.windowMs ?? WINDOW_MS,
+        valueBytesMax: options.valueBytesMax ?? 0,
       };
       if (conn.version === 1) {
         conn.send({ ...welcome, version: 1, term: 0, reclaimWindowMs: 0, valueBytesMax: 0 });
@@ -401,6 +407,58 @@ Deno.test("reclaim: a double fail-over reclaims with the tickets of the second l
   assert.ok(resume.type === "resume" && reclaim.type === "reclaim");
   assert.deepEqual([resume.prevTerm, resume.prevSessionId, resume.claims], [8, 1, 1]);
   assert.deepEqual([reclaim.token, reclaim.ticket], [TOKEN, TICKET_B]);
+});
+
+Deno.test("reclaim: a value longer than the new leader takes is left behind, not the lock: the RECLAIMs go without it, onValueDropped says so, the lock's value reads empty; a shorter value travels", async () => {
+  const long = "v".repeat(40);
+  await using a = leader(7, leaderA, { valueBytesMax: 64 });
+  await using b = leader(8, (conn, m) => {
+    if (acks(conn, m)) return;
+    if (m.type === "resume") {
+      conn.send({
+        type: "resumed",
+        requestId: m.requestId,
+        outcome: "reclaim",
+        windowLeftMs: 4_000,
+      });
+    } else if (m.type === "reclaim" && m.value.length > 16) {
+      // What lockd answers a value over its limit: the claim would be lost for its value.
+      conn.send(error(m.requestId, WIRE_CODES.INVALID_ARGUMENT.code, m.name, "value too long"));
+    } else if (m.type === "reclaim" && m.kind === "owned") {
+      conn.send({ ...granted(m, m.token, TICKET_B), leaseMs: 10_000 });
+    } else if (m.type === "reclaim") {
+      conn.send(queued(m, [m.orderTerm, m.orderSeq], TICKET_Q2), granted(m, TOKEN + 9, TICKET_B));
+    }
+  }, { valueBytesMax: 16 });
+  const dropped: [string, number, number][] = [];
+  await using client = await connect({
+    addrs: [a.addr, b.addr],
+    onValueDropped: (name, valueBytes, valueBytesMax) => {
+      dropped.push([name, valueBytes, valueBytesMax]);
+      throw new Error("an application's callback that throws is ignored");
+    },
+  });
+  const lock = await client.acquire("x", { leaseMs: 10_000, value: long });
+  const short = await client.acquire("s", { leaseMs: 10_000, value: "addr:1" });
+  const waiting = client.acquire("y", { leaseMs: 10_000, waitMs: 60_000, value: long });
+  await until(() => a.sent("acquire").some((m) => m.name === "y"), "y sent");
+  await sleep(50); // its QUEUED arrives
+  assert.equal(new TextDecoder().decode(lock.value), long);
+  a.kill();
+  const y = await waiting;
+  await until(() => b.sent("reclaim").length === 3, "three RECLAIMs at B");
+  await sleep(50); // B's answers arrive
+  const values = b.sent("reclaim").map((m) => [m.name, new TextDecoder().decode(m.value)]);
+  assert.deepEqual(values, [["x", ""], ["s", "addr:1"], ["y", ""]]);
+  assert.deepEqual(dropped, [["x", 40, 16], ["y", 40, 16]]);
+  assert.deepEqual([lock.state, lock.token, lostReason(lock), lock.value.length], [
+    "held",
+    TOKEN,
+    undefined,
+    0,
+  ]);
+  assert.deepEqual([short.state, new TextDecoder().decode(short.value)], ["held", "addr:1"]);
+  assert.deepEqual([y.token, y.value.length], [TOKEN + 9, 0]);
 });
 
 Deno.test("reclaim: claims no RESUME can carry rejoin the tail, after the RECLAIMs of the one it carries", async () => {
