@@ -504,19 +504,21 @@ async function rider(id: number): Promise<void> {
 }
 
 /**
- * Time from the fault until a node serving a term after the faulted leader's (the faulted node
- * too, restarted and elected again; only the others if that term is unknown) shows every rider's
- * lock held with its own token (null after 20 s): holder continuity. Polls every 100 ms.
+ * Time from `fromMs` until a serving process other than `faulted` shows every rider's lock held with
+ * the rider's own token (null after 20 s): holder continuity. Polls /readyz (cheap), then the
+ * serving node's rider locks, every 100 ms.
  */
-async function ridersConfirmed(fault: FaultRecord): Promise<number | null> {
-  const { node: faulted, termBefore, atMs: fromMs } = fault;
+async function ridersConfirmed(faulted: LockdProc, fromMs: number): Promise<number | null> {
   while (now() - fromMs < 20_000) {
     await sleep(100);
     for (const node of nodes) {
-      if (node.proc === null || (termBefore === 0 && node.name === faulted)) continue;
-      const info = await infoOf(node); // null for a stopped node
-      if (!(info?.cluster?.serving && info.cluster.term > termBefore)) continue;
-      const response = await fetchJson(`http://${node.proc.adminAddr}/api/locks?match=rider/*`);
+      // The faulted process, not its node: restarted, it may well win the next election.
+      if (node.proc === faulted || node.proc === null || node.stopped) continue;
+      const ready = await fetchWithin(`http://${node.proc.opsAddr}/readyz`, 300);
+      if (ready?.status !== 200) continue;
+      const response = await fetchJson(
+        `http://${node.proc.adminAddr}/api/locks?match=${encodeURIComponent("rider/*")}`,
+      );
       const held = new Map<string, number>(
         // deno-lint-ignore no-explicit-any
         (response?.locks ?? []).map((l: any) => [l.name, l.holder?.token ?? 0]),
@@ -605,9 +607,7 @@ async function runFault(kind: FaultKind): Promise<void> {
     record.atMs = now();
     record.atWallMs = Date.now();
     faults.push(record);
-    if (kind !== "kill_etcd_leader") {
-      confirming = ridersConfirmed(record);
-    }
+    if (kind !== "kill_etcd_leader") confirming = ridersConfirmed(leader.proc!, record.atMs);
     if (kind !== "kill_etcd_leader" && kind !== "double_failover") {
       tracking.push(m2.trackConfirmations(kind, record.atMs));
     }
