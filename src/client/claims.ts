@@ -305,6 +305,28 @@ export class Claims {
     }, dueMs - this.#host.scheduler.monotonicMs());
   }
 
+  /**
+   * Whether an owned RECLAIM of `name` is on its way on this session for a lock let go of
+   * meanwhile (released while it was carried over, or lost): its answer hands the lock back with
+   * a RELEASE, and until then the session owns it on the server, so an ACQUIRE of that name
+   * would get DUPLICATE_CLAIM. Such an ACQUIRE waits (in `unsent`) until the RECLAIM is answered.
+   */
+  handingBack(name: string): boolean {
+    for (const handle of this.reclaims.values()) {
+      if (handle.name === name && !handle.live) return true;
+    }
+    return false;
+  }
+
+  /** An owned RECLAIM was answered: the ACQUIREs held back for it go out (see handingBack). */
+  sendHeldBack(): void {
+    for (const pending of [...this.unsent]) {
+      if (this.handingBack(pending.name)) continue;
+      this.unsent.delete(pending);
+      this.#host.sendAcquire(pending); // back in `unsent` while no session takes it
+    }
+  }
+
   /** Leases the session owns or waits for (each sets an upper bound on the heartbeat period). */
   *leasesInPlay(welcome: Welcome): Iterable<number> {
     for (const handle of this.owned.values()) yield handle.leaseMs;
@@ -417,6 +439,11 @@ export class Claims {
    * confirmed on this connection, its deadline counted from the RECLAIM's send time.
    */
   reclaimKept(session: Session, message: Acquired): void {
+    this.#reclaimKept(session, message);
+    this.sendHeldBack(); // after the RELEASE that hands a lock let go of back
+  }
+
+  #reclaimKept(session: Session, message: Acquired): void {
     const handle = this.reclaims.get(message.requestId)!;
     this.reclaims.delete(message.requestId);
     handle.reclaimRequestId = 0;

@@ -585,9 +585,9 @@ class LockdClient implements Client {
 
   #sendAcquire(pending: PendingAcquire): void {
     const session = this.#session;
-    if (session === null || this.#holdingAcquires) {
+    if (session === null || this.#holdingAcquires || this.#claims.handingBack(pending.name)) {
       pending.state = "unsent";
-      this.#claims.unsent.add(pending); // sent after the next WELCOME (and its RECLAIMs)
+      this.#claims.unsent.add(pending); // after the next WELCOME (its RECLAIMs), or a hand-back
       return;
     }
     const refusal = kindRefusal(pending, session);
@@ -784,7 +784,7 @@ class LockdClient implements Client {
       this.#claims.reclaims.delete(requestId);
       reclaimed.reclaimRequestId = 0;
       this.#claims.carriedLost(reclaimed, "failover", failure);
-      return;
+      return this.#claims.sendHeldBack();
     }
     const pending = this.#claims.pending.get(requestId);
     if (pending !== undefined) {

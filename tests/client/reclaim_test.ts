@@ -688,6 +688,76 @@ Deno.test("reclaim: a lock released while carried over is done at once, then rec
   assert.deepEqual(b.sent("reclaim").map((m) => m.name), ["gone"]);
 });
 
+/**
+ * A successor that owns what it keeps, per connection, as the server does: a kept owned RECLAIM
+ * (or `void` when its name is listed: CLAIM_VOID) makes the session the owner, a RELEASE ends it,
+ * and an ACQUIRE of a lock the session owns gets DUPLICATE_CLAIM.
+ */
+function owningSuccessor(voids: string[] = []): Script {
+  const owned = new Map<number, Set<string>>();
+  return (conn, m) => {
+    const mine = owned.get(conn.index) ?? new Set<string>();
+    owned.set(conn.index, mine);
+    if (m.type === "release" && m.token !== 0) mine.delete(m.name);
+    if (acks(conn, m)) return;
+    if (m.type === "resume") {
+      conn.send({
+        type: "resumed",
+        requestId: m.requestId,
+        outcome: "reclaim",
+        windowLeftMs: 4_000,
+      });
+    } else if (m.type === "reclaim" && voids.includes(m.name)) {
+      conn.send(error(m.requestId, WIRE_CODES.CLAIM_VOID.code, m.name, "void"));
+    } else if (m.type === "reclaim") {
+      mine.add(m.name);
+      conn.send({ ...granted(m, m.token, TICKET_B), leaseMs: 10_000 });
+    } else if (m.type === "acquire" && mine.has(m.name)) {
+      const text = `Cannot acquire lock "${m.name}": this session already owns it`;
+      conn.send(error(m.requestId, WIRE_CODES.DUPLICATE_CLAIM.code, m.name, text));
+    } else if (m.type === "acquire") {
+      mine.add(m.name);
+      conn.send(granted(m, TOKEN + 10, TICKET_B));
+    }
+  };
+}
+
+Deno.test("reclaim: a lock released while carried over and acquired again: the ACQUIRE waits until the RECLAIM hands it back (no DUPLICATE_CLAIM)", async () => {
+  await using a = leader(7, leaderA);
+  await using b = leader(8, owningSuccessor(), { holdHelloMs: 300 });
+  await using client = await connect({ addrs: [a.addr, b.addr] });
+  const gone = await client.acquire("x", { leaseMs: 10_000 });
+  a.kill();
+  await until(() => client.sessionId === 0, "connection lost");
+  await gone.release(); // done at once: its RECLAIM hands it back
+  const again = await client.acquire("x", { leaseMs: 10_000 });
+  assert.deepEqual([again.token, again.state, gone.state], [TOKEN + 10, "held", "released"]);
+  const order = requests(b, 1).map((m) =>
+    m.type === "release" ? `release ${m.token}` : "name" in m ? `${m.type} ${m.name}` : m.type
+  );
+  assert.deepEqual(order, ["resume", "reclaim x", `release ${TOKEN}`, "acquire x"]);
+  assert.equal(client.protocolErrors, 0);
+});
+
+Deno.test("reclaim: an ACQUIRE held back for a lock let go of goes out at once when its RECLAIM is void; one of another name is not held", async () => {
+  await using a = leader(7, leaderA);
+  await using b = leader(8, owningSuccessor(["x"]), { holdHelloMs: 300 });
+  await using client = await connect({ addrs: [a.addr, b.addr] });
+  const gone = await client.acquire("x", { leaseMs: 10_000 });
+  a.kill();
+  await until(() => client.sessionId === 0, "connection lost");
+  await gone.release();
+  const [again, other] = await Promise.all([
+    client.acquire("x", { leaseMs: 10_000 }),
+    client.acquire("w", { leaseMs: 10_000 }),
+  ]);
+  assert.deepEqual([again.state, other.state, gone.state], ["held", "held", "released"]);
+  const order = requests(b, 1).map((m) => "name" in m ? `${m.type} ${m.name}` : m.type);
+  // "w" goes out with the RECLAIMs; "x" only after CLAIM_VOID answered its RECLAIM.
+  assert.deepEqual(order, ["resume", "reclaim x", "acquire w", "acquire x"]);
+  assert.equal(client.protocolErrors, 0);
+});
+
 Deno.test("reclaim: release() while the lock's RECLAIM is in flight waits for its answer, then releases", async () => {
   const answers: { conn: HostileConn; reclaim: Reclaim }[] = [];
   await using a = leader(7, leaderA);

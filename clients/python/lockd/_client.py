@@ -924,13 +924,29 @@ class Client:
             session.ledger.acquire_sent(pending.request_id, pending.name, pending.mode, limit)
         self._schedule_heartbeat(session)  # a waiting claim's lease counts for the cadence
 
+    @staticmethod
+    def _handing_back(session: Session, name: str) -> bool:
+        """Whether an owned RECLAIM of ``name`` is on its way for a lock let go of meanwhile (released
+        while it was carried over, or lost): its answer hands the lock back with a RELEASE, and until
+        then the session owns it, so an ACQUIRE of that name would get DUPLICATE_CLAIM. Such an
+        ACQUIRE waits in ``_unsent`` until the RECLAIM is answered."""
+        let_go = (lock for lock in session.reclaims.values() if lock._released or lock._lost.reason is not None)
+        return any(lock.name == name for lock in let_go)
+
+    def _send_held_back(self) -> None:
+        """An owned RECLAIM was answered: the ACQUIREs held back for it go out (``_handing_back``)."""
+        for pending in list(self._unsent):
+            self._unsent.remove(pending)
+            self._send_acquire(pending)  # back in ``_unsent`` while it is still held
+
     def _send_acquire(self, pending: PendingAcquire) -> None:
         if pending.future.done() or pending.abandoned:
             return
         session = self._session
-        if session is None or session.ended or self._holding_acquires:
+        if session is None or session.ended or self._holding_acquires or self._handing_back(session, pending.name):
             if pending not in self._unsent:
-                self._unsent.append(pending)  # sent after the next WELCOME (and its RECLAIMs)
+                # Sent after the next WELCOME (and its RECLAIMs), or once a hand-back is done.
+                self._unsent.append(pending)
             return
         refusal = self._claim_refusal(session, pending)
         if refusal is not None:
@@ -1231,6 +1247,7 @@ class Client:
                 self._on_downgraded(session, message)
             elif message.request_id in session.reclaims:
                 self._on_reclaim_kept(session, message)
+                self._send_held_back()  # after the RELEASE that hands a lock let go of back
             else:
                 self._on_acquired(session, message)
         elif isinstance(message, wire.HeartbeatAck):
@@ -1422,6 +1439,7 @@ class Client:
             reclaimed._reclaim_session, reclaimed._reclaim_id = None, 0
             logger.warning("lockd lock %r not carried over: %s", reclaimed.name, message.message)
             self._carried_lost(reclaimed, "failover", error)
+            self._send_held_back()
             self._schedule_heartbeat(session)
             return
         if self._on_look_error(session, message.request_id, error):

@@ -636,6 +636,59 @@ class Reclaim(unittest.IsolatedAsyncioTestCase):
                 )
             self.assertEqual([m.name for m in b.received if isinstance(m, wire.Reclaim)], ["gone"])
 
+    async def test_a_lock_released_while_carried_over_and_acquired_again_waits_for_the_hand_back(self) -> None:
+        # B owns what it keeps, as the server does: an ACQUIRE of a lock the session owns gets
+        # DUPLICATE_CLAIM; a RELEASE ends the ownership. "v" gets CLAIM_VOID instead.
+        owned: set[str] = set()
+
+        def leader_b(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
+            if isinstance(message, wire.Release) and message.token != 0:
+                owned.discard(message.name)
+            if acks(message, send):
+                return
+            if isinstance(message, wire.Resume):
+                send(wire.Resumed(message.request_id, "reclaim", 4_000))
+            elif isinstance(message, wire.Reclaim) and message.name == "v":
+                send(wire.Error(message.request_id, 0x12, message.name, "void"))
+            elif isinstance(message, wire.Reclaim):
+                owned.add(message.name)
+                send(wire.Acquired(message.request_id, message.token, 10_000, message.name, TICKET_B))
+            elif isinstance(message, wire.Acquire) and message.name in owned:
+                send(wire.Error(message.request_id, 0x08, message.name, "this session already owns it"))
+            elif isinstance(message, wire.Acquire):
+                owned.add(message.name)
+                send(granted(message, TOKEN + 10, TICKET_B))
+
+        async with (
+            FakeServer(leader_a, term=7, reclaim_window_ms=WINDOW_MS) as a,
+            FakeServer(leader_b, term=8, reclaim_window_ms=WINDOW_MS, hold_hello_s=0.3) as b,
+        ):
+            async with lockd.connect(addrs=[a.addr, b.addr]) as client:
+                x = await client.acquire("x", lease_ms=10_000)
+                v = await client.acquire("v", lease_ms=10_000)
+                await kill(a)
+                await eventually(lambda: not client.connected, "connection lost")
+                await asyncio.wait_for(x.release(), 1)  # done at once: its RECLAIM hands it back
+                await asyncio.wait_for(v.release(), 1)
+                again = await asyncio.wait_for(
+                    asyncio.gather(*(client.acquire(n, lease_ms=10_000) for n in ("x", "v", "w"))), 5
+                )
+                self.assertEqual([lock.state for lock in again], ["held"] * 3)
+            order = [
+                f"release {m.name}" if isinstance(m, wire.Release) else f"{type(m).__name__} {getattr(m, 'name', '')}"
+                for m in requests(b, 1)
+                if not isinstance(m, wire.Goodbye)
+            ]
+            # "w" goes out with the RECLAIMs; "x" after the RELEASE that hands it back; "v" after
+            # the CLAIM_VOID of its RECLAIM.
+            self.assertEqual(
+                sorted(order[:3]) + order[3:4],
+                sorted(["Resume ", "Reclaim x", "Reclaim v"]) + ["Acquire w"],
+            )
+            self.assertLess(order.index("release x"), order.index("Acquire x"))
+            self.assertIn("Acquire v", order)
+            self.assertEqual(client.protocol_errors, 0)
+
     async def test_not_leader_after_welcome_keeps_the_locks_and_follows_the_leader_at_once(self) -> None:
         def leader_b(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
             if acks(message, send):
