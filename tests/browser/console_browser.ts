@@ -456,7 +456,9 @@ Deno.test({
     assert.match(await page.locator("#charts-note").innerText(), /leader's console has the charts/);
     assert.match(await page.locator("#cluster-info").innerText(), /Leader\s+a at 10\.0\.0\.1:7400/);
     await page.screenshot({ path: `${shots}/06-standby.png`, fullPage: true });
-    await page.unroute("**/api/info");
+    // Waits for a handler still fetching the real answer: unroute() alone lets it fulfil a
+    // request the fallback has answered meanwhile ("Route is already handled!", uncaught).
+    await page.unrouteAll({ behavior: "wait" });
     await flip.release();
     await banner.waitFor({ state: "hidden" });
     await page.locator("#overview-title", { hasText: /^Overview$/ }).waitFor();
