@@ -334,7 +334,8 @@ export class Session implements SessionPort, StallWatched {
   }
 
   #receive(chunk: Uint8Array): void {
-    if (this.#peer !== null) this.#host.service.touch(this.#peer.sessionId);
+    // The read's own reading of the clock (one `op_now` less per read).
+    if (this.#peer !== null) this.#host.service.touch(this.#peer.sessionId, this.#lastReadMs);
     this.#reader.push(chunk);
     if (this.#admitting && this.#reader.bufferedBytes > READ_BUFFER_BYTES_MAX) {
       this.#protocolViolation("Too many bytes sent before WELCOME");
