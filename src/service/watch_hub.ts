@@ -39,6 +39,25 @@ interface Waiting {
   reason: LockEndReason;
 }
 
+/**
+ * The exact watches of one lock name, and the lock's latest change: a change costs one update
+ * here however many watch the lock; each watch remembers how far it has told its session
+ * (`Watch.toldSeq`), so what it still has to send is at most one event, the latest.
+ */
+class LockWatchers {
+  readonly name: string;
+  readonly watches = new Set<Watch>();
+  /** Changes of the lock so far (while it was watched). */
+  seq = 0;
+  /** The latest change's event and reason. */
+  event: LockEvent = "state";
+  reason: LockEndReason = "none";
+
+  constructor(name: string) {
+    this.name = name;
+  }
+}
+
 /** One WATCH of a session. */
 class Watch {
   readonly session: SessionWatches;
@@ -53,20 +72,25 @@ class Watch {
   readonly snapshotCount: number;
   /** WATCHING was sent: changes are reported from now on. */
   watching = false;
-  /** Changes not sent yet: at most one per lock. */
+  /** A glob's changes not sent yet: at most one per lock. */
   readonly waiting = new Map<string, Waiting>();
+  /** An exact watch's lock (null for a glob). */
+  readonly lock: LockWatchers | null;
+  /** An exact watch: the lock's `seq` its last frame showed (a higher one is a change to send). */
+  toldSeq = 0;
 
   constructor(
     session: SessionWatches,
     requestId: number,
     glob: Glob,
-    exact: boolean,
+    lock: LockWatchers | null,
     names: string[],
   ) {
     this.session = session;
     this.requestId = requestId;
     this.glob = glob;
-    this.exact = exact;
+    this.exact = lock !== null;
+    this.lock = lock;
     for (const name of names) this.names.add(name);
     this.snapshots = names.slice().reverse();
     this.snapshotCount = names.length;
@@ -114,7 +138,9 @@ export class WatchHub {
   readonly #locksMax: number;
   readonly #sessions = new Map<number, SessionWatches>();
   /** Watches of one lock name (exact patterns), by name. */
-  readonly #exact = new Map<string, Set<Watch>>();
+  readonly #exact = new Map<string, LockWatchers>();
+  /** Watched locks that changed since the last flush (their watchers are found at `flush`). */
+  readonly #changed = new Set<LockWatchers>();
   /** Watches with wildcards. */
   readonly #globs = new Set<Watch>();
   /** Sessions with frames to send (snapshots, WATCHING, waiting changes). */
@@ -127,7 +153,12 @@ export class WatchHub {
 
   /** Whether some session has frames to send (`flush` sends them). */
   get pending(): boolean {
-    return this.#dirty.size > 0;
+    return this.#dirty.size > 0 || this.#changed.size > 0;
+  }
+
+  /** Whether no watch is open (nothing to tell of a change: the service may skip it). */
+  get empty(): boolean {
+    return this.#exact.size === 0 && this.#globs.size === 0;
   }
 
   /**
@@ -135,6 +166,12 @@ export class WatchHub {
    * its way (then its `written` brings it back). The driver calls it: at once, or paced.
    */
   flush(): void {
+    for (const lock of this.#changed) {
+      for (const watch of lock.watches) {
+        if (watch.watching && watch.toldSeq < lock.seq) this.#dirty.add(watch.session);
+      }
+    }
+    this.#changed.clear();
     for (const session of [...this.#dirty]) {
       this.#dirty.delete(session);
       this.#flush(session);
@@ -182,16 +219,16 @@ export class WatchHub {
       this.#options.port(peer.sessionId)?.send(watchEnded(requestId, "too_many_locks"));
       return null;
     }
-    const watch = new Watch(session, requestId, glob, exact, names);
+    let lock: LockWatchers | null = null;
+    if (exact) {
+      lock = this.#exact.get(pattern) ?? new LockWatchers(pattern);
+      this.#exact.set(pattern, lock);
+    }
+    const watch = new Watch(session, requestId, glob, lock, names);
     this.#sessions.set(peer.sessionId, session);
     session.watches.set(requestId, watch);
-    if (exact) {
-      const set = this.#exact.get(pattern) ?? new Set();
-      set.add(watch);
-      this.#exact.set(pattern, set);
-    } else {
-      this.#globs.add(watch);
-    }
+    if (lock !== null) lock.watches.add(watch);
+    else this.#globs.add(watch);
     this.#dirty.add(session);
     return null;
   }
@@ -217,11 +254,18 @@ export class WatchHub {
     this.#dirty.delete(session);
   }
 
-  /** A lock changed: every watch that matches it hears of it (coalesced, see the module). */
+  /**
+   * A lock changed: every watch that matches it hears of it (coalesced, see the module). Its
+   * exact watches are found at the next `flush`, so a change costs the same however many watch
+   * the lock; globs are matched here.
+   */
   changed(change: LockChange): void {
-    for (const watch of this.#exact.get(change.name) ?? []) {
-      this.#note(watch, change);
-      this.#dirty.add(watch.session);
+    const lock = this.#exact.get(change.name);
+    if (lock !== undefined) {
+      lock.seq++;
+      lock.event = change.event;
+      lock.reason = change.reason;
+      this.#changed.add(lock);
     }
     if (this.#globs.size > 0) {
       for (const watch of [...this.#globs]) {
@@ -244,7 +288,7 @@ export class WatchHub {
     }
   }
 
-  /** Records a change for a watch: a snapshot still to send shows it anyway. */
+  /** Records a change for a glob's watch: a snapshot still to send shows it anyway. */
   #note(watch: Watch, change: LockChange): void {
     if (!watch.watching && watch.snapshots.includes(change.name)) return;
     watch.waiting.set(change.name, { event: change.event, reason: change.reason });
@@ -279,10 +323,13 @@ export class WatchHub {
   #drop(session: SessionWatches, watch: Watch): void {
     session.watches.delete(watch.requestId);
     this.#globs.delete(watch);
-    const set = this.#exact.get(watch.glob.pattern);
-    if (set !== undefined) {
-      set.delete(watch);
-      if (set.size === 0) this.#exact.delete(watch.glob.pattern);
+    const lock = watch.lock;
+    if (lock !== null) {
+      lock.watches.delete(watch);
+      if (lock.watches.size === 0) {
+        this.#exact.delete(lock.name);
+        this.#changed.delete(lock);
+      }
     }
     if (session.watches.size === 0 && !session.inFlight) {
       this.#sessions.delete(session.peer.sessionId);
@@ -329,6 +376,8 @@ export class WatchHub {
     const { stateOf, view } = this.#options;
     for (const watch of session.watches.values()) {
       while (watch.snapshots.length > 0 && bytes < WATCH_BATCH_BYTES_MAX) {
+        // An exact watch's snapshot shows the lock as it is now: changes until now are told.
+        if (watch.lock !== null) watch.toldSeq = watch.lock.seq;
         const state = stateOf(watch.snapshots.pop()!, watch.requestId, "state", "none");
         bytes += lockStateBytes(state);
         frames.push(state);
@@ -337,6 +386,16 @@ export class WatchHub {
       if (!watch.watching) {
         watch.watching = true;
         frames.push({ type: "watching", requestId: watch.requestId, locks: watch.snapshotCount });
+      }
+      const lock = watch.lock;
+      if (lock !== null) {
+        if (watch.toldSeq === lock.seq) continue;
+        if (bytes >= WATCH_BATCH_BYTES_MAX) return frames;
+        watch.toldSeq = lock.seq;
+        const state = stateOf(lock.name, watch.requestId, lock.event, lock.reason);
+        bytes += lockStateBytes(state);
+        frames.push(state);
+        continue;
       }
       for (const [name, waiting] of watch.waiting) {
         if (bytes >= WATCH_BATCH_BYTES_MAX) return frames;
@@ -356,6 +415,7 @@ export class WatchHub {
 function hasWork(session: SessionWatches): boolean {
   for (const watch of session.watches.values()) {
     if (watch.snapshots.length > 0 || !watch.watching || watch.waiting.size > 0) return true;
+    if (watch.lock !== null && watch.toldSeq !== watch.lock.seq) return true;
   }
   return false;
 }
