@@ -125,6 +125,12 @@ export const WATCH_BATCH_BYTES_MAX = 64 * 1024;
  * unpaced: 7 grants/s); a quiet server sends each event at once.
  */
 export const WATCH_FANOUT_TIME_SHARE = 0.1;
+/**
+ * Sessions one turn of a watch fan-out hands their events to before the server's other work may
+ * run (the rest of the round follows after it): a request that comes while a thousand watchers
+ * are told waits for about this many socket writes (10-20 µs each), not a thousand.
+ */
+export const WATCH_FANOUT_SESSIONS_PER_TURN = 64;
 
 // ---- time: leases, timeouts, shutdown (flags) ----------------------------------------------
 

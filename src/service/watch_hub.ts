@@ -154,6 +154,10 @@ export class WatchHub {
   readonly #globs = new Set<Watch>();
   /** Sessions with frames to send (snapshots, WATCHING, waiting changes). */
   readonly #dirty = new Set<SessionWatches>();
+  /** The sessions of the round under way (those with frames to send when it began), in order. */
+  #round: SessionWatches[] = [];
+  /** How many of `#round` have been handed their batch. */
+  #roundDone = 0;
   /** Encodes each LOCK_STATE once for all the sessions it goes to. */
   readonly #encoder: FrameWriter;
   /** The LOCK_STATEs encoded in the flush under way, by lock name (emptied after it). */
@@ -171,7 +175,12 @@ export class WatchHub {
 
   /** Whether some session has frames to send (`flush` sends them). */
   get pending(): boolean {
-    return this.#dirty.size > 0 || this.#changed.size > 0;
+    return this.midRound || this.#dirty.size > 0 || this.#changed.size > 0;
+  }
+
+  /** A round of `flush` is under way: some of its sessions have not been handed their batch. */
+  get midRound(): boolean {
+    return this.#roundDone < this.#round.length;
   }
 
   /** Whether no watch is open (nothing to tell of a change: the service may skip it). */
@@ -181,25 +190,37 @@ export class WatchHub {
 
   /**
    * Hands every session with frames to send its next batch, unless its last batch is still on
-   * its way (then its `written` brings it back). The driver calls it: at once, or paced.
+   * its way (then its `written` brings it back). The driver calls it: at once, or paced. With
+   * `sessionsMax`, a round (the sessions with frames to send when it began) is handed out that
+   * many sessions per call, so that a driver may let other work in between (`midRound`).
    */
-  flush(): void {
+  flush(sessionsMax = Infinity): void {
+    if (!this.midRound) this.#beginRound();
+    this.#flushing = true;
+    try {
+      const end = Math.min(this.#round.length, this.#roundDone + sessionsMax);
+      while (this.#roundDone < end) this.#flush(this.#round[this.#roundDone++]);
+    } finally {
+      this.#flushing = false;
+      this.#frames.clear();
+      if (!this.midRound) {
+        this.#round = [];
+        this.#roundDone = 0;
+      }
+    }
+  }
+
+  /** The sessions with frames to send now: the watchers of changed locks, and the rest. */
+  #beginRound(): void {
     for (const lock of this.#changed) {
       for (const watch of lock.watches) {
         if (watch.watching && watch.toldSeq < lock.seq) this.#dirty.add(watch.session);
       }
     }
     this.#changed.clear();
-    this.#flushing = true;
-    try {
-      for (const session of [...this.#dirty]) {
-        this.#dirty.delete(session);
-        this.#flush(session);
-      }
-    } finally {
-      this.#flushing = false;
-      this.#frames.clear();
-    }
+    this.#round = [...this.#dirty];
+    this.#roundDone = 0;
+    this.#dirty.clear();
   }
 
   /** Watches open now, all sessions together. */
