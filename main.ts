@@ -1,6 +1,6 @@
 /**
- * The `lockd` command: one table of subcommands (`serve`, the default, `run`, `admin`,
- * `health`, `version`). This is the only place that exits the process: every subcommand
+ * The `lockd` command: one table of subcommands (`serve`, the default, `run`, `observe`,
+ * `admin`, `health`, `version`). This is the only place that exits the process: every subcommand
  * returns its status. `-h` on any subcommand prints that subcommand's usage on standard output
  * and exits 0; a bad command line prints one line and the usage on standard error and exits 2.
  */
@@ -8,6 +8,7 @@ import { ADMIN_USAGE, adminCommand } from "./src/cli/admin.ts";
 import { FlagError, HelpRequested } from "./src/cli/flags.ts";
 import { HEALTH_USAGE, healthCommand } from "./src/cli/health.ts";
 import { commandNameOf, dropUnneededPermissions } from "./src/cli/permissions.ts";
+import { OBSERVE_USAGE, observeCommand } from "./src/cli/observe.ts";
 import { RUN_USAGE, runCommand } from "./src/cli/run.ts";
 import { SERVE_USAGE, serveCommand, serveConfigFromArgs } from "./src/cli/serve.ts";
 import { flushDiagnosticLog } from "./src/log/diagnostic.ts";
@@ -34,6 +35,12 @@ const COMMANDS: Readonly<Record<string, Command>> = {
     summary: "run CMD while holding the lock NAME",
     usage: RUN_USAGE,
     run: (args) => runCommand(args),
+  },
+  observe: {
+    synopsis: "lockd observe NAME|GLOB [flags]",
+    summary: "print a JSON line per state of locks (holder, value)",
+    usage: OBSERVE_USAGE,
+    run: (args) => observeCommand(args),
   },
   admin: {
     synopsis: "lockd admin [flags] info|locks|show|release|kick ...",

@@ -8,7 +8,13 @@
 
 import { FrameWriter } from "../src/wire/frame.ts";
 import { FrameReader } from "../src/wire/frame_reader.ts";
-import { type ClientMessage, type Message, PROTOCOL_VERSION } from "../src/wire/messages.ts";
+import {
+  type ClientMessage,
+  type LockMode,
+  type LockState,
+  type Message,
+  PROTOCOL_VERSION,
+} from "../src/wire/messages.ts";
 
 const READ_BUFFER_BYTES = 16 * 1024;
 
@@ -29,6 +35,23 @@ export interface BenchTls {
   readonly serverName?: string;
 }
 
+/** Version-2 fields of an ACQUIRE (`BenchConn.acquireWith`); left out = neutral. */
+export interface AcquireOptions {
+  readonly leaseMs?: number;
+  readonly waitMs?: number;
+  readonly mode?: LockMode;
+  /** 0: no opinion; N ≥ 2: a semaphore of N. */
+  readonly limit?: number;
+  readonly value?: Uint8Array;
+}
+
+/** What a watch hears: each LOCK_STATE with its id (snapshots, then events), then its end. */
+export interface WatchListener {
+  onState(state: LockState): void;
+  /** WATCH_ENDED, or the connection closed (`reason` null). */
+  onEnd?(reason: string | number | null): void;
+}
+
 export class BenchConn {
   readonly conn: Deno.TcpConn | Deno.TlsConn;
   readonly #writer = new FrameWriter({ initialBytes: 64 });
@@ -42,6 +65,10 @@ export class BenchConn {
   unsolicited: Message[] = [];
   /** Called for every QUEUED message (deep-queue scenario counts them). */
   onQueued: ((msg: Message) => void) | null = null;
+  /** Open watches by the WATCH's request id (version 2). */
+  readonly #watches = new Map<number, WatchListener>();
+  /** The protocol version WELCOME settled (1 until then). */
+  version = 1;
   readonly done: Promise<void>;
 
   private constructor(conn: Deno.TcpConn | Deno.TlsConn) {
@@ -75,11 +102,19 @@ export class BenchConn {
     return new BenchConn(conn);
   }
 
-  /** Connects and completes HELLO → WELCOME. */
-  static async session(addr: string, clientName = "bench", tls?: BenchTls): Promise<BenchConn> {
+  /**
+   * Connects and completes HELLO → WELCOME, asking for `version` (1 by default; 2 for lock kinds,
+   * values, QUERY and WATCH: the server must answer 2, or this throws).
+   */
+  static async session(
+    addr: string,
+    clientName = "bench",
+    tls?: BenchTls,
+    version = PROTOCOL_VERSION,
+  ): Promise<BenchConn> {
     const c = await BenchConn.connect(addr, tls);
-    const welcome = await c.request({ type: "hello", version: PROTOCOL_VERSION, clientName });
-    if (welcome.type !== "welcome") {
+    const welcome = await c.request({ type: "hello", version, clientName });
+    if (welcome.type !== "welcome" || welcome.version !== version) {
       c.close();
       throw new Error(`Cannot open session: expected WELCOME, got ${JSON.stringify(welcome)}`);
     }
@@ -119,6 +154,67 @@ export class BenchConn {
 
   heartbeat(): Promise<Reply> {
     return this.request({ type: "heartbeat", requestId: 0 });
+  }
+
+  /** A version-2 ACQUIRE (mode, limit, value); default lease, wait forever. */
+  acquireWith(name: string, options: AcquireOptions): Promise<Reply> {
+    return this.request({
+      type: "acquire",
+      requestId: 0,
+      name,
+      leaseMs: options.leaseMs ?? 0,
+      waitMs: options.waitMs ?? 0xffff_ffff,
+      ...(options.mode !== undefined ? { mode: options.mode } : {}),
+      ...(options.limit !== undefined ? { limit: options.limit } : {}),
+      ...(options.value !== undefined ? { value: options.value } : {}),
+    });
+  }
+
+  setValue(name: string, token: number, value: Uint8Array): Promise<Reply> {
+    return this.request({ type: "set_value", requestId: 0, name, token, value });
+  }
+
+  downgrade(name: string, token: number): Promise<Reply> {
+    return this.request({ type: "downgrade", requestId: 0, name, token });
+  }
+
+  query(name: string): Promise<Reply> {
+    return this.request({ type: "query", requestId: 0, name });
+  }
+
+  /**
+   * WATCH `pattern`: resolves with WATCHING (after `listener` heard the snapshots) or the ERROR;
+   * events go on to `listener` until WATCH_ENDED or the connection closes. `id` is the watch's
+   * request id (for `unwatch`).
+   */
+  watch(pattern: string, listener: WatchListener): { id: number; reply: Promise<Reply> } {
+    const id = this.#nextRequestId;
+    this.#watches.set(id, listener);
+    const reply = this.request({ type: "watch", requestId: 0, pattern });
+    reply.then((r) => {
+      if (r.type === "error") this.#watches.delete(id);
+    }, () => {});
+    return { id, reply };
+  }
+
+  /** UNWATCH: resolves with WATCH_ENDED. */
+  unwatch(id: number): Promise<Reply> {
+    if (this.closed) return Promise.reject(new Error("connection closed"));
+    const p = new Promise<Reply>((resolve, reject) => this.#pending.set(id, { resolve, reject }));
+    this.send({ type: "unwatch", requestId: id });
+    return p;
+  }
+
+  /** GOODBYE (version 2), then close: the session's ownerships end graceful. */
+  async goodbye(): Promise<void> {
+    if (!this.closed) {
+      this.send({ type: "goodbye", requestId: this.#nextRequestId++ });
+      await this.#writing;
+      // Let the scheduled flush write it.
+      await new Promise((r) => setTimeout(r, 0));
+      await this.#writing;
+    }
+    this.close();
   }
 
   /** Queues a frame without waiting for a reply. */
@@ -176,6 +272,17 @@ export class BenchConn {
       return;
     }
     const key = msg.type === "welcome" ? 0 : "requestId" in msg ? msg.requestId : -1;
+    if (msg.type === "welcome") {
+      this.version = msg.version;
+      this.#writer.version = msg.version;
+    } else if (msg.type === "lock_state" || msg.type === "watch_ended") {
+      const watch = this.#watches.get(key);
+      if (watch !== undefined) {
+        if (msg.type === "lock_state") return watch.onState(msg);
+        this.#watches.delete(key);
+        watch.onEnd?.(msg.reason);
+      }
+    }
     const pending = this.#pending.get(key);
     if (pending === undefined) {
       this.unsolicited.push(msg);
@@ -196,6 +303,8 @@ export class BenchConn {
     const error = new Error("connection closed");
     for (const p of this.#pending.values()) p.reject(error);
     this.#pending.clear();
+    for (const w of this.#watches.values()) w.onEnd?.(null);
+    this.#watches.clear();
   }
 }
 

@@ -9,32 +9,77 @@
  * - `term_leader`: SIGTERM it (a planned hand-over; restarted 1 s later);
  * - `stop_leader`: SIGSTOP it for 3 × TTL, then SIGCONT;
  * - `cut_leader`: cut it off from etcd for 3 × TTL (its proxies swallow everything);
- * - `kill_etcd_leader`: SIGKILL the etcd raft leader (restarted after 5 s).
+ * - `kill_etcd_leader`: SIGKILL the etcd raft leader (restarted after 5 s);
+ * - `double_failover`: SIGKILL the lockd leader, then its successor 1 s after it serves (both
+ *   restarted after).
  *
- * Breaches (exit 1) are listed in docs/reliability.md ("Cluster chaos soak"). It prints the
+ * Cluster milestone 2: beside them, riders (lease 10 s) hold a lock each for the whole run and
+ * keep writing to the resource with its token: every fault above must leave each rider its lock
+ * and token (a rider losing its lock is a breach). After each lockd fault the time until every
+ * rider is confirmed on the new leader (its lock shown there with the rider's token) is measured.
+ * At the end: no ownership record may be left in etcd for an idle lock, no reclaim may be kept
+ * with a token at or below a floor (an ownership of the lock that ended badly before), and the
+ * reclaim gauges are 0.
+ *
+ * Also `soak_m2.ts`'s holders and waiters of many names (FIFO kept, per-holder confirmation).
+ * `-only kinds`, `-kills n` and `-per-name n`: measuring runs (docs/reliability.md).
+ *
+ * Breaches (exit 1) are listed in docs/reliability.md ("Cluster chaos soak"); on a breach the run
+ * directory (every node's audit and diagnostic log, every breach) is kept. It prints the
  * fail-over time per fault kind (fault → first grant after it) with p50 and max, the grant
  * pauses of etcd-leader kills, and one summary line.
  */
 
 import { EtcdCluster } from "./etcd_proc.ts";
-import { BenchConn } from "./bench_client.ts";
+import {
+  type AuditLine,
+  checkOwnersByTime,
+  checkReclaimFloors,
+  type Written,
+} from "./soak_cluster_audit.ts";
+import { FencedResource, keepRunDir, Observer } from "./soak_cluster_parts.ts";
 import { type LockdProc, spawnLockd } from "./lockd_proc.ts";
-import { type Client, type Lock, LockdError, type LockLostError } from "../mod.ts";
+import { type Client, connect, type Lock, LockdError, type LockLostError } from "../mod.ts";
 import { connectWith } from "../src/client/client.ts";
 import { type ClientSocket, type Dial, nodeSocketDial } from "../src/client/transport.ts";
 import { systemScheduler } from "../src/clock.ts";
-import { EtcdLink } from "../tests/helpers/etcd.ts";
+import { EtcdHttpClient } from "../src/cluster/etcd_http.ts";
+import { etcdClient, EtcdLink } from "../tests/helpers/etcd.ts";
+import { M2_SIZES, M2Population, type WrittenRecord } from "./soak_m2.ts";
 
 function flag(name: string, fallback: string): string {
   const i = Deno.args.findIndex((a) => a === `-${name}` || a === `--${name}`);
   return i >= 0 ? Deno.args[i + 1] : fallback;
 }
 
-type FaultKind = "kill_leader" | "term_leader" | "stop_leader" | "cut_leader" | "kill_etcd_leader";
+type FaultKind =
+  | "kill_leader"
+  | "term_leader"
+  | "stop_leader"
+  | "cut_leader"
+  | "kill_etcd_leader"
+  | "double_failover";
 const SIZE = flag("size", "full");
 const PLAN: Record<FaultKind, number> = SIZE === "ci"
-  ? { kill_leader: 2, term_leader: 1, stop_leader: 1, cut_leader: 1, kill_etcd_leader: 1 }
-  : { kill_leader: 20, term_leader: 5, stop_leader: 5, cut_leader: 5, kill_etcd_leader: 10 };
+  ? {
+    kill_leader: 2,
+    term_leader: 1,
+    stop_leader: 1,
+    cut_leader: 1,
+    kill_etcd_leader: 1,
+    double_failover: 1,
+  }
+  : {
+    kill_leader: Number(flag("kills", "20")),
+    term_leader: 5,
+    stop_leader: 5,
+    cut_leader: 5,
+    kill_etcd_leader: 10,
+    double_failover: 5,
+  };
+/** Riders: clients that hold one lock each (lease 10 s) through every fault. */
+const RIDERS = SIZE === "ci" ? 4 : 12;
+const RIDER_LEASE_MS = 10_000;
 const [GAP_MIN_MS, GAP_MAX_MS] = SIZE === "ci" ? [6_000, 8_000] : [10_000, 20_000];
 const CLIENTS = Number(flag("clients", "24"));
 const LOCKS = 6;
@@ -49,40 +94,26 @@ const breaches: string[] = [];
 const breach = (what: string) => {
   if (breaches.length < 50) console.error(`BREACH: ${what}`);
   breaches.push(what);
+  count(`breach_${what.split(/[ :]/)[0]}`);
 };
 const counts: Record<string, number> = {};
 const count = (what: string, n = 1) => (counts[what] = (counts[what] ?? 0) + n);
 
 // ---- the fenced resource ---------------------------------------------------------------
 
-/** Accepts a write only with a token ≥ the highest seen for its lock; refuses a commit overtaken. */
-class FencedResource {
-  readonly highest = new Map<string, number>();
-  readonly writing = new Map<string, number>();
-  accepted = 0;
-  fenced = 0;
-  async write(lock: string, token: number): Promise<boolean> {
-    if (token < (this.highest.get(lock) ?? 0)) {
-      this.fenced++;
-      return false;
-    }
-    this.highest.set(lock, token);
-    const other = this.writing.get(lock);
-    if (other !== undefined && other > token) {
-      breach(`write of token ${token} on ${lock} accepted during ${other}`);
-    }
-    this.writing.set(lock, token);
-    await sleep(Math.random() < 0.5 ? 0 : 2);
-    if (this.writing.get(lock) !== token || this.highest.get(lock) !== token) {
-      this.fenced++;
-      return false;
-    }
-    this.writing.delete(lock);
-    this.accepted++;
-    return true;
-  }
-}
-const resource = new FencedResource();
+const resource = new FencedResource(breach);
+
+const m2 = new M2Population({
+  breach,
+  count,
+  addrs: () => nodes.map((n) => n.addr),
+  write: (lock, token) => resource.write(lock, token),
+  lastFault: () => faults.at(-1),
+}, {
+  ...M2_SIZES[SIZE === "ci" ? "ci" : "full"],
+  // `-per-name 2`: one holder and one waiter per ride name (1,000 + 1,000 at full size).
+  ...(flag("per-name", "") === "" ? {} : { perName: Number(flag("per-name", "")) }),
+});
 
 // ---- etcd and the lockd nodes ------------------------------------------------------------
 
@@ -116,6 +147,9 @@ const nodes: Node[] = Array.from({ length: 3 }, (_, i) => ({
   audits: [],
 }));
 
+/** Every lockd process started, for its diagnostic log at the end. */
+const started: { name: string; proc: LockdProc }[] = [];
+
 async function startNode(node: Node): Promise<void> {
   node.runs++;
   const audit = `${dir}/audit-${node.name}-${node.runs}.jsonl`;
@@ -136,12 +170,15 @@ async function startNode(node: Node): Promise<void> {
       `${TTL_MS / 1000}s`,
       "-audit-log",
       audit,
+      // Riders (lease 10 s) heartbeat every 3.3 s: a client counts its lease confirmed no longer
+      // than the server keeps a silent session.
       "-io-timeout",
-      "1s",
+      "15s",
       "-shutdown-grace",
       "0s",
     ],
   });
+  started.push({ name: `${node.name}-${node.runs}`, proc: node.proc });
 }
 
 async function fetchWithin(url: string, timeoutMs: number): Promise<Response | null> {
@@ -255,6 +292,10 @@ interface FaultRecord {
   firstGrantMs: number | null;
   node: string;
   endAtMs: number;
+  /** Fault → every rider confirmed on the new leader (null: not within 20 s, or not measured). */
+  ridersMs: number | null;
+  /** Fault → a new client, started 0.5 s after it, holding a lock nobody held (null: failed). */
+  coldMs: number | null;
 }
 const faults: FaultRecord[] = [];
 
@@ -380,7 +421,10 @@ async function worker(id: number): Promise<void> {
       mine.healthy = false;
       count(mode);
       if (mode === "crash") {
+        // A crash says no GOODBYE: the leader keeps the session orphaned until its lease ends.
+        state.stalled = true;
         await client.close();
+        state.stalled = false;
         client = await newClient(id, state);
         continue;
       }
@@ -398,57 +442,135 @@ async function worker(id: number): Promise<void> {
   }
 }
 
-// ---- observers of a faulted leader ---------------------------------------------------------
+// ---- riders (milestone 2) ------------------------------------------------------------------
+
+interface Rider {
+  readonly lock: string;
+  /** The token of the ownership it holds now (0 between two). */
+  token: number;
+}
+const riders: Rider[] = [];
 
 /**
- * A raw session on the leader that heartbeats and asks for a lock, and never leaves: what
- * the leader sends it, and when, shows whether it acted on stale leadership.
+ * Holds `rider/<id>` (lease 10 s) for the whole run, writing to the resource with its token
+ * every half second: every fault of the plan must leave it its lock (a loss is a breach).
  */
-class Observer {
-  readonly frames: { type: string; atMs: number }[] = [];
-  #conn: BenchConn | null = null;
-  #timer: ReturnType<typeof setInterval> | undefined;
-  #requests = 0;
-
-  async open(addr: string): Promise<void> {
-    this.#conn = await BenchConn.session(addr, "soak-observer");
-    const conn = this.#conn;
-    await conn.acquire("soak/observer", LEASE_MS, 0).then((m) => this.#note(m.type));
-    this.#timer = setInterval(() => {
-      conn.heartbeat().then((m) => this.#note(m.type), () => {});
-    }, 150);
-  }
-
-  /** A new ACQUIRE (sent now; a frozen leader reads it when it wakes). */
-  ask(): void {
-    const conn = this.#conn;
-    if (conn === null || conn.closed) return;
-    conn.acquire(`soak/observer-${++this.#requests}`, LEASE_MS, 0)
-      .then((m) => this.#note(m.type), () => {});
-  }
-
-  #note(type: string): void {
-    this.frames.push({ type, atMs: now() });
-  }
-
-  /** ACQUIRED and HEARTBEAT_ACK frames received after `fromMs`. */
-  promisesAfter(fromMs: number): number {
-    count("observer_frames", this.frames.length);
-    return this.frames.filter((f) =>
-      f.atMs > fromMs && (f.type === "acquired" || f.type === "heartbeat_ack")
-    ).length;
-  }
-
-  async close(): Promise<void> {
-    clearInterval(this.#timer);
-    const conn = this.#conn;
-    this.#conn = null;
-    if (conn !== null) {
-      conn.close();
-      await conn.done;
+async function rider(id: number): Promise<void> {
+  const me: Rider = { lock: `rider/${id}`, token: 0 };
+  riders.push(me);
+  let client = await newClient(1_000 + id, { stalled: false });
+  try {
+    while (!stopAll) {
+      let held: Lock;
+      try {
+        held = await client.acquire(me.lock, { leaseMs: RIDER_LEASE_MS, waitMs: 20_000 });
+      } catch (error) {
+        if (!(error instanceof LockdError)) {
+          count("rider_client_error");
+          await client.close();
+          client = await newClient(1_000 + id, { stalled: false });
+        }
+        continue;
+      }
+      const mine = noteGrant(me.lock, held.token, 1_000 + id, now());
+      me.token = held.token;
+      count("rider_grants");
+      const lost = new Promise<void>((resolve) =>
+        held.lost.addEventListener("abort", () => resolve())
+      );
+      held.lost.addEventListener("abort", () => {
+        const reason = (held.lost.reason as LockLostError).reason;
+        mine.endAtMs ??= now();
+        mine.endReason ||= reason;
+        me.token = 0;
+        if (!stopAll) {
+          breach(`rider ${me.lock} lost its lock (token ${held.token}, ${reason})`);
+        }
+      });
+      while (!stopAll && !held.lost.aborted) {
+        await resource.write(me.lock, held.token);
+        await Promise.race([sleep(500), lost]);
+      }
+      if (!held.lost.aborted) {
+        mine.endAtMs ??= now();
+        mine.endReason ||= "released";
+        me.token = 0;
+        await held.release().catch(() => {});
+      }
     }
+  } finally {
+    await client.close();
   }
 }
+
+/**
+ * Time from `fromMs` until a serving node other than `faulted` shows every rider's lock held with
+ * the rider's own token (null after 20 s): holder continuity. Polls /readyz (cheap), then the
+ * serving node's rider locks, every 100 ms.
+ */
+async function ridersConfirmed(faulted: string, fromMs: number): Promise<number | null> {
+  while (now() - fromMs < 20_000) {
+    await sleep(100);
+    for (const node of nodes) {
+      if (node.name === faulted || node.proc === null || node.stopped) continue;
+      const ready = await fetchWithin(`http://${node.proc.opsAddr}/readyz`, 300);
+      if (ready?.status !== 200) continue;
+      const response = await fetchJson(
+        `http://${node.proc.adminAddr}/api/locks?match=${encodeURIComponent("rider/*")}`,
+      );
+      const held = new Map<string, number>(
+        // deno-lint-ignore no-explicit-any
+        (response?.locks ?? []).map((l: any) => [l.name, l.holder?.token ?? 0]),
+      );
+      if (riders.every((r) => r.token !== 0 && held.get(r.lock) === r.token)) {
+        return now() - fromMs;
+      }
+    }
+  }
+  return null;
+}
+
+/**
+ * Fault → a new client started 0.5 s after the fault holds a lock nobody held before: it must get
+ * it (held at a standby while the new leader is elected, never refused), at once once a leader
+ * serves (no record: not reserved). Null, and a breach, when it fails.
+ */
+async function coldProbe(kind: FaultKind, fromMs: number, n: number): Promise<number | null> {
+  await sleep(500);
+  try {
+    const client = await connect({
+      addrs: nodes.map((node) => node.addr),
+      connectTimeoutMs: 20_000,
+    });
+    try {
+      const lock = await client.acquire(`cold/${n}`, { leaseMs: 1_000, waitMs: 0 });
+      const tookMs = now() - fromMs;
+      await lock.release().catch(() => {});
+      return tookMs;
+    } finally {
+      await client.close();
+    }
+  } catch (error) {
+    breach(`a client started 0.5 s after ${kind} did not get a free lock: ${error}`);
+    return null;
+  }
+}
+
+// deno-lint-ignore no-explicit-any
+async function fetchJson(url: string): Promise<any | null> {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), 1_000);
+  try {
+    const response = await fetch(url, { signal: controller.signal });
+    return await response.json();
+  } catch {
+    return null;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// ---- observers of a faulted leader ---------------------------------------------------------
 
 // ---- faults ----------------------------------------------------------------------------------
 
@@ -462,6 +584,10 @@ async function leaderTerm(): Promise<number> {
 
 async function runFault(kind: FaultKind): Promise<void> {
   const leader = await servingNode();
+  if (kind !== "kill_etcd_leader") {
+    await m2.snapshotQueues(leader.proc?.adminAddr ?? null, faults.length);
+  }
+  const tracking: Promise<void>[] = [];
   const record: FaultRecord = {
     kind,
     atMs: 0,
@@ -471,11 +597,20 @@ async function runFault(kind: FaultKind): Promise<void> {
     firstGrantMs: null,
     node: leader.name,
     endAtMs: 0,
+    ridersMs: null,
+    coldMs: null,
   };
+  let confirming: Promise<number | null> = Promise.resolve(null);
+  let cold: Promise<number | null> = Promise.resolve(null);
   const hit = () => {
     record.atMs = now();
     record.atWallMs = Date.now();
     faults.push(record);
+    if (kind !== "kill_etcd_leader") confirming = ridersConfirmed(leader.name, record.atMs);
+    if (kind !== "kill_etcd_leader" && kind !== "double_failover") {
+      tracking.push(m2.trackConfirmations(kind, record.atMs));
+    }
+    cold = coldProbe(kind, record.atMs, faults.length);
   };
   const proc = leader.proc!;
   switch (kind) {
@@ -489,7 +624,7 @@ async function runFault(kind: FaultKind): Promise<void> {
       break;
     }
     case "stop_leader": {
-      const observer = new Observer();
+      const observer = new Observer(LEASE_MS);
       await observer.open(leader.addr).catch(() => {});
       hit();
       leader.stopped = true;
@@ -502,6 +637,7 @@ async function runFault(kind: FaultKind): Promise<void> {
       leader.stopped = false;
       await sleep(TTL_MS);
       const late = observer.promisesAfter(contAtMs);
+      count("observer_frames", observer.frames.length);
       if (late > 0) {
         breach(
           `the frozen leader ${leader.name} sent ${late} ACQUIRED/HEARTBEAT_ACK after SIGCONT`,
@@ -511,7 +647,7 @@ async function runFault(kind: FaultKind): Promise<void> {
       break;
     }
     case "cut_leader": {
-      const observer = new Observer();
+      const observer = new Observer(LEASE_MS);
       await observer.open(leader.addr).catch(() => {});
       hit();
       leader.link.partition();
@@ -521,11 +657,34 @@ async function runFault(kind: FaultKind): Promise<void> {
       leader.link.heal();
       await sleep(TTL_MS);
       // Its last keep-alive was sent before the cut: its safeUntil is at most TTL after it.
-      const late = observer.promisesAfter(record.atMs + TTL_MS);
-      if (late > 0) {
-        breach(`the cut-off leader ${leader.name} sent ${late} promises after its safeUntil`);
+      const late = observer.livePromisesPast(record.atMs + TTL_MS + OVERLAP_TOLERANCE_MS);
+      count("observer_frames", observer.frames.length);
+      if (late.length > 0) {
+        breach(
+          `the cut-off leader ${leader.name} made ${late.length} promises past its safeUntil (` +
+            late.map((f) =>
+              `${f.type} for a request sent at cut + ${(f.sentAtMs - record.atMs).toFixed(0)} ` +
+              `ms, received at cut + ${(f.atMs - record.atMs).toFixed(0)} ms (soak lag ${
+                stallBetween(f.atMs - 50, f.atMs).toFixed(0)
+              } ms)`
+            ).join(", ") + ")",
+        );
       }
       await observer.close();
+      break;
+    }
+    case "double_failover": {
+      hit();
+      await proc.stop("SIGKILL");
+      leader.proc = null;
+      const second = await servingNode();
+      await sleep(1_000);
+      tracking.push(m2.trackConfirmations("double_failover (from the second kill)", now()));
+      await second.proc!.stop("SIGKILL");
+      second.proc = null;
+      await sleep(1_000);
+      await startNode(leader);
+      await startNode(second);
       break;
     }
     case "kill_etcd_leader": {
@@ -549,6 +708,12 @@ async function runFault(kind: FaultKind): Promise<void> {
   }
   record.endAtMs = now();
   record.endWallMs = Date.now();
+  record.ridersMs = await confirming;
+  record.coldMs = await cold;
+  await Promise.all(tracking);
+  if (kind !== "kill_etcd_leader" && record.ridersMs === null && riders.length > 0) {
+    breach(`${kind}: the riders were not all confirmed on a new leader within 20 s`);
+  }
 }
 
 // ---- the run ------------------------------------------------------------------------------------
@@ -561,18 +726,29 @@ function shuffled<T>(items: T[]): T[] {
   return items;
 }
 
+/** `-only kill_leader,term_leader`: only these kinds of the plan (a measuring run). */
+const ONLY = flag("only", "");
 const schedule = shuffled(
-  (Object.entries(PLAN) as [FaultKind, number][]).flatMap(([kind, n]) => Array(n).fill(kind)),
+  (Object.entries(PLAN) as [FaultKind, number][])
+    .filter(([kind]) => ONLY === "" || ONLY.split(",").includes(kind))
+    .flatMap(([kind, n]) => Array(n).fill(kind)),
 );
 const startedAtMs = now();
 let exitCode = 0;
 try {
   for (const node of nodes) await startNode(node);
   await servingNode();
-  const workers = Array.from({ length: CLIENTS }, async (_, i) => {
-    await sleep(i * 20);
-    await worker(i);
-  });
+  const workers = [
+    ...Array.from({ length: CLIENTS }, async (_, i) => {
+      await sleep(i * 20);
+      await worker(i);
+    }),
+    ...Array.from({ length: RIDERS }, async (_, i) => {
+      await sleep(i * 20);
+      await rider(i);
+    }),
+  ];
+  await m2.start();
   for (const [i, kind] of schedule.entries()) {
     await sleep(GAP_MIN_MS + Math.random() * (GAP_MAX_MS - GAP_MIN_MS));
     console.error(`fault ${i + 1}/${schedule.length}: ${kind}`);
@@ -581,12 +757,15 @@ try {
   await sleep(GAP_MIN_MS);
   stopAll = true;
   await Promise.all(workers);
+  await m2.stop();
   await finalChecks();
+  await checkLeftoverRecords();
 } catch (error) {
   breach(`soak failed: ${error instanceof Error ? error.stack ?? error.message : String(error)}`);
 } finally {
   stopAll = true;
   clearInterval(lagProbe);
+  await m2.stop().catch(() => {});
   for (const node of nodes) {
     if (node.stopped) node.proc?.child.kill("SIGCONT");
     await node.proc?.stop("SIGKILL");
@@ -595,28 +774,15 @@ try {
   await etcd[Symbol.asyncDispose]();
   report();
   exitCode = breaches.length > 0 ? 1 : 0;
-  await Deno.remove(dir, { recursive: true }).catch(() => {});
+  if (exitCode === 0) {
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  } else {
+    await keepRunDir(dir, breaches, started);
+  }
 }
 Deno.exit(exitCode);
 
 // ---- checks at the end --------------------------------------------------------------------------
-
-interface AuditLine {
-  ts: string;
-  event: string;
-  lock: string;
-  token: number | null;
-  term?: number;
-  reason?: string;
-  node?: string;
-}
-
-/** An audit record with where it was written and its wall time in ms. */
-interface Written {
-  readonly record: AuditLine;
-  readonly node: string;
-  readonly wallMs: number;
-}
 
 async function finalChecks(): Promise<void> {
   // Tokens across every node's audit log: within a term in issue order, and every term above
@@ -624,9 +790,12 @@ async function finalChecks(): Promise<void> {
   const byTerm = new Map<number, number[]>();
   const seen = new Set<number>();
   const written: Written[] = [];
+  /** The same records with their file and place in it, for the milestone-2 checks. */
+  const placed: WrittenRecord[] = [];
   for (const node of nodes) {
     for (const path of node.audits) {
       const text = await Deno.readTextFile(path).catch(() => "");
+      const file = path.slice(dir.length + 1);
       for (const line of text.split("\n")) {
         if (line.trim() === "") continue;
         let record: AuditLine;
@@ -636,6 +805,13 @@ async function finalChecks(): Promise<void> {
           continue; // a line torn by SIGKILL
         }
         written.push({ record, node: node.name, wallMs: Date.parse(record.ts) });
+        placed.push({
+          record,
+          node: node.name,
+          wallMs: Date.parse(record.ts),
+          file,
+          index: placed.length,
+        });
         if (record.term === undefined) breach(`audit record without a term in ${path}: ${line}`);
         if (record.event === "leader_elected") {
           const wallMs = Date.parse(record.ts);
@@ -683,7 +859,11 @@ async function finalChecks(): Promise<void> {
     highest = Math.max(highest, ...tokens);
   }
   counts.terms = byTerm.size;
-  checkOwnersByTime(written);
+  checkOwnersByTime(written, { breach, count, counts });
+  checkReclaimFloors(written, { breach, count, counts });
+  // Milestone 2's population: the clients' own view of holders, FIFO among reclaimed waiters,
+  // kept reclaims against the floors etcd held when their term began.
+  await m2.finalChecks(placed, faults, etcdClient(etcd.clientUrls, 10_000), counts);
   // The nodes agree on the leader, and every gauge is back to 0 with all clients gone.
   await sleep(500);
   const infos = await Promise.all(nodes.map(infoOf));
@@ -692,10 +872,28 @@ async function finalChecks(): Promise<void> {
   if (terms.size !== 1 || serving !== 1) {
     breach(`nodes disagree on the leader: ${JSON.stringify(infos.map((i) => i?.cluster))}`);
   }
+  // A fault near the end leaves a reclaim window open (up to the riders' 10 s horizon): its
+  // reserved locks are lifted when it ends.
+  const windowsOpenUntil = now() + 30_000;
+  while (now() < windowsOpenUntil) {
+    const open = (await Promise.all(nodes.map(infoOf))).some((i) =>
+      i?.cluster?.window_ends_in_ms !== null && i?.cluster?.window_ends_in_ms !== undefined
+    );
+    if (!open) break;
+    await sleep(250);
+  }
   for (const node of nodes) {
     const response = await fetch(`http://${node.proc!.opsAddr}/metrics`);
     const text = await response.text();
-    for (const gauge of ["lockd_connections_active", "lockd_locks_held", "lockd_waiters"]) {
+    for (
+      const gauge of [
+        "lockd_connections_active",
+        "lockd_locks_held",
+        "lockd_waiters",
+        "lockd_cluster_reserved_locks",
+        "lockd_cluster_grants_waiting_commit",
+      ]
+    ) {
       const m = new RegExp(`^${gauge} (\\S+)$`, "m").exec(text);
       if (m === null || Number(m[1]) !== 0) {
         breach(`${node.name}: ${gauge} is ${m?.[1]} at the end`);
@@ -705,83 +903,28 @@ async function finalChecks(): Promise<void> {
 }
 
 /**
- * Owners by wall time, across every node's audit log (issue 19.3). A term ends for certain when
- * the next one is elected (the old leader stopped deciding before its lease could run out, and
- * etcd elects a new leader only after that): its ownerships end no later than that moment, even
- * when the old node writes their `failover` release later (a frozen leader writes it when it
- * wakes and steps down) or never (SIGKILL). Breaches:
- * - a term with more than one `leader_elected` record;
- * - a decision of a term (an `acquire`, a `release` other than `failover`, `force_release`,
- *   `kick_waiter`) written after the next term was elected: a node that could not prove its
- *   leadership decided something;
- * - two ownerships of one lock whose times overlap: [acquire, release] (cut at the next
- *   election for an ownership granted within its term) of one token and another token's.
+ * Milestone 2: every idle lock's ownership record is gone from etcd once the linger (2 s) has
+ * passed (every client is gone by now), whatever fault hit the leader that wrote it.
  */
-function checkOwnersByTime(written: Written[]): void {
-  const elected = new Map<number, number>();
-  for (const { record, wallMs } of written) {
-    if (record.event !== "leader_elected" || record.term === undefined) continue;
-    if (elected.has(record.term)) breach(`term ${record.term}: leader_elected written twice`);
-    elected.set(record.term, Math.min(wallMs, elected.get(record.term) ?? Infinity));
-  }
-  const terms = [...elected.keys()].sort((a, b) => a - b);
-  /** When a term certainly ended: the earliest election of a later term (Infinity: none). */
-  const endOf = (term: number): number => {
-    let end = Infinity;
-    for (const later of terms) if (later > term) end = Math.min(end, elected.get(later)!);
-    return end;
-  };
-  const ownerships = new Map<
-    number,
-    { lock: string; node: string; term: number; from: number; to: number }
-  >();
-  for (const { record, node, wallMs } of written) {
-    const term = record.term ?? 0;
-    const decision = record.event === "acquire" || record.event === "force_release" ||
-      record.event === "kick_waiter" || record.event === "release" && record.reason !== "failover";
-    if (decision && wallMs > endOf(term)) {
+async function checkLeftoverRecords(): Promise<void> {
+  await sleep(2_000 + 1_500);
+  const client = new EtcdHttpClient({
+    endpoints: etcd.clientUrls,
+    requestTimeoutMs: 2_000,
+    scheduler: systemScheduler,
+  });
+  try {
+    const page = await client.range("soak/own/", { limit: 100 });
+    counts.records_left = page.kvs.length;
+    if (page.kvs.length > 0) {
       breach(
-        `${node} wrote ${record.event} of ${record.lock} (token ${record.token}, term ${term}) ` +
-          `${wallMs - endOf(term)} ms after a later term was elected`,
+        `${page.kvs.length}${page.more ? "+" : ""} ownership records left for idle locks: ` +
+          page.kvs.slice(0, 5).map((kv) => `${kv.key}=${kv.value}`).join(", "),
       );
-      count("decided_after_term");
     }
-    if (record.token === null) continue;
-    if (record.event === "acquire") {
-      ownerships.set(record.token, { lock: record.lock, node, term, from: wallMs, to: Infinity });
-    } else if (record.event === "release") {
-      const owned = ownerships.get(record.token);
-      if (owned !== undefined) owned.to = Math.min(owned.to, wallMs);
-    }
+  } finally {
+    client.close();
   }
-  const byLock = new Map<
-    string,
-    { token: number; node: string; term: number; from: number; to: number }[]
-  >();
-  for (const [token, owned] of ownerships) {
-    const end = endOf(owned.term);
-    const to = owned.from <= end ? Math.min(owned.to, end) : owned.to;
-    const list = byLock.get(owned.lock) ?? [];
-    list.push({ token, node: owned.node, term: owned.term, from: owned.from, to });
-    byLock.set(owned.lock, list);
-  }
-  let checked = 0;
-  for (const [lock, list] of byLock) {
-    list.sort((a, b) => a.from - b.from || a.token - b.token);
-    let latest: (typeof list)[number] | null = null;
-    for (const owned of list) {
-      checked++;
-      if (latest !== null && owned.from < latest.to) {
-        breach(
-          `${lock}: token ${owned.token} (${owned.node}, term ${owned.term}) granted ` +
-            `${latest.to === Infinity ? "while" : `${latest.to - owned.from} ms before`} token ` +
-            `${latest.token} (${latest.node}, term ${latest.term}) ended`,
-        );
-      }
-      if (latest === null || owned.to > latest.to) latest = owned;
-    }
-  }
-  counts.ownerships_checked_by_time = checked;
 }
 
 function percentile(values: number[], p: number): number {
@@ -793,6 +936,7 @@ function report(): void {
   const lines: string[] = [];
   for (const kind of Object.keys(PLAN) as FaultKind[]) {
     const of = faults.filter((f) => f.kind === kind);
+    if (of.length === 0) continue;
     const times = of.map((f) => f.firstGrantMs).filter((t): t is number => t !== null);
     if (kind === "kill_etcd_leader") {
       const pauses = of.map((f) => longestGrantGap(f.atMs - 1_000, f.endAtMs));
@@ -802,11 +946,17 @@ function report(): void {
       );
       continue;
     }
+    const ridersMs = of.map((f) => f.ridersMs).filter((t): t is number => t !== null);
+    const coldMs = of.map((f) => f.coldMs).filter((t): t is number => t !== null);
     lines.push(
       `  ${kind}: ${of.length} faults, fault → first grant p50 ${fmt(percentile(times, 0.5))} ` +
         `max ${fmt(Math.max(...times))} (ms)${
           times.length < of.length ? " (some without a grant)" : ""
-        }`,
+        }; every rider confirmed p50 ${fmt(percentile(ridersMs, 0.5))} max ${
+          fmt(Math.max(...ridersMs))
+        }; a new client's free lock p50 ${fmt(percentile(coldMs, 0.5))} max ${
+          fmt(Math.max(...coldMs))
+        } (ms)`,
     );
   }
   const top = overlaps.sort((a, b) => b.overlapMs - a.overlapMs).slice(0, 5);
@@ -822,6 +972,8 @@ function report(): void {
   }
   console.log(`fail-over (lockd cluster soak, size ${SIZE}, TTL ${TTL_MS} ms):`);
   console.log(lines.join("\n"));
+  console.log(`holders across fail-overs (milestone 2, ${m2.grants} grants):`);
+  console.log(m2.reportLines().join("\n"));
   console.log(
     `soak:cluster ${((now() - startedAtMs) / 1000).toFixed(0)}s: ${breaches.length} breaches, ` +
       `${grants} grants, ${resource.accepted} writes accepted, ${resource.fenced} fenced, ` +

@@ -198,6 +198,12 @@ export const SESSION_WRITER_RETAINED_BYTES_MAX = 4 * 1024;
  */
 export const SESSION_WRITERS_POOLED_MAX = 64;
 /**
+ * The audit encoder's arena: lines are encoded one after the other into it, and views of it are
+ * queued (no buffer per line). Large enough for a turn's records under load; a full one stays
+ * alive only while lines of it wait to be written.
+ */
+export const AUDIT_ARENA_BYTES = 64 * 1024;
+/**
  * A connection that sent part of a frame and then nothing for this long has stalled: the
  * frame's buffer is cut down to the bytes that arrived (a legitimate frame's rest follows within
  * round trips; frames are sent in one write).
@@ -525,8 +531,9 @@ export const CLUSTER_RETRY_MS = 250;
 /**
  * Longest a standby (or a leader not serving yet) holds a HELLO while no live leader is known,
  * before it answers NOT_LEADER anyway: below the clients' 5 s connect timeout, and long enough
- * to cover an election (the TTL plus etcd's expiry check) so clients are answered the moment a
- * leader is elected instead of backing off. The hold is 1.5 × TTL at most.
+ * to cover an election (the TTL plus etcd's expiry check) and the new leader's takeover so
+ * clients are answered the moment a leader serves instead of backing off. The hold is 1.5 × TTL,
+ * and 2 × TTL while an election or a takeover is still under way.
  */
 export const CLUSTER_HELLO_HOLD_MS_MAX = 4_000;
 /** A leader that does not answer a standby's probe within this is taken for dead. */

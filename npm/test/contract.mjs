@@ -275,6 +275,47 @@ export function lockContract({ test, lockd, startServer, tls }) {
       await new Promise((resolve) => mute.close(resolve));
     }
   });
+
+  test(
+    "a leader publishes its address; query and observe show it, its changes and its end",
+    withServer({}, async ({ open }) => {
+      const leader = await open();
+      const follower = await open();
+      const text = (bytes) => new TextDecoder().decode(bytes);
+      const lock = await leader.acquire("contract/leader", { value: "10.0.0.7:8080" });
+      const state = await follower.query("contract/leader");
+      assert.equal(state.holder.token, lock.token);
+      assert.equal(text(state.holder.value), "10.0.0.7:8080");
+      const seen = [];
+      for await (const s of follower.observe("contract/leader")) {
+        seen.push([s.event, s.reason, s.holder === null ? null : text(s.holder.value)]);
+        if (s.event === "state") await lock.setValue("10.0.0.7:9090");
+        else if (s.event === "value") await lock.release();
+        else break;
+      }
+      assert.deepEqual(seen, [
+        ["state", null, "10.0.0.7:8080"],
+        ["value", null, "10.0.0.7:9090"],
+        ["ended", "graceful", null],
+      ]);
+      assert.equal((await follower.query("contract/leader")).holder, null);
+    }),
+  );
+
+  test(
+    "a semaphore grants slots; a shared grant carries the writer's token",
+    withServer({}, async ({ open }) => {
+      const [a, b] = [await open(), await open()];
+      const one = await a.acquire("contract/render", { limit: 2 });
+      const two = await b.acquire("contract/render", { limit: 2 });
+      assert.deepEqual([one.slot, two.slot].sort(), [0, 1]);
+      const writer = await a.acquire("contract/report");
+      const reading = b.acquire("contract/report", { mode: "shared" });
+      await writer.release();
+      const reader = await reading;
+      assert.deepEqual([reader.mode, reader.writeGeneration], ["shared", writer.token]);
+    }),
+  );
 }
 
 /** Resolves with the lost reason once `lock.lost` fires. */

@@ -4,7 +4,7 @@ import {
   RUN_CONNECT_RETRY_MS,
   RUN_PROGRESS_INTERVAL_MS,
 } from "../limits.ts";
-import { type Client, connect, type Lock } from "../client/client.ts";
+import { type AcquireOptions, type Client, connect, type Lock } from "../client/client.ts";
 import { composeClientName } from "../client/client_name.ts";
 import { LockdError, LockLostError } from "../client/errors.ts";
 import { isFinal } from "../client/connection.ts";
@@ -73,6 +73,22 @@ export const RUN_FLAGS: readonly FlagSpec[] = [
     help: "client name sent to the server (admin API, audit log); cut to 256 bytes",
     defaultText: "lockd-run@HOST:PID",
   },
+  {
+    name: "shared",
+    kind: "bool",
+    help: "take a shared (read) lock: shared holders run together, an exclusive one alone",
+  },
+  {
+    name: "limit",
+    kind: "int",
+    help: "take one of N slots of a semaphore (LOCKD_SLOT says which); 0 = the lock's or a rule's",
+    defaultText: "1, a plain lock",
+  },
+  {
+    name: "value",
+    kind: "string",
+    help: "publish this value while holding the lock (query/observe show it; LOCKD_VALUE)",
+  },
   { name: "ca", kind: "string", help: "CA certificate (PEM) of the server; turns TLS on" },
   { name: "cert", kind: "string", help: "client certificate (PEM) for mutual TLS" },
   { name: "key", kind: "string", help: "client private key (PEM) for mutual TLS" },
@@ -80,8 +96,9 @@ export const RUN_FLAGS: readonly FlagSpec[] = [
 
 export const RUN_USAGE = `Usage: lockd run NAME [flags] -- CMD [ARGS...]
 
-Waits for the lock NAME, runs CMD in its own process group with LOCKD_LOCK and
-LOCKD_TOKEN in its environment, releases the lock when CMD and every process it
+Waits for the lock NAME, runs CMD in its own process group with LOCKD_LOCK,
+LOCKD_TOKEN and LOCKD_SLOT in its environment (LOCKD_VALUE with -value,
+LOCKD_WRITE_GENERATION with -shared), releases the lock when CMD and every process it
 started in its group have exited, and exits with CMD's status. If the lock is
 lost (expired, force-released, session closed, or the lease could not be
 confirmed in time), the whole group gets SIGTERM, then SIGKILL after
@@ -158,7 +175,7 @@ export async function runCommand(
       const leftMs = waitMs === undefined
         ? undefined
         : Math.max(0, waitMs - (scheduler.monotonicMs() - startMs));
-      lock = await client.acquire(name, { leaseMs, waitMs: leftMs });
+      lock = await client.acquire(name, { leaseMs, waitMs: leftMs, ...kindOptions(values) });
     } catch (error) {
       if (error instanceof LockdError && error.code === WIRE_CODES.WAIT_TIMEOUT.code) {
         io.stderr(`lockd run: cannot acquire lock "${name}": wait timed out after ${waitMs} ms`);
@@ -211,6 +228,10 @@ function parseRunArgs(args: readonly string[], io: RunIo): RunArgs | number {
     }
     if (parsed.afterDoubleDash === null || parsed.afterDoubleDash.length === 0) {
       throw new FlagError("lockd run needs a command after --");
+    }
+    const limit = parsed.values.get("limit") as number | undefined;
+    if (limit !== undefined && !(limit >= 0 && limit <= 0xffff_ffff)) {
+      throw new FlagError(`-limit must be 0 to 4294967295, not ${limit}`);
     }
     if (!parsed.values.get("cert") !== !parsed.values.get("key")) {
       throw new FlagError("-cert and -key go together (the client certificate and its key)");
@@ -265,10 +286,7 @@ async function runHolding(
   let child: Deno.ChildProcess;
   let group: ProcessGroup;
   try {
-    ({ child, group } = spawnInGroup(command, {
-      LOCKD_LOCK: lock.name,
-      LOCKD_TOKEN: String(lock.token),
-    }));
+    ({ child, group } = spawnInGroup(command, lockEnvironment(lock)));
   } catch (error) {
     await lock.release();
     io.stderr(`lockd run: cannot run "${command[0]}": ${(error as Error).message}`);
@@ -309,6 +327,33 @@ async function runHolding(
     for (const [signal, handler] of forwarded) Deno.removeSignalListener(signal, handler);
     await lock.release().catch(() => {});
   }
+}
+
+/** `-shared`, `-limit` and `-value` as acquire options (protocol version 2). */
+function kindOptions(values: RunArgs["values"]): AcquireOptions {
+  const limit = values.get("limit") as number | undefined;
+  const value = values.get("value") as string | undefined;
+  return {
+    ...(values.get("shared") === true ? { mode: "shared" as const } : {}),
+    ...(limit === undefined ? {} : { limit }),
+    ...(value === undefined ? {} : { value }),
+  };
+}
+
+/**
+ * What the command finds in its environment: the lock's name, its fencing token and slot (0
+ * but in a semaphore), the value it publishes (with `-value`) and, for a shared lock, the write
+ * generation (the token of the lock's last exclusive grant: data written under a smaller token
+ * is older than the newest writer's).
+ */
+function lockEnvironment(lock: Lock): Record<string, string> {
+  return {
+    LOCKD_LOCK: lock.name,
+    LOCKD_TOKEN: String(lock.token),
+    LOCKD_SLOT: String(lock.slot),
+    ...(lock.value.length > 0 ? { LOCKD_VALUE: new TextDecoder().decode(lock.value) } : {}),
+    ...(lock.mode === "shared" ? { LOCKD_WRITE_GENERATION: String(lock.writeGeneration) } : {}),
+  };
 }
 
 /** The client's failed reconnect attempts since its last WELCOME. */

@@ -5,7 +5,7 @@
  */
 
 import { ConnectionError, LockdError, LockLostError, type LostReason } from "./errors.ts";
-import { EMPTY_TICKET, EMPTY_VALUE } from "../wire/messages.ts";
+import { type Acquired, EMPTY_TICKET, EMPTY_VALUE } from "../wire/messages.ts";
 import { WIRE_CODES } from "../wire/codes.ts";
 import { valueBytes } from "./claim_kind.ts";
 import { localDeadlineMs } from "./timing.ts";
@@ -91,6 +91,15 @@ export interface Lock extends AsyncDisposable, EventTarget {
    */
   setValue(value: Uint8Array | string): Promise<void>;
   /**
+   * Makes this exclusive ownership shared, in place (DOWNGRADE, protocol version 2): same token,
+   * no moment without the lock; readers waiting at the head of the queue are granted beside it.
+   * `mode` becomes `shared` and `writeGeneration` this lock's own token. Resolves at once when it
+   * is shared already. There is no upgrade (two readers upgrading at once would wait for each
+   * other forever): release, then acquire exclusive. Rejects as `setValue` (INVALID_ARGUMENT on a
+   * semaphore, or on a lock a server rule makes exclusive).
+   */
+  downgrade(): Promise<void>;
+  /**
    * Ends the ownership and resolves once the server confirmed it, or once the ownership ended
    * anyway (lost, connection closed, lease no longer confirmed). Resolves at once when the lock
    * was already lost; calling it again returns the same promise.
@@ -113,6 +122,12 @@ export type LockState = "held" | "suspended" | "releasing" | "released" | "lost"
  * (an acknowledged heartbeat, a kept RECLAIM).
  */
 export type LockPhase = "confirmed" | "reclaiming" | "suspended";
+
+/** Where a held lock's SET_VALUE and DOWNGRADE go (looks.ts, on the current connection). */
+export interface LockRequests {
+  setValue(name: string, token: number, value: Uint8Array): Promise<void>;
+  downgrade(name: string, token: number): Promise<Acquired>;
+}
 
 /** What a lock's deadline is counted against: the connection it was confirmed on last. */
 export interface Confirmer {
@@ -139,14 +154,12 @@ export class LockHandle extends EventTarget implements Lock {
   /** An owned RECLAIM on its way: its request id (0: none) and its send time. */
   reclaimRequestId = 0;
   reclaimSentAtMs = 0;
-  readonly mode: "exclusive" | "shared";
+  mode: "exclusive" | "shared";
   readonly limit: number;
   readonly slot: number;
-  readonly writeGeneration: number;
+  writeGeneration: number;
   value: Uint8Array;
-  readonly #values?: {
-    setValue(name: string, token: number, value: Uint8Array): Promise<void>;
-  };
+  readonly #values?: LockRequests;
   #state: "held" | "releasing" | "released" | "lost" = "held";
   #releasing: Promise<void> | null = null;
   readonly #lost = new AbortController();
@@ -167,7 +180,7 @@ export class LockHandle extends EventTarget implements Lock {
       grant?: { mode?: unknown; limit?: number; slot?: number; writeGeneration?: number };
       value?: Uint8Array;
       /** Where `setValue` sends SET_VALUE (absent: values are refused). */
-      values?: { setValue(name: string, token: number, value: Uint8Array): Promise<void> };
+      values?: LockRequests;
     },
     sendRelease: (handle: LockHandle) => Promise<void>,
     checkDeadline: (handle: LockHandle) => void = () => {},
@@ -231,23 +244,38 @@ export class LockHandle extends EventTarget implements Lock {
 
   async setValue(value: Uint8Array | string): Promise<void> {
     const bytes = valueBytes(value);
+    await this.#confirmed("set the value of").setValue(this.name, this.token, bytes);
+    this.value = bytes;
+  }
+
+  async downgrade(): Promise<void> {
+    const requests = this.#confirmed("downgrade");
+    if (this.mode === "shared") return;
+    const grant = await requests.downgrade(this.name, this.token);
+    this.mode = "shared";
+    this.writeGeneration = grant.writeGeneration ?? this.token;
+    // A ticket names the mode: the new one is what a reclaim shows (none without reclaims).
+    if (this.ticket.length > 0) this.ticket = grant.ticket ?? EMPTY_TICKET;
+  }
+
+  /** Where a request about the held lock goes; throws when it is lost, released or carried over. */
+  #confirmed(action: string): LockRequests {
     this.#check();
     if (this.#state === "lost") throw this.#lost.signal.reason;
     if (this.#state !== "held") {
       throw new LockdError(
         WIRE_CODES.NOT_OWNER.code,
         this.name,
-        `Cannot set the value of lock "${this.name}": it was released`,
+        `Cannot ${action} lock "${this.name}": it was released`,
       );
     }
     if (this.phase !== "confirmed" || this.#values === undefined) {
       throw new ConnectionError(
-        `Cannot set the value of lock "${this.name}": it is being carried over to a new ` +
-          "connection; try again",
+        `Cannot ${action} lock "${this.name}": it is being carried over to a new connection; ` +
+          "try again",
       );
     }
-    await this.#values.setValue(this.name, this.token, bytes);
-    this.value = bytes;
+    return this.#values;
   }
 
   release(): Promise<void> {

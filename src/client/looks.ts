@@ -19,10 +19,11 @@
  * @module
  */
 
-import { LOCK_NAME_BYTES_MAX } from "../limits.ts";
+import { LEASE_MS_MIN, LOCK_NAME_BYTES_MAX } from "../limits.ts";
 import { WIRE_CODES } from "../wire/codes.ts";
 import { cutUtf8 } from "../wire/frame.ts";
 import type {
+  Acquired,
   ClientRequest,
   ErrorMessage,
   LockState as WireLockState,
@@ -58,7 +59,13 @@ type Expected =
     readonly value: Uint8Array;
     readonly done: (error: unknown) => void;
   }
-  | { readonly kind: "watch"; readonly observer: Observer; snapshots: number; watching: boolean };
+  | { readonly kind: "watch"; readonly observer: Observer; snapshots: number; watching: boolean }
+  | {
+    readonly kind: "downgrade";
+    readonly name: string;
+    readonly token: number;
+    readonly done: (error: unknown, grant?: Acquired) => void;
+  };
 
 interface PendingQuery {
   readonly name: string;
@@ -77,8 +84,9 @@ const NOT_LOOK_ANSWERS: ReadonlySet<number> = new Set([
 ]);
 
 /** The frames that answer looks. */
-type LookReply = WireLockState | Watching | WatchEnded | ValueSet | ErrorMessage;
+type LookReply = WireLockState | Watching | WatchEnded | ValueSet | ErrorMessage | Acquired;
 const LOOK_REPLIES: ReadonlySet<string> = new Set([
+  "acquired",
   "lock_state",
   "watching",
   "watch_ended",
@@ -106,6 +114,8 @@ export class Looks {
 
   query(name: string): Promise<LockInfo> {
     if (this.#over) return Promise.reject(this.#over);
+    const unsendable = wireStrRefusal("a lock name", name);
+    if (unsendable !== null) return Promise.reject(unsendable);
     return new Promise((resolve, reject) => {
       const query: PendingQuery = { name, resolve, reject, settled: false };
       this.#sendQuery(query);
@@ -114,15 +124,21 @@ export class Looks {
 
   observe(pattern: string, options: ObserveOptions = {}): Observation {
     const observer = new Observer(pattern, (o) => this.#unobserve(o));
-    if (this.#over) {
-      observer.fail(this.#over);
+    const over = this.#over ?? wireStrRefusal("a pattern", pattern);
+    if (over !== null) {
+      observer.fail(over);
       return observer;
     }
     if (options.signal?.aborted) {
       observer.end();
       return observer;
     }
-    options.signal?.addEventListener("abort", () => void observer.close(), { once: true });
+    const signal = options.signal;
+    if (signal !== undefined) {
+      const onAbort = () => void observer.close();
+      signal.addEventListener("abort", onAbort, { once: true });
+      observer.onDone = () => signal.removeEventListener("abort", onAbort);
+    }
     this.#observers.add(observer);
     if (this.#connection !== null) this.#sendWatch(this.#connection, observer);
     return observer;
@@ -135,6 +151,9 @@ export class Looks {
       return Promise.reject(
         new ConnectionError(`Cannot set the value of lock "${name}": not connected; try again`),
       );
+    }
+    if (connection.connection.welcome.version < 2) {
+      return Promise.reject(version1(connection, `set the value of lock "${name}"`, name));
     }
     const refusal = valueRefusal(
       connection.connection.welcome,
@@ -153,6 +172,32 @@ export class Looks {
         done: (error) => error === null ? resolve() : reject(error),
       });
       connection.connection.send({ type: "set_value", requestId, token, name, value });
+    });
+  }
+
+  /**
+   * DOWNGRADE of an exclusive ownership held on the current connection (lock_handle.ts checks
+   * that): resolves with the ACQUIRED that answers it (checked: the same ownership, now shared).
+   */
+  downgrade(name: string, token: number): Promise<Acquired> {
+    const connection = this.#connection;
+    if (connection === null) {
+      return Promise.reject(
+        new ConnectionError(`Cannot downgrade lock "${name}": not connected; try again`),
+      );
+    }
+    if (connection.connection.welcome.version < 2) {
+      return Promise.reject(version1(connection, `downgrade lock "${name}"`, name));
+    }
+    return new Promise((resolve, reject) => {
+      const requestId = this.#newRequestId();
+      this.#expected.set(requestId, {
+        kind: "downgrade",
+        name,
+        token,
+        done: (error, grant) => error === null ? resolve(grant!) : reject(error),
+      });
+      connection.connection.send({ type: "downgrade", requestId, token, name });
     });
   }
 
@@ -175,9 +220,10 @@ export class Looks {
       if (expected.kind === "query") this.#unsentQueries.add(expected.query);
       else if (expected.kind === "watch") expected.observer.connectionEnded();
       else {
+        const action = expected.kind === "downgrade" ? "downgrade" : "set the value of";
         expected.done(
           new ConnectionError(
-            `Cannot set the value of lock "${expected.name}": the connection ended first`,
+            `Cannot ${action} lock "${expected.name}": the connection ended first`,
           ),
         );
       }
@@ -186,8 +232,8 @@ export class Looks {
   }
 
   /**
-   * The client is closed (`error` null: observers end quietly) or failed for good (they and
-   * every query fail with `error`).
+   * The client is closed (`observersFail` false: observers end quietly) or failed for good
+   * (observers fail with `error`); queries waiting for a connection fail with `error` either way.
    */
   stop(error: Error, observersFail: boolean): void {
     this.detached();
@@ -212,6 +258,14 @@ export class Looks {
     if (!LOOK_REPLIES.has(reply.type)) return `${what}, which is not an answer to a look`;
     const message = reply as LookReply;
     if (message.type === "error") return this.#error(what, message, expected);
+    if (message.type === "acquired") {
+      if (expected.kind !== "downgrade") return `${what}, which is not a DOWNGRADE`;
+      const misfit = downgradeMisfit(message, expected, connection.connection.welcome);
+      if (misfit !== null) return `${what} ${misfit}`;
+      this.#expected.delete(message.requestId);
+      expected.done(null, message);
+      return null;
+    }
     if (message.type === "value_set") {
       if (expected.kind !== "set_value") return `${what}, which is not a SET_VALUE`;
       if (message.name !== expected.name) return wrongName(what, message.name, expected.name);
@@ -260,7 +314,9 @@ export class Looks {
     message: WireLockState,
     expected: Expected,
   ): string | null {
-    if (expected.kind === "set_value") return `${what}, which is not a QUERY or WATCH`;
+    if (expected.kind === "set_value" || expected.kind === "downgrade") {
+      return `${what}, which is not a QUERY or WATCH`;
+    }
     if (expected.kind === "query") {
       if (message.event !== "state") return `${what} with event ${message.event} for a QUERY`;
       if (message.name !== expected.name) return wrongName(what, message.name, expected.name);
@@ -292,7 +348,8 @@ export class Looks {
     const codeText = `${what} with code ${message.code}`;
     if (
       NOT_LOOK_ANSWERS.has(message.code) ||
-      (message.code === WIRE_CODES.NOT_OWNER.code && expected.kind !== "set_value")
+      (message.code === WIRE_CODES.NOT_OWNER.code &&
+        (expected.kind === "query" || expected.kind === "watch"))
     ) {
       return `${codeText}: not an answer to a ${kind}`;
     }
@@ -375,6 +432,36 @@ export function valueRefusal(
     : `Cannot ${action} lock "${name}": a value of ${value.length} bytes is longer than the ` +
       `server's ${max}`;
   return new LockdError(WIRE_CODES.INVALID_ARGUMENT.code, name, message);
+}
+
+/** A name or pattern the wire cannot carry (it is sent again on every reconnect), or null. */
+function wireStrRefusal(what: string, text: unknown): Error | null {
+  if (typeof text !== "string") return new TypeError(`${what} is a string, not ${typeof text}`);
+  const bytes = new TextEncoder().encode(text).length;
+  return bytes > 0xffff
+    ? new RangeError(`${what} cannot be sent: ${bytes} bytes, above 65535`)
+    : null;
+}
+
+/** What is wrong with the ACQUIRED answering a DOWNGRADE (the same ownership, now shared), or null. */
+function downgradeMisfit(
+  message: Acquired,
+  asked: { readonly name: string; readonly token: number },
+  welcome: Welcome,
+): string | null {
+  if (message.name !== asked.name) return wrongName("", message.name, asked.name).trim();
+  if (message.token !== asked.token) {
+    return `with token ${message.token}, but the DOWNGRADE named token ${asked.token}`;
+  }
+  if (!(message.leaseMs >= LEASE_MS_MIN && message.leaseMs <= welcome.leaseMaxMs)) {
+    return `with a lease of ${message.leaseMs} ms`;
+  }
+  const { mode, limit = 1, slot = 0, writeGeneration = 0 } = message;
+  if (mode !== "shared" || limit !== 1 || slot !== 0 || writeGeneration > message.token) {
+    return `with mode ${mode}, limit ${limit}, slot ${slot} and write generation ` +
+      `${writeGeneration}: not the ownership made shared`;
+  }
+  return null;
 }
 
 function version1(connection: LookConnection, what: string, name: string): LockdError {

@@ -91,6 +91,8 @@ export class Observer implements Observation {
   #live = false;
   requestId = 0;
   #watchesSent = 0;
+  /** Called once when the observer is over (closed, ended, failed): looks.ts drops its signal. */
+  onDone: (() => void) | null = null;
   /** An observer the reader has closed: what still comes for its WATCH is dropped. */
   dropped = false;
 
@@ -142,6 +144,7 @@ export class Observer implements Observation {
   }
 
   close(): Promise<void> {
+    this.#done();
     if (!this.#closed) {
       this.#closed = true;
       this.#waiting.clear();
@@ -149,6 +152,12 @@ export class Observer implements Observation {
       this.#wakeUp();
     }
     return Promise.resolve();
+  }
+
+  #done(): void {
+    const done = this.onDone;
+    this.onDone = null;
+    done?.();
   }
 
   [Symbol.asyncDispose](): Promise<void> {
@@ -203,6 +212,7 @@ export class Observer implements Observation {
   }
 
   fail(error: unknown): void {
+    this.#done();
     if (this.#closed) return;
     this.#error = error;
     this.#live = false;
@@ -210,6 +220,7 @@ export class Observer implements Observation {
   }
 
   end(): void {
+    this.#done();
     this.#closed = true;
     this.#wakeUp();
   }

@@ -6,7 +6,8 @@
  * - **HELLO**: a leader that serves WELCOMEs at once. A standby sends the client to the leader
  *   (NOT_LEADER with the leader's address) when that leader answers a probe; otherwise, and on
  *   a leader that is not serving yet or paused, the HELLO is held until a leader serves (then
- *   WELCOME or NOT_LEADER naming it), at most 1.5 × TTL (`CLUSTER_HELLO_HOLD_MS_MAX`).
+ *   WELCOME or NOT_LEADER naming it), 1.5 × TTL, on to 2 × TTL while a leader is still coming
+ *   (`CLUSTER_HELLO_HOLD_MS_MAX` at most; hello_hold.ts).
  * - **Decisions**: the service grants, hands off, expires and ends ownerships only while the node
  *   serves and its arithmetic proves it leads at that instant (`mayDecide`); otherwise (paused,
  *   frozen past its lease) the work waits until the leader resumes, or is dropped at the
@@ -16,10 +17,10 @@
  *   within the *horizon* published in etcd for this term (`<cluster>/horizon`). Leases shorter
  *   than the time to `safeUntil` (about 2/3 of the TTL) never need a horizon.
  * - **Takeover** (milestone 2, cluster_ownership.ts): a new leader reads the ownership records
- *   and serves at once; the locks the last term may have left held stay reserved for their
- *   holders' RECLAIMs until the window ends, at the reclaim grace or when the longest promise the
- *   last term published could have run out (`electedAt + horizon − margin`), whichever is
- *   later, so a client frozen out by a fail-over never holds a lock the new leader grants again.
+ *   and serves at once; locks the last term may have left held stay reserved for RECLAIMs until
+ *   the window ends (the grace, or `electedAt + horizon − margin` if later), so a client frozen
+ *   out never holds a lock the new leader grants again (after a leader that kept no records, a
+ *   rolling upgrade: nothing is granted before then).
  * - **Step-down**: every promise waiting is dropped and every session closed with NOT_LEADER;
  *   ownerships end as `failover` (on this node; the records keep them for the next leader).
  * - **Planned hand-over** (shutdown): grants stop, the records are flushed and the sessions with
@@ -133,15 +134,18 @@ export class ClusterNode implements LeadershipGate {
     this.#node = options.node;
     this.#audit = options.audit;
     this.#probe = options.probe;
+    // 1.5 × TTL, on to 2 × TTL while this node takes over or an election is under way.
     this.#hellos = new HelloHold(
       options.scheduler,
       Math.min(CLUSTER_HELLO_HOLD_MS_MAX, options.ttlMs * 1.5),
-      () => {
+      Math.min(CLUSTER_HELLO_HOLD_MS_MAX, options.ttlMs * 2),
+      (last) => {
         if (this.serving) return null;
         const leader = this.leadership.leader;
-        return leader !== null && !this.#isSelf(leader)
-          ? notLeaderError(leader.advertise, `standby of ${leader.name}`)
-          : notLeaderError("", "no leader serves yet");
+        if (leader === null || this.#isSelf(leader)) {
+          return last ? notLeaderError("", "no leader serves yet") : "hold";
+        }
+        return notLeaderError(leader.advertise, `standby of ${leader.name}`);
       },
     );
     this.leadership = new Leadership({
@@ -172,6 +176,8 @@ export class ClusterNode implements LeadershipGate {
       onDeposed: (current) => this.leadership.deposed(current),
       service: () => this.#service,
       locks: () => this.#locks,
+      ownHorizonMs: () => this.#publishingMs === 0 ? this.#horizonMs : null,
+      onClosed: () => this.#flushPromises(),
     });
   }
 
@@ -208,10 +214,6 @@ export class ClusterNode implements LeadershipGate {
 
   get node(): NodeInfo {
     return this.#node;
-  }
-
-  get endpoints(): readonly string[] {
-    return this.#etcd.endpoints;
   }
 
   /** True while this node leads, serves (not paused) and has passed its start-up steps. */
@@ -309,8 +311,7 @@ export class ClusterNode implements LeadershipGate {
     this.ownership.reclaimCheck(claim);
   readonly beforeDeliver = (name: string, restored: boolean): Promise<void> | null =>
     this.ownership.beforeDeliver(name, restored);
-  readonly ended = (name: string, token: number, graceful: boolean, slot: number): void =>
-    this.ownership.ended(name, token, graceful, slot);
+  readonly ended: LeadershipGate["ended"] = (...end) => this.ownership.ended(...end);
   readonly idle = (name: string): void => this.ownership.idle(name);
   readonly busy = (name: string): void => this.ownership.busy(name);
   readonly reclaimsDone = (prevTerm: number, prevSessionId: number): void =>
@@ -376,7 +377,8 @@ export class ClusterNode implements LeadershipGate {
           });
           return;
         case "resumed":
-          this.#countPause(event.pausedMs);
+          this.stats.pauseCount++;
+          this.stats.pauseSecondsSum += event.pausedMs / 1000;
           logger.info("leader resumed", {
             term: event.term,
             paused_ms: Math.round(event.pausedMs),
@@ -425,7 +427,10 @@ export class ClusterNode implements LeadershipGate {
       this.ownership.takeover(term, electedAtMs, this.leadership.marginMs),
     ]).then(
       ([, takeover]) => {
-        if (takeover !== null && this.leadership.term === term) this.#ready(term, takeover);
+        if (takeover === null || this.leadership.term !== term) return;
+        const waitMs = takeover.holdAllUntilMs - this.#scheduler.monotonicMs();
+        if (waitMs <= 0) this.#ready(term, takeover);
+        else this.#retryTimer = this.#scheduler.setTimer(() => this.#ready(term, takeover), waitMs);
       },
       (error) => {
         if (this.leadership.term !== term) return;
@@ -453,7 +458,8 @@ export class ClusterNode implements LeadershipGate {
 
   #steppedDown(term: number, reason: StepDownReason, pausedMs: number | undefined): void {
     this.stats.stepDowns[reason]++;
-    if (pausedMs !== undefined) this.#countPause(pausedMs);
+    if (pausedMs !== undefined) this.stats.pauseCount++;
+    this.stats.pauseSecondsSum += (pausedMs ?? 0) / 1000;
     this.#endTerm();
     const leader = this.leadership.leader;
     const why = `stepped down: ${reason.replaceAll("_", " ")}`;
@@ -498,11 +504,6 @@ export class ClusterNode implements LeadershipGate {
     if (!this.#isSelf(leader)) {
       this.#hellos.answerAll(notLeaderError(leader.advertise, `standby of ${leader.name}`));
     }
-  }
-
-  #countPause(pausedMs: number): void {
-    this.stats.pauseCount++;
-    this.stats.pauseSecondsSum += pausedMs / 1000;
   }
 
   // ---- held HELLOs -------------------------------------------------------------------
@@ -555,7 +556,7 @@ export class ClusterNode implements LeadershipGate {
 
   /** Publishes (in etcd, under this term) that promises may reach `leaseMs` ahead. */
   #publishHorizon(leaseMs: number): void {
-    if (this.#publishingMs !== 0) return;
+    if (this.#publishingMs !== 0 || this.ownership.closing) return;
     const term = this.leadership.term;
     if (term === 0) return;
     this.#publishingMs = leaseMs;

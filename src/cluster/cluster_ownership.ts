@@ -63,6 +63,13 @@ export interface ClusterOwnershipOptions {
   readonly onDeposed: (current: KeyValue | undefined) => void;
   /** The lock service (attached after construction). */
   readonly service: () => LockService | null;
+  /**
+   * The window closed: the horizon to publish in its place (this term's own longest promise), or
+   * null while a publication of the node is in flight (asked again later). While the write is in
+   * flight `closing` is true and the node publishes nothing; `onClosed` follows it.
+   */
+  readonly ownHorizonMs?: () => number | null;
+  readonly onClosed?: () => void;
   /** The engine's read side (attached with the service). */
   readonly locks: () => LockEngineView | null;
 }
@@ -76,6 +83,12 @@ export interface Takeover {
   readonly handover: HandoverRecord | null;
   /** The last term's promises may run until this instant (monotonic ms; 0: none published). */
   readonly horizonUntilMs: number;
+  /**
+   * A leader that kept no records (of before milestone 2: a rolling upgrade) served after the last
+   * one that did: no lock may be granted until its promises ran out, as before milestone 2
+   * (`horizonUntilMs`, or 0 when that is not the case).
+   */
+  readonly holdAllUntilMs: number;
   readonly loadMs: number;
 }
 
@@ -107,6 +120,9 @@ export class ClusterOwnership {
   #horizonUntilMs = 0;
   #windowTimer: Timer | null = null;
   #closeTimer: Timer | null = null;
+  /** Readers' tokens whose floor waits for the older readers to go (see `#readerFloor`). */
+  readonly #deferredFloors = new Map<string, number>();
+  #closing = false;
 
   constructor(options: ClusterOwnershipOptions) {
     this.#o = options;
@@ -128,7 +144,9 @@ export class ClusterOwnership {
       // A reserved lock keeps its record: its holder may still reclaim it.
       isIdle: (name) => {
         const locks = options.locks();
-        return locks !== null && locks.isIdle(name) && !locks.isReserved(name);
+        if (locks === null || !locks.isIdle(name) || locks.isReserved(name)) return false;
+        // A lock-delay still running keeps the record (its end is in it for a next leader).
+        return (locks.getLock(name, 0)?.delayedUntilMs ?? 0) !== 0 ? "later" : true;
       },
       onDeposed: options.onDeposed,
       onRetry: (error) =>
@@ -211,12 +229,16 @@ export class ClusterOwnership {
         count: loaded.invalid.length,
       });
     }
+    // A horizon of a term after the last one that wrote `terms` comes from a leader that wrote no
+    // records either: every lock it granted is unknown here.
+    const recordless = previous !== null && previous.term > read.served && read.served < term;
     return {
       term,
       terms: prior,
       loaded,
       handover: parseHandover(handover.kv?.value),
       horizonUntilMs,
+      holdAllUntilMs: recordless ? horizonUntilMs : 0,
       loadMs,
     };
   }
@@ -240,7 +262,8 @@ export class ClusterOwnership {
     this.#window = window;
     this.#servingAtMs = nowMs;
     this.#horizonUntilMs = takeover.horizonUntilMs;
-    const reserved = this.#o.service()?.reserveForReclaims(window.held, endsAtMs) ?? 0;
+    const delays = delaysRunning(takeover.loaded, this.#o.scheduler);
+    const reserved = this.#o.service()?.reserveForReclaims(window.held, endsAtMs, delays) ?? 0;
     logger.info("reclaim window open", {
       term: takeover.term,
       reserved_locks: reserved,
@@ -294,21 +317,51 @@ export class ClusterOwnership {
     this.#writeClosed(term, window);
   }
 
-  /** `terms.closed = true` (best effort: the records' terms keep reclaims safe without it). */
+  /** A write of the window's end is in flight: the node publishes no horizon meanwhile. */
+  get closing(): boolean {
+    return this.#closing;
+  }
+
+  /**
+   * `terms.closed = true` (best effort: the records' terms keep reclaims safe without it), and
+   * the horizon back to this term's own: the last term's promises have run out, so the next
+   * leader need not wait for them. Retried until it lands or the term ends.
+   */
   #writeClosed(term: number, window: ReclaimWindow): void {
-    const value = formatTerms({ served: term, closed: true, before: window.terms.served });
-    this.#o.etcd.txn(
-      [{ key: this.#keys.leader, target: "create", revision: term }],
-      [{ type: "put", key: this.#keys.terms, value }],
-      [],
-      { timeoutMs: this.#o.ttlMs / 2 },
-    ).catch(() => {
+    const retry = () => {
       if (this.#o.term() !== term) return;
       this.#closeTimer = this.#o.scheduler.setTimer(() => {
         this.#closeTimer = null;
         if (this.#o.term() === term) this.#writeClosed(term, window);
       }, CLUSTER_RETRY_MS);
-    });
+    };
+    const horizonMs = this.#o.ownHorizonMs === undefined ? 0 : this.#o.ownHorizonMs();
+    if (horizonMs === null) {
+      retry();
+      return;
+    }
+    const value = formatTerms({ served: term, closed: true, before: window.terms.served });
+    const horizon = JSON.stringify({ term, lease_ms: horizonMs });
+    this.#closing = true;
+    this.#o.etcd.txn(
+      [{ key: this.#keys.leader, target: "create", revision: term }],
+      [
+        { type: "put", key: this.#keys.terms, value },
+        { type: "put", key: `${this.#o.cluster}/horizon`, value: horizon },
+      ],
+      [],
+      { timeoutMs: this.#o.ttlMs / 2 },
+    ).then(
+      () => {
+        this.#closing = false;
+        this.#o.onClosed?.();
+      },
+      () => {
+        this.#closing = false;
+        this.#o.onClosed?.();
+        retry();
+      },
+    );
   }
 
   // ---- OwnershipGate ---------------------------------------------------------------------
@@ -330,9 +383,55 @@ export class ClusterOwnership {
     return this.records.beforeDeliver(name, restored);
   }
 
-  ended(name: string, token: number, graceful: boolean, slot: number): void {
-    this.#window?.ended(name, token);
-    this.records.ended(name, token, graceful, slot);
+  ended(
+    name: string,
+    token: number,
+    graceful: boolean,
+    slot: number,
+    shared: boolean,
+    delayedUntilMs: number,
+  ): void {
+    this.#window?.ended(name, token, slot, shared);
+    const { scheduler } = this.#o;
+    // Wall-clock for the next leader (another process: its monotonic clock means nothing here).
+    const delayUntilWallMs = delayedUntilMs === 0
+      ? 0
+      : Math.ceil(scheduler.wallMs() + delayedUntilMs - scheduler.monotonicMs());
+    const floor = this.#readerFloor(name, token, graceful, shared);
+    const noFloor = floor === null && (graceful || shared);
+    this.records.ended(name, floor ?? token, noFloor, slot, delayUntilWallMs);
+  }
+
+  /**
+   * W2 for readers, who share slot 0: a floor at a reader's token would void every older reader
+   * still holding the lock at the next leader. So a reader that ended badly while an older one
+   * still holds raises the floor only below the oldest holder now, and its own token waits until
+   * no older reader holds (before any writer's ACQUIRED: a writer is granted only then, and its
+   * grant waits for the commit, W1). Until then it could come back beside them as a reader at a
+   * next leader: harmless, no writer was granted meanwhile. Returns the floor to raise to now,
+   * or null when this end is handled as any other.
+   */
+  #readerFloor(name: string, token: number, graceful: boolean, shared: boolean): number | null {
+    const deferred = this.#deferredFloors.get(name);
+    if (deferred === undefined && (!shared || graceful)) return null;
+    let oldest = Infinity;
+    for (const owner of this.#o.locks()?.holdersOf(name) ?? []) {
+      oldest = Math.min(oldest, owner.token);
+    }
+    let floor = graceful ? 0 : token;
+    let waiting = deferred ?? 0;
+    if (shared && !graceful && oldest < token) {
+      waiting = Math.max(waiting, token);
+      floor = oldest - 1;
+    }
+    if (waiting !== 0 && oldest > waiting) {
+      floor = Math.max(floor, waiting);
+      waiting = 0;
+    }
+    if (waiting === 0) this.#deferredFloors.delete(name);
+    else this.#deferredFloors.set(name, waiting);
+    // 0: nothing to raise (a graceful end, or a reader's whose floor waits: null, as graceful).
+    return floor === 0 ? null : floor;
   }
 
   idle(name: string): void {
@@ -388,13 +487,31 @@ export class ClusterOwnership {
   /** The term ended (stepped down, deposed, handed over): no more writes, the window is gone. */
   end(): void {
     this.records.end();
+    this.#deferredFloors.clear();
     this.#window = null;
     this.#horizonUntilMs = 0;
     this.#windowTimer?.cancel();
     this.#windowTimer = null;
     this.#closeTimer?.cancel();
     this.#closeTimer = null;
+    this.#closing = false;
   }
+}
+
+/**
+ * The lock-delays the last term started that still run, as monotonic ends on this node (the
+ * records keep their ends in wall-clock ms: nodes' clocks are assumed close, as for the audit
+ * log's timestamps).
+ */
+function delaysRunning(loaded: LoadedRecords, scheduler: Scheduler): Map<string, number> {
+  const delays = new Map<string, number>();
+  const wallMs = scheduler.wallMs();
+  const monoMs = scheduler.monotonicMs();
+  for (const [name, record] of loaded.records) {
+    const untilWallMs = record.delayUntilWallMs ?? 0;
+    if (untilWallMs > wallMs) delays.set(name, monoMs + untilWallMs - wallMs);
+  }
+  return delays;
 }
 
 /** The `<cluster>/horizon` value (written by cluster_node.ts), or null. */

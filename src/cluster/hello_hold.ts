@@ -2,7 +2,8 @@
  * HELLOs held by a node that cannot answer them yet (cluster mode): a standby while no live
  * leader is known, a new leader before it serves, a paused leader. Each is answered when the
  * node knows (`answerAll`: WELCOME once it serves, NOT_LEADER naming a leader once one is
- * elected elsewhere), or when its hold runs out (`verdict` decides then).
+ * elected elsewhere), or when its hold runs out (`verdict` decides then). A verdict of "hold" (an
+ * election or a takeover still under way) holds it on, in short steps, up to `maxMs` in all.
  *
  * @module
  */
@@ -12,19 +13,33 @@ import type { WireError } from "../service/wire_errors.ts";
 
 interface HeldHello {
   readonly resolve: (verdict: WireError | null) => void;
-  readonly timer: Timer;
+  readonly sinceMs: number;
+  timer: Timer;
 }
+
+/** How often a HELLO held past its hold asks again whether the node can answer it. */
+const HOLD_STEP_MS = 250;
 
 export class HelloHold {
   readonly #scheduler: Scheduler;
   readonly #holdMs: number;
-  readonly #verdict: () => WireError | null;
+  readonly #maxMs: number;
+  readonly #verdict: (last: boolean) => WireError | null | "hold";
   readonly #held = new Set<HeldHello>();
 
-  /** `verdict`: the answer of a HELLO whose hold of `holdMs` ran out (null: WELCOME). */
-  constructor(scheduler: Scheduler, holdMs: number, verdict: () => WireError | null) {
+  /**
+   * `verdict`: the answer of a HELLO whose hold of `holdMs` ran out (null: WELCOME; "hold": keep
+   * it, but never when `last`, once `maxMs` have passed since it came).
+   */
+  constructor(
+    scheduler: Scheduler,
+    holdMs: number,
+    maxMs: number,
+    verdict: (last: boolean) => WireError | null | "hold",
+  ) {
     this.#scheduler = scheduler;
     this.#holdMs = holdMs;
+    this.#maxMs = Math.max(holdMs, maxMs);
     this.#verdict = verdict;
   }
 
@@ -38,13 +53,25 @@ export class HelloHold {
     return new Promise((resolve) => {
       const held: HeldHello = {
         resolve,
-        timer: this.#scheduler.setTimer(() => {
-          this.#held.delete(held);
-          resolve(this.#verdict());
-        }, this.#holdMs),
+        sinceMs: this.#scheduler.monotonicMs(),
+        timer: this.#scheduler.setTimer(() => this.#due(held), this.#holdMs),
       };
       this.#held.add(held);
     });
+  }
+
+  #due(held: HeldHello): void {
+    const leftMs = held.sinceMs + this.#maxMs - this.#scheduler.monotonicMs();
+    const verdict = this.#verdict(leftMs <= 0);
+    if (verdict === "hold" && leftMs > 0) {
+      held.timer = this.#scheduler.setTimer(
+        () => this.#due(held),
+        Math.min(HOLD_STEP_MS, leftMs),
+      );
+      return;
+    }
+    this.#held.delete(held);
+    held.resolve(verdict === "hold" ? null : verdict);
   }
 
   /** Answers every held HELLO with `verdict`. */

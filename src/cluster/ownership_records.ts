@@ -41,20 +41,23 @@ import { lockNameProblem } from "../core/lock_name.ts";
 import {
   CLUSTER_RECORD_SWEEP_MAX,
   CLUSTER_RECORD_TXN_OPS_MAX,
-  CLUSTER_RECORD_VALUE_BYTES_MAX,
   CLUSTER_RECORDS_PAGE_KEYS,
   CLUSTER_RETRY_MS,
   TOKEN_MAX,
 } from "../limits.ts";
 import { type Etcd, EtcdError, type KeyValue, type TxnOp } from "./etcd.ts";
 import { clusterKeys } from "./leadership.ts";
+import {
+  floorAt,
+  formatOwnershipRecord,
+  isToken,
+  maxFloors,
+  NO_FLOORS,
+  type OwnershipRecord,
+  parseOwnershipRecord,
+} from "./ownership_record.ts";
 
-/** A record as stored: the term that last wrote it and the floor of each slot. */
-export interface OwnershipRecord {
-  readonly term: number;
-  /** Tokens at or below `floors[slot]` are void for that slot; one entry (slot 0) for most locks. */
-  readonly floors: readonly number[];
-}
+export type { OwnershipRecord } from "./ownership_record.ts";
 
 /**
  * The mirror's view of one lock's record: `absent` (no key), `present` (committed, nothing
@@ -104,8 +107,11 @@ export interface OwnershipRecordsOptions {
   readonly requestTimeoutMs: number;
   /** W3: how long a lock stays idle before its record is deleted (`-cluster-record-linger`). */
   readonly lingerMs: number;
-  /** Whether the lock has no owner and no waiter now (asked by the engine before a delete). */
-  readonly isIdle: (name: string) => boolean;
+  /**
+   * Whether the lock has no owner and no waiter now (asked by the engine before a delete);
+   * `later`: idle, but a lock-delay still runs (its record stays: asked again after a linger).
+   */
+  readonly isIdle: (name: string) => boolean | "later";
   /** A transaction found another term's leader key (or none): the node must step down. */
   readonly onDeposed: (current: KeyValue | undefined) => void;
   /** A transaction failed and will be sent again (for the diagnostic log). */
@@ -127,7 +133,13 @@ export class RecordsNotCommitted extends Error {
 }
 
 type Op =
-  | { readonly type: "put"; readonly floors: readonly number[]; readonly kind: "held" | "floor" }
+  | {
+    readonly type: "put";
+    readonly floors: readonly number[];
+    readonly kind: "held" | "floor";
+    /** A lock-delay's end (wall ms, 0: none), kept with the floor (W2). */
+    readonly delayUntilWallMs: number;
+  }
   | { readonly type: "delete" };
 
 interface Batch {
@@ -149,48 +161,8 @@ interface Entry {
   queuedIn: Batch | null;
 }
 
-const NO_FLOORS: readonly number[] = [0];
-
-/** Parses a stored record; null when `text` is not one (it comes from etcd: never trusted). */
-export function parseOwnershipRecord(text: string): OwnershipRecord | null {
-  if (text.length > CLUSTER_RECORD_VALUE_BYTES_MAX) return null;
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    return null;
-  }
-  if (typeof json !== "object" || json === null || Array.isArray(json)) return null;
-  // Fields other than "t" and "f" are ignored: a later version may add some.
-  const { t, f } = json as Record<string, unknown>;
-  if (!isToken(t) || t === 0) return null;
-  if (isToken(f)) return { term: t, floors: [f] };
-  if (!Array.isArray(f) || f.length === 0 || !f.every(isToken)) return null;
-  return { term: t, floors: f };
-}
-
-/** The stored form: `{"t":τ,"f":n}` for one slot, `{"t":τ,"f":[n0,n1,…]}` for several. */
-export function formatOwnershipRecord(record: OwnershipRecord): string {
-  const f = record.floors.length === 1 ? record.floors[0] : record.floors;
-  return JSON.stringify({ t: record.term, f });
-}
-
-function isToken(value: unknown): value is number {
-  return typeof value === "number" && Number.isSafeInteger(value) && value >= 0 &&
-    value <= TOKEN_MAX;
-}
-
-function maxFloors(a: readonly number[], b: readonly number[]): readonly number[] {
-  if (a === b) return a;
-  const out = a.length >= b.length ? [...a] : [...b];
-  const other = a.length >= b.length ? b : a;
-  for (let i = 0; i < other.length; i++) out[i] = Math.max(out[i], other[i]);
-  return out;
-}
-
-function floorAt(floors: readonly number[], slot: number): number {
-  return floors[slot] ?? 0;
-}
+/** W1's put: a record for this term, floors as they are, no lock-delay. */
+const HELD_PUT = { type: "put", floors: NO_FLOORS, kind: "held", delayUntilWallMs: 0 } as const;
 
 export class OwnershipRecords {
   readonly #etcd: Etcd;
@@ -414,11 +386,7 @@ export class OwnershipRecords {
   /** The batch after whose commit a grant of `name` may be delivered (null: at once). */
   #batchFor(name: string, e: Entry | undefined, restored: boolean): Batch | null {
     if (e === undefined) {
-      return this.#enqueue(name, this.#entry(name), {
-        type: "put",
-        floors: NO_FLOORS,
-        kind: "held",
-      });
+      return this.#enqueue(name, this.#entry(name), HELD_PUT);
     }
     if (e.queued?.type === "put") return e.queuedIn;
     if (e.queued?.type === "delete") {
@@ -430,28 +398,34 @@ export class OwnershipRecords {
     }
     if (e.inflight?.type === "put") return this.#inflight;
     // No record, another term's, or a delete in flight: (re-)put under W1.
-    return this.#enqueue(name, e, { type: "put", floors: this.#baseFloors(e), kind: "held" });
+    return this.#enqueue(name, e, { ...HELD_PUT, floors: this.#baseFloors(e) });
   }
 
   /**
    * W2: an ownership of `name` with `token` ended. A non-graceful end raises the floor of its
    * slot to the token in the next batch (unless a floor at least as high is committed or
-   * pending); graceful ends write nothing. A lock without a record (never delivered) needs none.
+   * pending), with the end of the lock-delay it started (`delayUntilWallMs`, 0: none), so a new
+   * leader holds the lock back as long; graceful ends write nothing. A lock without a record
+   * (never delivered) needs none.
    */
-  ended(name: string, token: number, graceful: boolean, slot = 0): void {
+  ended(name: string, token: number, graceful: boolean, slot = 0, delayUntilWallMs = 0): void {
     if (graceful || this.#term === 0) return;
     if (!isToken(token) || token === 0) throw new RangeError(`Invalid token ${token}`);
     if (!Number.isSafeInteger(slot) || slot < 0) throw new RangeError(`Invalid slot ${slot}`);
     const e = this.#entries.get(name);
     if (e === undefined) return;
-    const pending = e.queued?.type === "put" ? e.queued.floors : NO_FLOORS;
+    const queued = e.queued?.type === "put" ? e.queued : null;
     const base = this.#baseFloors(e);
-    if (token <= Math.max(floorAt(base, slot), floorAt(pending, slot))) return;
-    if (e.committed === null && e.inflight?.type !== "put" && e.queued?.type !== "put") return;
-    const floors = maxFloors(base, pending).slice();
+    const delay = Math.max(delayUntilWallMs, queued?.delayUntilWallMs ?? 0);
+    if (
+      token <= Math.max(floorAt(base, slot), floorAt(queued?.floors ?? NO_FLOORS, slot)) &&
+      delay <= this.#baseDelay(e)
+    ) return;
+    if (e.committed === null && e.inflight?.type !== "put" && queued === null) return;
+    const floors = maxFloors(base, queued?.floors ?? NO_FLOORS).slice();
     while (floors.length <= slot) floors.push(0);
-    floors[slot] = token;
-    this.#enqueue(name, e, { type: "put", floors, kind: "floor" });
+    floors[slot] = Math.max(floors[slot], token);
+    this.#enqueue(name, e, { type: "put", floors, kind: "floor", delayUntilWallMs: delay });
   }
 
   /**
@@ -486,7 +460,7 @@ export class OwnershipRecords {
     this.#sweepTimer?.cancel();
     this.#sweepTimer = null;
     for (const name of [...this.#entries.keys()]) {
-      if (this.#isIdle(name)) this.#delete(name);
+      if (this.#isIdle(name) === true) this.#delete(name);
     }
     for (;;) {
       const last = this.#queued.at(-1) ?? this.#inflight;
@@ -509,6 +483,14 @@ export class OwnershipRecords {
     return e.inflight?.type === "put" ? maxFloors(committed, e.inflight.floors) : committed;
   }
 
+  /** The lock-delay end etcd will hold once the transaction in flight committed (0: none). */
+  #baseDelay(e: Entry): number {
+    const committed = e.committed?.delayUntilWallMs ?? 0;
+    return e.inflight?.type === "put"
+      ? Math.max(committed, e.inflight.delayUntilWallMs)
+      : committed;
+  }
+
   /** Queues `op` for `name`, coalesced with the operation already queued for it. */
   #enqueue(name: string, e: Entry, op: Op): Batch {
     let batch = e.queuedIn;
@@ -528,6 +510,7 @@ export class OwnershipRecords {
         type: "put",
         floors: maxFloors(before.floors, op.floors),
         kind: before.kind === "floor" || op.kind === "floor" ? "floor" : "held",
+        delayUntilWallMs: Math.max(before.delayUntilWallMs, op.delayUntilWallMs),
       };
     }
     batch.ops.set(name, merged);
@@ -584,7 +567,9 @@ export class OwnershipRecords {
       if (sinceMs + this.#lingerMs > nowMs || examined >= CLUSTER_RECORD_SWEEP_MAX) break;
       examined++;
       this.#idle.delete(name);
-      if (this.#isIdle(name)) this.#delete(name);
+      const idle = this.#isIdle(name);
+      if (idle === "later") this.#idle.set(name, nowMs);
+      else if (idle) this.#delete(name);
     }
     this.#armSweep();
   }
@@ -635,7 +620,7 @@ export class OwnershipRecords {
       const key = this.#prefix + name;
       ops.push(
         op.type === "put"
-          ? { type: "put", key, value: formatOwnershipRecord({ term, floors: op.floors }) }
+          ? { type: "put", key, value: formatOwnershipRecord({ term, ...op }) }
           : { type: "delete", key },
       );
     }
@@ -672,7 +657,7 @@ export class OwnershipRecords {
       e.inflight = null;
       if (op.type === "put") {
         if (e.committed === null) this.#records++;
-        e.committed = { term, floors: op.floors };
+        e.committed = { term, floors: op.floors, delayUntilWallMs: op.delayUntilWallMs };
         this.#commits[op.kind]++;
       } else {
         if (e.committed !== null) this.#records--;

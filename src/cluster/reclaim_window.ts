@@ -108,14 +108,25 @@ export interface ReclaimWindowOptions {
   readonly handover: HandoverRecord | null;
 }
 
+/** A lock's void-below marks in a window: one per slot, and one for every slot. */
+interface LockFloors {
+  readonly slots: number[];
+  /** A mark for every slot (a record that did not parse: `TOKEN_MAX`), else 0. */
+  readonly all: number;
+}
+
+function floorOf(floors: LockFloors, slot: number): number {
+  return Math.max(floors.all, floors.slots[slot] ?? 0);
+}
+
 /** The reclaim window of one term: open from takeover until `endsAtMs` or an early end. */
 export class ReclaimWindow {
   readonly term: number;
   readonly terms: TermsRecord;
   #endsAtMs: number;
   #closed = false;
-  /** H with each lock's void-below mark (the loaded floor, raised by ends in this term). */
-  readonly #floors: Map<string, number>;
+  /** H with each lock's void-below marks (the loaded floors, raised by ends in this term). */
+  readonly #floors: Map<string, LockFloors>;
   readonly #records: ReadonlyMap<string, OwnershipRecord>;
   /** Locks granted afresh in this term: no reclaim of an earlier term is kept on them (v). */
   readonly #regranted = new Set<string>();
@@ -127,8 +138,16 @@ export class ReclaimWindow {
     this.term = options.term;
     this.terms = options.terms;
     this.#endsAtMs = options.endsAtMs;
-    this.#floors = new Map(options.loaded.floors);
     this.#records = options.loaded.records;
+    this.#floors = new Map();
+    for (const [name, floor] of options.loaded.floors) {
+      const record = this.#records.get(name);
+      // A record that did not parse voids every slot (its floor is TOKEN_MAX).
+      this.#floors.set(
+        name,
+        record === undefined ? { slots: [], all: floor } : { slots: [...record.floors], all: 0 },
+      );
+    }
     const handover = options.handover;
     if (handover !== null && handover.term === options.terms.served && handover.term > 0) {
       this.#awaited = new Set(handover.sessions);
@@ -198,8 +217,10 @@ export class ReclaimWindow {
     }
     if (!this.open(nowMs)) return "window";
     if (claim.kind === "queued") return null;
-    const floor = this.#floors.get(claim.name);
-    if (floor === undefined || claim.token <= floor) return "floor";
+    // Per slot: a semaphore slot whose holder ended badly voids that slot's stale holder only,
+    // not the holders of the other slots (whose tokens may well be below it).
+    const floors = this.#floors.get(claim.name);
+    if (floors === undefined || claim.token <= floorOf(floors, claim.slot)) return "floor";
     if (this.#regranted.has(claim.name)) return "regranted";
     return null;
   }
@@ -209,10 +230,17 @@ export class ReclaimWindow {
     if (!this.#closed) this.#regranted.add(name);
   }
 
-  /** An ownership of `name` with `token` ended here: reclaims at or below it are void. */
-  ended(name: string, token: number): void {
-    const floor = this.#floors.get(name);
-    if (floor !== undefined && token > floor) this.#floors.set(name, token);
+  /**
+   * An ownership of `name` with `token` (in `slot`) ended here: reclaims of that slot at or below
+   * it are void. Not for a shared ownership: readers hold the lock together, so the end of one
+   * says nothing of an older reader still to reclaim (one that ended badly on the old leader is
+   * under that leader's floor already, W2; an exclusive reclaim beside a reader is void anyway).
+   */
+  ended(name: string, token: number, slot: number, shared: boolean): void {
+    const floors = this.#floors.get(name);
+    if (floors === undefined || shared) return;
+    while (floors.slots.length <= slot) floors.slots.push(0);
+    if (token > floors.slots[slot]) floors.slots[slot] = token;
   }
 
   /** A session that RESUMEd from `prevTerm` is done reclaiming; true when that ends the window. */

@@ -104,7 +104,10 @@ export type ForceReleaseStatus = "ok" | "not_found" | "no_owner" | "not_holder";
  *   holds it back. It is void (changes nothing) beside an owner it cannot share the lock with,
  *   in a taken slot, or against the lock's kind and limit.
  * - A reservation holds new grants back until its deadline, `liftReservation`, or as many
- *   restored ownerships as it awaits (1 by default: the owner of an exclusive lock).
+ *   restored ownerships as it awaits; without a count, until a restore leaves the lock no room
+ *   for another owner (an exclusive owner, a semaphore's every slot): a semaphore with a free
+ *   slot or a shared lock stays reserved until its deadline (the new leader cannot know how many
+ *   holders will come back).
  * - Moved claims (a same-term RESUME) keep everything but their session and request ids; an
  *   owned one's lease is renewed, as a heartbeat would.
  */
@@ -375,7 +378,8 @@ export class LockEngine {
    * Reinstates an ownership reclaimed after a fail-over, with its own token, mode, slot and value
    * and a fresh lease: a `granted` event with `restored: true` (not counted in acquiresTotal;
    * in reclaimsTotal). Only beside owners it can share the lock with, in a free slot, on a lock
-   * of its kind and limit (else `void`). A reservation counts it and ends with its last one.
+   * of its kind and limit (else `void`). A reservation counts it and ends with its last awaited
+   * one (without a count: once the lock is full: an exclusive owner, a semaphore's every slot).
    * Lock-delays and reservations do not hold a restore back: it is not a new grant.
    */
   restoreOwnership(now: Instant, options: RestoreOwnershipOptions): RestoreOutcome {
@@ -409,10 +413,7 @@ export class LockEngine {
     session.claims.set(name, claim);
     this.#table.restoreOwner(now, claim, token, slot, writeGeneration);
     const events: EngineEvent[] = [this.#table.grantedEvent(claim, 0, true)];
-    const holds = lock.holds;
-    if (holds !== null && holds.reservedUntilMs !== 0 && --holds.reservedClaims <= 0) {
-      this.#table.endReservation(now, lock, events);
-    }
+    this.#table.restoredUnderReservation(now, lock, events);
     return { status: "restored", events };
   }
 
@@ -505,14 +506,18 @@ export class LockEngine {
   /**
    * Holds a lock back from new grants (cluster mode: a lock the last term may have left held,
    * until its holders reclaimed it): until `untilMs`, `liftReservation`, or `claims` restored
-   * ownerships. Queued claims wait meanwhile; restores go ahead. A reserved idle lock is kept.
+   * ownerships (without `claims`: the restore that leaves the lock no room for another owner).
+   * Queued claims wait meanwhile; restores go ahead. A reserved idle lock is kept.
    */
   reserve(options: ReserveOptions): void {
     const { name, untilMs } = options;
-    const claims = options.claims ?? 1;
+    const claims = options.claims ?? 0;
     const problem = lockNameProblem(name);
     if (problem !== null) throw new RangeError(`Cannot reserve lock "${name}": ${problem}`);
-    if (!(claims >= 1) || !Number.isFinite(untilMs)) {
+    if (
+      !Number.isSafeInteger(claims) || claims < 0 || (options.claims !== undefined && claims < 1) ||
+      !Number.isFinite(untilMs)
+    ) {
       throw new RangeError(`Cannot reserve lock "${name}" until ${untilMs} for ${claims} claims`);
     }
     let lock = this.#locks.get(name);
@@ -521,6 +526,7 @@ export class LockEngine {
       this.#locks.set(name, lock);
     }
     this.#table.reserve(lock, untilMs, claims);
+    if ((options.delayedUntilMs ?? 0) > 0) this.#table.holdDelay(lock, options.delayedUntilMs!);
   }
 
   /** Ends a lock's reservation now: its queue head is granted (an idle lock is forgotten). */

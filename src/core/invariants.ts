@@ -201,7 +201,11 @@ function checkHolds(lock: LockState): void {
     (holds.reservedUntilMs !== 0) === (holds.reserveNode.heapIndex !== -1),
     "a reservation has its deadline",
   );
-  assert(holds.reservedUntilMs === 0 || holds.reservedClaims > 0, "a reservation awaits restores");
+  assert(
+    Number.isSafeInteger(holds.reservedClaims) && holds.reservedClaims >= 0 &&
+      (holds.reservedUntilMs !== 0 || holds.reservedClaims === 0),
+    "a reservation awaits a count of restores, or none",
+  );
 }
 
 function checkValue(state: InvariantInput, claim: Claim): void {

@@ -124,7 +124,10 @@ export interface LockHolds {
   readonly delayNode: LockDeadline;
   /** Monotonic ms the reservation ends at, 0 when none holds. */
   reservedUntilMs: number;
-  /** Restored ownerships still expected before the reservation ends by itself. */
+  /**
+   * Restored ownerships still expected before the reservation ends by itself; 0: not counted
+   * (it ends with the restore that leaves the lock no room for another owner).
+   */
   reservedClaims: number;
   readonly reserveNode: LockDeadline;
 }

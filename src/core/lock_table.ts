@@ -8,7 +8,7 @@
  */
 
 import { DeadlineHeap } from "./deadline_heap.ts";
-import { admitClaim, type KindDecision, mayGrant } from "./grant_policy.ts";
+import { admitClaim, type KindDecision, mayGrant, ownersMax } from "./grant_policy.ts";
 import {
   appendOwner,
   appendToQueue,
@@ -339,8 +339,12 @@ export class LockTable {
   startDelay(now: Instant, lock: LockState): void {
     const delayMs = this.kindRule!(lock.name)?.lockDelayMs ?? 0;
     if (!(delayMs > 0)) return;
-    const untilMs = now.monoMs + delayMs;
     this.stats.lockDelaysTotal++;
+    this.holdDelay(lock, now.monoMs + delayMs);
+  }
+
+  /** A lock-delay holds until `untilMs` (a running one only grows; a takeover carries one over). */
+  holdDelay(lock: LockState, untilMs: number): void {
     const holds = lock.holds ??= newHolds(lock);
     if (untilMs <= holds.delayedUntilMs) return;
     if (holds.delayedUntilMs === 0) this.stats.lockDelaysActive++;
@@ -365,6 +369,20 @@ export class LockTable {
     holds.reservedUntilMs = untilMs;
     holds.reservedClaims = claims;
     this.deadlines.update(holds.reserveNode, untilMs);
+  }
+
+  /**
+   * An ownership of `lock` was restored: a reservation ends with its last awaited restore, or,
+   * without a count, once the lock has no room for another owner (a semaphore with a free slot
+   * or a shared lock stays reserved: more of its holders may come back, nobody knows how many).
+   */
+  restoredUnderReservation(now: Instant, lock: LockState, events: EngineEvent[]): void {
+    const holds = lock.holds;
+    if (holds === null || holds.reservedUntilMs === 0) return;
+    const ends = holds.reservedClaims === 0
+      ? lock.ownerCount >= ownersMax(lock.kind, lock.limit)
+      : --holds.reservedClaims === 0;
+    if (ends) this.endReservation(now, lock, events);
   }
 
   /** The reservation ended (deadline, lifted, or every expected claim restored). */

@@ -507,10 +507,13 @@ export interface ReserveOptions {
   /** Monotonic ms at which the reservation ends by itself. */
   readonly untilMs: number;
   /**
-   * How many restored ownerships end it early (default 1: the owner of an exclusive lock);
-   * Infinity: only `untilMs` or `liftReservation` end it.
+   * How many restored ownerships end it early (at least 1). Without it (a takeover, which does
+   * not know how many holders a lock had), the restore that leaves the lock no room for another
+   * owner ends it: an exclusive owner, a semaphore's every slot; never a shared lock's readers.
    */
   readonly claims?: number;
+  /** A lock-delay of the last term that runs on until then (monotonic ms; restores go ahead). */
+  readonly delayedUntilMs?: number;
 }
 
 /** Cluster mode, a same-term RESUME: every claim of one session moves to another. */

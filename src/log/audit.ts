@@ -17,7 +17,8 @@ import {
   AUDIT_WRITE_BYTES_MAX,
   AUDIT_WRITE_TIMEOUT_MS_DEFAULT,
 } from "../limits.ts";
-import { type AuditRecord, formatAuditLine } from "./audit_records.ts";
+import type { AuditRecord } from "./audit_records.ts";
+import { encodeAuditLine } from "./audit_line.ts";
 import { errorText } from "../error_text.ts";
 import { log } from "./diagnostic.ts";
 import { sinkWritesSynchronously, stdioWritesSynchronously } from "./sink_kind.ts";
@@ -103,7 +104,6 @@ export class AuditLog {
   readonly #closeTimeoutMs: number;
   readonly #pendingRecordsMax: number;
   readonly #pendingBytesMax: number;
-  readonly #encoder = new TextEncoder();
   #state: SinkState = "idle";
   /** Records not yet taken by a write, oldest first; `#queueHead` is the first one. */
   #queue: AuditEntry[] = [];
@@ -206,7 +206,7 @@ export class AuditLog {
       return;
     }
     if (this.term !== null && record.term === undefined) record = { ...record, term: this.term };
-    const line = this.#encoder.encode(formatAuditLine(this.#wallMs(), record));
+    const line = encodeAuditLine(this.#wallMs(), record);
     this.#queue.push({ line, onWritten });
     this.#pendingRecords++;
     this.#pendingBytes += line.length;
@@ -470,6 +470,15 @@ interface AuditEntry {
 }
 
 function concat(entries: AuditEntry[], length: number): Uint8Array {
+  // Lines encoded one after the other lie next to each other in the encoder's arena
+  // (audit_line.ts): then the chunk is a view of them, no copy.
+  const first = entries[0].line;
+  const last = entries[entries.length - 1].line;
+  if (
+    last.buffer === first.buffer && last.byteOffset + last.length - first.byteOffset === length
+  ) {
+    return new Uint8Array(first.buffer, first.byteOffset, length);
+  }
   const bytes = new Uint8Array(length);
   let offset = 0;
   for (const entry of entries) {

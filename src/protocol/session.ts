@@ -507,7 +507,7 @@ export class Session implements SessionPort, StallWatched {
       this.#host.service,
       opened,
       this.#version,
-      (message) => this.send(message),
+      this.send.bind(this), // a bound function: lighter than a closure and its context
     );
     this.send(welcomeFor(this.#version, opened, this.#host, this.#host.service));
   }

@@ -8,7 +8,11 @@
  */
 
 import type { ServerCounters } from "../counters.ts";
-import { LOCK_NAME_BYTES_MAX, WRITE_BUFFER_BYTES_MAX } from "../limits.ts";
+import {
+  LOCK_NAME_BYTES_MAX,
+  SESSION_WRITERS_POOLED_MAX,
+  WRITE_BUFFER_BYTES_MAX,
+} from "../limits.ts";
 import { log } from "../log/diagnostic.ts";
 import type { StallWatchdog, StallWatched } from "../service/stall_watchdog.ts";
 import type { EncodedFrame } from "../wire/encoded_frame.ts";
@@ -52,6 +56,8 @@ export class SessionOutput {
   version = 1;
   #writing = false;
   #flushScheduled = false;
+  /** The write in flight, while one is. */
+  #job: WriteJob | null = null;
   /** Frames whose writing someone waits for (`observe`; created at the first). */
   #observed: ObservedFrames | null = null;
 
@@ -145,7 +151,7 @@ export class SessionOutput {
     }
     if (!this.#flushScheduled && !this.#writing) {
       this.#flushScheduled = true;
-      queueMicrotask(() => this.#flush());
+      if (toFlush.push(this) === 1) queueMicrotask(flushAll);
     }
   }
 
@@ -165,38 +171,110 @@ export class SessionOutput {
     return true;
   }
 
-  async #flush(): Promise<void> {
-    this.#flushScheduled = false;
-    if (this.#writing) return;
-    this.#writing = true;
-    const owner = this.#owner;
-    try {
-      while (this.#writer !== null && this.#writer.byteLength > 0 && !owner.closed) {
-        const bytes = this.#writer.take();
-        const observed = this.#observed?.takeBatch() ?? NO_OBSERVERS;
-        this.#watchdog.writeStarted(this.#watched);
-        let offset = 0;
-        while (offset < bytes.length) {
-          offset += await owner.transport.write(offset === 0 ? bytes : bytes.subarray(offset));
-        }
-        this.#watchdog.writeEnded(this.#watched);
-        for (const written of observed) written();
-      }
-    } catch {
-      this.#watchdog.writeEnded(this.#watched);
-      this.#writing = false;
-      owner.writeFailed();
-      return;
-    }
-    this.#writing = false;
-    this.#returnWriter();
-    owner.flushed();
+  /** The turn's flush (`flushAll`): writes the batch unless a write is in flight. */
+  static flush(output: SessionOutput): void {
+    output.#flushScheduled = false;
+    if (!output.#writing) output.#writeNext();
   }
 
-  /** The session closed: nobody waits for a frame any more, the writer goes back. */
+  /**
+   * Writes what was encoded since the last write, one socket write (and the rest of a partial
+   * one) at a time, until nothing is left; then the writer goes back and the owner hears of it.
+   * No promise or closure of its own per write: the callbacks are a pooled `WriteJob`'s, which
+   * also holds the write in flight (an idle session keeps none of it).
+   */
+  #writeNext(): void {
+    const writer = this.#writer;
+    const owner = this.#owner;
+    if (writer === null || writer.byteLength === 0 || owner.closed) {
+      this.#endWriting();
+      this.#returnWriter();
+      owner.flushed();
+      return;
+    }
+    this.#writing = true;
+    const job = this.#job ??= takeJob(this);
+    // The bytes are a view of the writer's buffer (no copy): frames decided while they are
+    // written go into another writer, and this one goes back to the pool once they are written.
+    job.bytes = writer.take(false);
+    job.writer = writer;
+    this.#writer = null;
+    job.offset = 0;
+    job.observed = this.#observed?.takeBatch() ?? NO_OBSERVERS;
+    this.#watchdog.writeStarted(this.#watched);
+    this.#send(job);
+  }
+
+  #send(job: WriteJob): void {
+    const bytes = job.offset === 0 ? job.bytes : job.bytes.subarray(job.offset);
+    let pending: Promise<number>;
+    try {
+      pending = this.#owner.transport.write(bytes);
+    } catch {
+      this.#writeFailed();
+      return;
+    }
+    pending.then(job.wrote, job.failed);
+  }
+
+  static #wrote(output: SessionOutput, job: WriteJob, n: number): void {
+    try {
+      job.offset += n;
+      if (job.offset < job.bytes.length) {
+        output.#send(job);
+        return;
+      }
+      output.#watchdog.writeEnded(output.#watched);
+      const observed = job.observed;
+      job.observed = NO_OBSERVERS;
+      job.bytes = NO_BYTES;
+      output.#writers.give(job.writer!);
+      job.writer = null;
+      for (let i = 0; i < observed.length; i++) observed[i]();
+      output.#writeNext();
+    } catch {
+      output.#writeFailed();
+    }
+  }
+
+  #writeFailed(): void {
+    this.#watchdog.writeEnded(this.#watched);
+    this.#endWriting();
+    this.#owner.writeFailed();
+    // The session closed before (a write was in flight then): the writer comes back now.
+    if (this.#owner.closed) this.#returnWriter();
+  }
+
+  /** No write in flight any more: the job goes back (with the writer it was writing from). */
+  #endWriting(): void {
+    this.#writing = false;
+    const job = this.#job;
+    if (job === null) return;
+    this.#job = null;
+    if (job.writer !== null) this.#writers.give(job.writer);
+    giveJob(job);
+  }
+
+  /**
+   * One write in flight and its callbacks, pooled: a session borrows a job while it writes and
+   * gives it back when writing ends, so no closure is allocated per write nor kept per session.
+   */
+  static readonly Job = class WriteJob {
+    output: SessionOutput | null = null;
+    /** The writer whose bytes are being written, the bytes, how far they got. */
+    writer: FrameWriter | null = null;
+    bytes: Uint8Array = NO_BYTES;
+    offset = 0;
+    /** Called once the bytes are written: the observers of their frames. */
+    observed: readonly (() => void)[] = NO_OBSERVERS;
+    readonly wrote = (n: number) => SessionOutput.#wrote(this.output!, this, n);
+    readonly failed = () => this.output!.#writeFailed();
+  };
+
+  /** The session closed: nobody waits for a frame any more, the writer goes back (once no write is in flight). */
   close(): void {
     this.#observed?.clear();
-    this.#returnWriter();
+    if (!this.#writing) this.#returnWriter();
   }
 
   /** Everything encoded was written (or the session closed): the writer goes back to the pool. */
@@ -205,4 +283,30 @@ export class SessionOutput {
     this.#writers.give(this.#writer);
     this.#writer = null;
   }
+}
+
+const NO_BYTES = new Uint8Array(0);
+
+/** The outputs that have frames to write this turn, flushed together by one microtask. */
+const toFlush: SessionOutput[] = [];
+
+function flushAll(): void {
+  // An output flushed here may schedule more (a callback of a write that completed at once):
+  // they join the array and are flushed in this same pass.
+  for (let i = 0; i < toFlush.length; i++) SessionOutput.flush(toFlush[i]);
+  toFlush.length = 0;
+}
+
+type WriteJob = InstanceType<typeof SessionOutput.Job>;
+const jobs: WriteJob[] = [];
+
+function takeJob(output: SessionOutput): WriteJob {
+  const job = jobs.pop() ?? new SessionOutput.Job();
+  job.output = output;
+  return job;
+}
+
+function giveJob(job: WriteJob): void {
+  job.output = null;
+  if (jobs.length < SESSION_WRITERS_POOLED_MAX) jobs.push(job);
 }

@@ -224,7 +224,14 @@ export class EventCarrier {
   /** An ownership ended: the gates hear of it, its audit record, then RELEASED or LEASE_EXPIRED. */
   #ended(event: EventOf<"ended">, port: SessionPort | undefined): void {
     const peer = event.peer;
-    this.#ownership.ended(event.name, event.token, isGracefulEnd(event.reason), event.slot);
+    this.#ownership.ended(
+      event.name,
+      event.token,
+      isGracefulEnd(event.reason),
+      event.slot,
+      event.mode === "shared",
+      event.delayedUntilMs,
+    );
     this.#ownershipEnded(event.name, event.token);
     const reply: ServerMessage | null = event.releaseRequestId !== 0
       ? { type: "released", requestId: event.releaseRequestId, name: event.name }

@@ -93,9 +93,18 @@ export interface OwnershipGate {
    * W2: an ownership of `name` with `token` (in `slot`) ended, as the engine decided it, before
    * any later grant of the lock in the same step is passed to `beforeDeliver`. `graceful` is
    * false for `expired`, `io_timeout` (a version-2 session gone without GOODBYE included),
-   * `force` and `failover`: the floor of the lock (slot) rises to `token`.
+   * `force` and `failover`: the floor of the lock (slot) rises to `token`. `shared`: a reader's
+   * ownership (readers share slot 0). `delayedUntilMs`: the monotonic end of the lock-delay this
+   * end started (0: none), kept with the floor so a next leader holds the lock back as long.
    */
-  ended(name: string, token: number, graceful: boolean, slot: number): void;
+  ended(
+    name: string,
+    token: number,
+    graceful: boolean,
+    slot: number,
+    shared: boolean,
+    delayedUntilMs: number,
+  ): void;
   /**
    * W3: the lock has no owner and no waiter any more (after an end or a wait's end); its record
    * may go after the linger. Not called for a lock the engine drops without an event (a

@@ -46,7 +46,7 @@ import { DeadlineTimer } from "./deadline_timer.ts";
 import { type CarriedOver, type Closing, EventCarrier } from "./event_carrier.ts";
 import type { LeadershipGate, OwnershipGate } from "./leadership_gate.ts";
 import { LockReads } from "./lock_reads.ts";
-import { type ReclaimRequest, Reclaims, type ReclaimStats } from "./reclaims.ts";
+import { type Delays, type ReclaimRequest, Reclaims, type ReclaimStats } from "./reclaims.ts";
 import { type SessionPort, SessionRegistry } from "./session_registry.ts";
 import { SingleNodeGate } from "./single_node_gate.ts";
 
@@ -217,16 +217,12 @@ export class LockService {
     waitMs: number | null,
     claim: ClaimOptions = PLAIN_CLAIM,
   ): void {
-    if (this.#gate !== undefined && this.#engine.isBlocked("not_leader")) {
-      // A session outlived the node's leadership (cannot happen: they close together). Its
-      // client must go and find the leader: close it, as at a step-down.
-      this.closeSession(peer.sessionId, "failover", notLeaderError("", "this node does not lead"));
-      return;
-    }
-    if (
-      this.#deferRequest(peer, () => this.acquire(peer, requestId, name, leaseMs, waitMs, claim))
-    ) {
-      return;
+    // The retry closure only where requests may wait (cluster mode): none per request else.
+    // During a planned hand-over's records flush (grants blocked) it waits for the session's
+    // NOT_LEADER: closing the session here would commit floors that void its reclaims.
+    if (this.#gate !== undefined) {
+      const retry = () => this.acquire(peer, requestId, name, leaseMs, waitMs, claim);
+      if (this.#deferRequest(peer, retry, this.#engine.isBlocked("not_leader"))) return;
     }
     const denied = this.#reads.checkAccess(peer, name, "acquire");
     if (denied !== null) {
@@ -313,7 +309,8 @@ export class LockService {
 
   /** RELEASE: ends an ownership (its token) or cancels a queued claim (token 0). */
   release(peer: Peer, requestId: number, name: string, token: number): void {
-    if (this.#deferRequest(peer, () => this.release(peer, requestId, name, token))) return;
+    const gated = this.#gate !== undefined;
+    if (gated && this.#deferRequest(peer, () => this.release(peer, requestId, name, token))) return;
     this.#apply(
       this.#engine.release(this.now(), { sessionId: peer.sessionId, requestId, name, token }),
     );
@@ -322,7 +319,11 @@ export class LockService {
   /** HEARTBEAT: renews every ownership of the session; the ACK says how many. */
   heartbeat(peer: Peer, requestId: number): void {
     // Renews nothing the node cannot stand behind, and keeps the ACK behind earlier requests.
-    if (this.#deferRequest(peer, () => this.heartbeat(peer, requestId))) return;
+    if (
+      this.#gate !== undefined && this.#deferRequest(peer, () => this.heartbeat(peer, requestId))
+    ) {
+      return;
+    }
     const renewed = this.#engine.heartbeat(this.#scheduler.monotonicMs(), peer.sessionId);
     const port = this.#sessions.get(peer.sessionId);
     if (port === undefined) return;
@@ -444,8 +445,8 @@ export class LockService {
   }
 
   /** Cluster mode, a takeover: the locks of `names` are reserved for reclaims (reclaims.ts). */
-  reserveForReclaims(names: Iterable<string>, untilMs: number): number {
-    return this.#reclaims.reserve(names, untilMs);
+  reserveForReclaims(names: Iterable<string>, untilMs: number, delays?: Delays): number {
+    return this.#reclaims.reserve(names, untilMs, delays);
   }
 
   /** Cluster mode, the window ended: the reservations of `names` end (once it may decide). */
@@ -648,7 +649,8 @@ export class LockService {
    * promise settles: the leader resumed, or stepped down (the session is closed then).
    */
   decisionsHeld(): Promise<void> | null {
-    if (this.#mayDecide()) return null;
+    // A planned hand-over's records flush (grants blocked, still leading) holds requests too.
+    if (this.#mayDecide() && !this.#engine.isBlocked("not_leader")) return null;
     this.#held ??= Promise.withResolvers<void>();
     return this.#held.promise;
   }
@@ -714,10 +716,11 @@ export class LockService {
    * A request reached the service while the node cannot decide: it waits, in order. Sessions
    * ask `decisionsHeld` before each request and hold the rest in their readers, so this is only
    * a request whose check passed a moment before the node's limit: at most one per session.
-   * Returns whether it was deferred.
+   * `always`: also while the node may decide (a planned hand-over's records flush). Returns
+   * whether it was deferred.
    */
-  #deferRequest(peer: Peer, retry: () => void): boolean {
-    if (this.#mayDecide()) return false;
+  #deferRequest(peer: Peer, retry: () => void, always = false): boolean {
+    if (this.#mayDecide() && !always) return false;
     const sessionId = peer.sessionId;
     this.#deferred.set(`request:${++this.#deferredRequests}`, () => {
       if (this.#sessions.get(sessionId) !== undefined) retry();
@@ -736,9 +739,10 @@ export class LockService {
 
   /** Carries out engine events in order (`EventCarrier`), then re-arms the deadline timer. */
   #apply(events: EngineEvent[], closing?: Closing, carried?: CarriedOver): void {
+    const watches = this.#reads.watches;
     for (const event of events) {
       this.#carrier.carry(event, closing, carried);
-      this.#reads.changed(event);
+      if (!watches.empty) this.#reads.changed(event); // no lock-change object while no watch is open
     }
     this.#deadlines.arm(this.#engine.nextDeadlineMs());
     if (this.#engine.isBlocked("token_store_unavailable") && !this.#inTokenRetry) {

@@ -76,6 +76,9 @@ export interface ReclaimRequest {
   readonly claim: ClaimOptions;
 }
 
+/** Lock-delays a takeover carries over: the monotonic ms each lock's delay runs until. */
+export type Delays = ReadonlyMap<string, number>;
+
 /** Counters of RESUME and RECLAIM, exact after every command; `/metrics` reads them. */
 export interface ReclaimStats {
   /** RESUMEs by outcome. */
@@ -216,13 +219,14 @@ export class Reclaims {
 
   /**
    * A new leader's takeover: every lock of `names` (those the last term may have left held) is
-   * reserved until `untilMs` (monotonic) or until its holder reclaimed it. Not a decision
-   * (nothing is granted): done before the term's grants begin. Returns how many.
+   * reserved until `untilMs` (monotonic) or until its holders reclaimed it, and a lock-delay of
+   * the last term in `delays` runs on to its end here. Not a decision (nothing is granted): done
+   * before the term's grants begin. Returns how many.
    */
-  reserve(names: Iterable<string>, untilMs: number): number {
+  reserve(names: Iterable<string>, untilMs: number, delays?: Delays): number {
     let count = 0;
     for (const name of names) {
-      this.#o.engine.reserve({ name, untilMs });
+      this.#o.engine.reserve({ name, untilMs, delayedUntilMs: delays?.get(name) });
       count++;
     }
     this.#o.apply([]);

@@ -21,6 +21,12 @@ export class StallWatchdog {
   readonly #scheduler: Scheduler;
   readonly #ioTimeoutMs: number;
   readonly #checkEveryMs: number;
+  /**
+   * When each connection's write in flight started (monotonic ms), or NaN once it ended: an
+   * ended write keeps its entry until the next check, so a write costs one update of an entry
+   * already there, not an insertion and a deletion (a Map that grows and shrinks with every
+   * write reallocates its table).
+   */
   readonly #writing = new Map<StallWatched, number>();
   #timer: Timer | undefined;
   #stopped = false;
@@ -41,7 +47,7 @@ export class StallWatchdog {
   }
 
   writeEnded(connection: StallWatched): void {
-    this.#writing.delete(connection);
+    if (this.#writing.has(connection)) this.#writing.set(connection, NaN);
   }
 
   stop(): void {
@@ -65,6 +71,10 @@ export class StallWatchdog {
   #check(): void {
     const nowMs = this.#scheduler.monotonicMs();
     for (const [connection, startedMs] of [...this.#writing]) {
+      if (Number.isNaN(startedMs)) {
+        this.#writing.delete(connection); // its write ended
+        continue;
+      }
       if (nowMs - startedMs <= this.#ioTimeoutMs) continue;
       this.#writing.delete(connection);
       logger.warn("write stalled, closing session", {

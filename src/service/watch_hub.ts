@@ -46,25 +46,6 @@ interface Waiting {
   reason: LockEndReason;
 }
 
-/**
- * The exact watches of one lock name, and the lock's latest change: a change costs one update
- * here however many watch the lock; each watch remembers how far it has told its session
- * (`Watch.toldSeq`), so what it still has to send is at most one event, the latest.
- */
-class LockWatchers {
-  readonly name: string;
-  readonly watches = new Set<Watch>();
-  /** Changes of the lock so far (while it was watched). */
-  seq = 0;
-  /** The latest change's event and reason. */
-  event: LockEvent = "state";
-  reason: LockEndReason = "none";
-
-  constructor(name: string) {
-    this.name = name;
-  }
-}
-
 /** One WATCH of a session. */
 class Watch {
   readonly session: SessionWatches;
@@ -79,25 +60,20 @@ class Watch {
   readonly snapshotCount: number;
   /** WATCHING was sent: changes are reported from now on. */
   watching = false;
-  /** A glob's changes not sent yet: at most one per lock. */
+  /** Changes not sent yet: at most one per lock. */
   readonly waiting = new Map<string, Waiting>();
-  /** An exact watch's lock (null for a glob). */
-  readonly lock: LockWatchers | null;
-  /** An exact watch: the lock's `seq` its last frame showed (a higher one is a change to send). */
-  toldSeq = 0;
 
   constructor(
     session: SessionWatches,
     requestId: number,
     glob: Glob,
-    lock: LockWatchers | null,
+    exact: boolean,
     names: string[],
   ) {
     this.session = session;
     this.requestId = requestId;
     this.glob = glob;
-    this.exact = lock !== null;
-    this.lock = lock;
+    this.exact = exact;
     for (const name of names) this.names.add(name);
     this.snapshots = names.slice().reverse();
     this.snapshotCount = names.length;
@@ -147,13 +123,18 @@ export class WatchHub {
   readonly #locksMax: number;
   readonly #sessions = new Map<number, SessionWatches>();
   /** Watches of one lock name (exact patterns), by name. */
-  readonly #exact = new Map<string, LockWatchers>();
-  /** Watched locks that changed since the last flush (their watchers are found at `flush`). */
-  readonly #changed = new Set<LockWatchers>();
+  readonly #exact = new Map<string, Set<Watch>>();
   /** Watches with wildcards. */
   readonly #globs = new Set<Watch>();
   /** Sessions with frames to send (snapshots, WATCHING, waiting changes). */
   readonly #dirty = new Set<SessionWatches>();
+  /**
+   * Changes not handed to the watches yet: the latest per lock. A change costs one entry here,
+   * whatever the number of watchers; `flush` hands them over (a lock handed off as fast as it goes
+   * changes thousands of times a second, and a thousand watchers noted one by one per change
+   * would cost more than the hand-offs).
+   */
+  readonly #changes = new Map<string, Waiting>();
   /** The sessions of the round under way (those with frames to send when it began), in order. */
   #round: SessionWatches[] = [];
   /** How many of `#round` have been handed their batch. */
@@ -173,19 +154,19 @@ export class WatchHub {
     });
   }
 
+  /** Whether no watch is open (nothing to tell of a change: the service skips it). */
+  get empty(): boolean {
+    return this.#exact.size === 0 && this.#globs.size === 0;
+  }
+
   /** Whether some session has frames to send (`flush` sends them). */
   get pending(): boolean {
-    return this.midRound || this.#dirty.size > 0 || this.#changed.size > 0;
+    return this.midRound || this.#dirty.size > 0 || this.#changes.size > 0;
   }
 
   /** A round of `flush` is under way: some of its sessions have not been handed their batch. */
   get midRound(): boolean {
     return this.#roundDone < this.#round.length;
-  }
-
-  /** Whether no watch is open (nothing to tell of a change: the service may skip it). */
-  get empty(): boolean {
-    return this.#exact.size === 0 && this.#globs.size === 0;
   }
 
   /**
@@ -195,7 +176,12 @@ export class WatchHub {
    * many sessions per call, so that a driver may let other work in between (`midRound`).
    */
   flush(sessionsMax = Infinity): void {
-    if (!this.midRound) this.#beginRound();
+    if (!this.midRound) {
+      this.#handOver();
+      this.#round = [...this.#dirty];
+      this.#roundDone = 0;
+      this.#dirty.clear();
+    }
     this.#flushing = true;
     try {
       const end = Math.min(this.#round.length, this.#roundDone + sessionsMax);
@@ -208,19 +194,6 @@ export class WatchHub {
         this.#roundDone = 0;
       }
     }
-  }
-
-  /** The sessions with frames to send now: the watchers of changed locks, and the rest. */
-  #beginRound(): void {
-    for (const lock of this.#changed) {
-      for (const watch of lock.watches) {
-        if (watch.watching && watch.toldSeq < lock.seq) this.#dirty.add(watch.session);
-      }
-    }
-    this.#changed.clear();
-    this.#round = [...this.#dirty];
-    this.#roundDone = 0;
-    this.#dirty.clear();
   }
 
   /** Watches open now, all sessions together. */
@@ -258,22 +231,24 @@ export class WatchHub {
           "watches open, the limit (UNWATCH one first)",
       };
     }
+    // Changes made before this watch are the other watches' (its snapshots show their result).
+    this.#handOver();
     const exact = glob.literalPrefix === pattern && glob.matches(pattern);
     const names = exact ? [pattern] : this.#matching(peer, glob);
     if (names.length > this.#locksMax) {
       this.#options.port(peer.sessionId)?.send(watchEnded(requestId, "too_many_locks"));
       return null;
     }
-    let lock: LockWatchers | null = null;
-    if (exact) {
-      lock = this.#exact.get(pattern) ?? new LockWatchers(pattern);
-      this.#exact.set(pattern, lock);
-    }
-    const watch = new Watch(session, requestId, glob, lock, names);
+    const watch = new Watch(session, requestId, glob, exact, names);
     this.#sessions.set(peer.sessionId, session);
     session.watches.set(requestId, watch);
-    if (lock !== null) lock.watches.add(watch);
-    else this.#globs.add(watch);
+    if (exact) {
+      const set = this.#exact.get(pattern) ?? new Set();
+      set.add(watch);
+      this.#exact.set(pattern, set);
+    } else {
+      this.#globs.add(watch);
+    }
     this.#dirty.add(session);
     return null;
   }
@@ -300,43 +275,50 @@ export class WatchHub {
   }
 
   /**
-   * A lock changed: every watch that matches it hears of it (coalesced, see the module). Its
-   * exact watches are found at the next `flush`, so a change costs the same however many watch
-   * the lock; globs are matched here.
+   * A lock changed: every watch that matches it hears of it at the next `flush` (coalesced, see
+   * the module). One entry per lock until then, whatever the number of watchers.
    */
   changed(change: LockChange): void {
-    const lock = this.#exact.get(change.name);
-    if (lock !== undefined) {
-      lock.seq++;
-      lock.event = change.event;
-      lock.reason = change.reason;
-      this.#changed.add(lock);
-    }
-    if (this.#globs.size > 0) {
-      for (const watch of [...this.#globs]) {
-        const session = watch.session;
-        if (!watch.names.has(change.name)) {
-          if (!watch.glob.matches(change.name)) continue;
-          if (!this.#options.mayRead(session.peer, change.name)) continue;
-          watch.names.add(change.name);
-          if (watch.names.size > this.#locksMax) {
-            this.#drop(session, watch);
-            this.#options.port(session.peer.sessionId)?.send(
-              watchEnded(watch.requestId, "too_many_locks"),
-            );
-            continue;
-          }
-        }
-        this.#note(watch, change);
-        this.#dirty.add(session);
+    this.#changes.set(change.name, { event: change.event, reason: change.reason });
+  }
+
+  /** Hands the changes noted since the last flush to the watches that match their locks. */
+  #handOver(): void {
+    if (this.#changes.size === 0) return;
+    for (const [name, waiting] of this.#changes) {
+      for (const watch of this.#exact.get(name) ?? []) {
+        this.#note(watch, name, waiting);
+        this.#dirty.add(watch.session);
       }
+      if (this.#globs.size > 0) this.#handOverToGlobs(name, waiting);
+    }
+    this.#changes.clear();
+  }
+
+  #handOverToGlobs(name: string, waiting: Waiting): void {
+    for (const watch of [...this.#globs]) {
+      const session = watch.session;
+      if (!watch.names.has(name)) {
+        if (!watch.glob.matches(name)) continue;
+        if (!this.#options.mayRead(session.peer, name)) continue;
+        watch.names.add(name);
+        if (watch.names.size > this.#locksMax) {
+          this.#drop(session, watch);
+          this.#options.port(session.peer.sessionId)?.send(
+            watchEnded(watch.requestId, "too_many_locks"),
+          );
+          continue;
+        }
+      }
+      this.#note(watch, name, waiting);
+      this.#dirty.add(session);
     }
   }
 
-  /** Records a change for a glob's watch: a snapshot still to send shows it anyway. */
-  #note(watch: Watch, change: LockChange): void {
-    if (!watch.watching && watch.snapshots.includes(change.name)) return;
-    watch.waiting.set(change.name, { event: change.event, reason: change.reason });
+  /** Records a change for a watch: a snapshot still to send shows it anyway. */
+  #note(watch: Watch, name: string, waiting: Waiting): void {
+    if (!watch.watching && watch.snapshots.includes(name)) return;
+    watch.waiting.set(name, waiting);
   }
 
   /**
@@ -368,13 +350,10 @@ export class WatchHub {
   #drop(session: SessionWatches, watch: Watch): void {
     session.watches.delete(watch.requestId);
     this.#globs.delete(watch);
-    const lock = watch.lock;
-    if (lock !== null) {
-      lock.watches.delete(watch);
-      if (lock.watches.size === 0) {
-        this.#exact.delete(lock.name);
-        this.#changed.delete(lock);
-      }
+    const set = this.#exact.get(watch.glob.pattern);
+    if (set !== undefined) {
+      set.delete(watch);
+      if (set.size === 0) this.#exact.delete(watch.glob.pattern);
     }
     if (session.watches.size === 0 && !session.inFlight) {
       this.#sessions.delete(session.peer.sessionId);
@@ -429,22 +408,12 @@ export class WatchHub {
     for (const watch of session.watches.values()) {
       const id = watch.requestId;
       while (watch.snapshots.length > 0 && bytes < WATCH_BATCH_BYTES_MAX) {
-        // An exact watch's snapshot shows the lock as it is now: changes until now are told.
-        if (watch.lock !== null) watch.toldSeq = watch.lock.seq;
         add(this.#stateFrame(watch.snapshots.pop()!, id, "state", "none"), id);
       }
       if (watch.snapshots.length > 0) return;
       if (!watch.watching) {
         watch.watching = true;
         add({ type: "watching", requestId: id, locks: watch.snapshotCount }, id);
-      }
-      const lock = watch.lock;
-      if (lock !== null) {
-        if (watch.toldSeq === lock.seq) continue;
-        if (bytes >= WATCH_BATCH_BYTES_MAX) return;
-        watch.toldSeq = lock.seq;
-        add(this.#stateFrame(lock.name, id, lock.event, lock.reason), id);
-        continue;
       }
       for (const [name, waiting] of watch.waiting) {
         if (bytes >= WATCH_BATCH_BYTES_MAX) return;
@@ -520,7 +489,6 @@ function send(
 function hasWork(session: SessionWatches): boolean {
   for (const watch of session.watches.values()) {
     if (watch.snapshots.length > 0 || !watch.watching || watch.waiting.size > 0) return true;
-    if (watch.lock !== null && watch.toldSeq !== watch.lock.seq) return true;
   }
   return false;
 }

@@ -161,11 +161,11 @@ export class FrameWriter {
   }
 
   /**
-   * Returns the pushed bytes and empties the writer. The result is a copy:
-   * later pushes never change it.
+   * Returns the pushed bytes and empties the writer. The result is a copy (later pushes never
+   * change it), or with `copy` false a view of the writer's buffer, valid until the next push.
    */
-  take(): Uint8Array {
-    const out = this.#buf.slice(0, this.#len);
+  take(copy = true): Uint8Array {
+    const out = copy ? this.#buf.slice(0, this.#len) : this.#buf.subarray(0, this.#len);
     this.#len = 0;
     if (this.#buf.byteLength > this.#retainedBytesMax) {
       this.#buf = new Uint8Array(this.#initialBytes);

@@ -9,6 +9,7 @@ import { connect, LockdError } from "../../mod.ts";
 import type { AcquireOptions, LockInfo, ServerProtocolError } from "../../mod.ts";
 import { eventually, startTestServer } from "../helpers/start_server.ts";
 import { GOOD_WELCOME_V2, type HostileConn, HostileServer } from "../helpers/hostile_server.ts";
+import { LOOK_MISFITS, lookScenario } from "../helpers/hostile_scenarios_looks.ts";
 import type { ClientMessage, LockState, Message } from "../../src/wire/messages.ts";
 
 const text = (bytes: Uint8Array | undefined) => new TextDecoder().decode(bytes);
@@ -79,6 +80,9 @@ Deno.test("setValue with a value longer than the server takes is refused before 
   }
   await lock.release();
   await assert.rejects(lock.setValue("x"), /released/);
+  // A name or pattern the wire cannot carry is refused when asked, never on a later reconnect.
+  await assert.rejects(client.query("x".repeat(70_000)), RangeError);
+  await assert.rejects(client.observe("y".repeat(70_000)).next(), RangeError);
 });
 
 /** A scripted version-2 server whose `request` answers WATCH, QUERY and the rest. */
@@ -229,76 +233,33 @@ Deno.test("a refused WATCH or one that matches too many locks rejects the iterat
   assert.equal(client.protocolErrors, 0);
 });
 
-const LOOK_MISFITS: [string, (requestId: number) => Message[]][] = [
-  [
-    "a LOCK_STATE of a lock the pattern cannot match",
-    (id) => [held(id, "other/a"), { type: "watching", requestId: id, locks: 1 }],
-  ],
-  [
-    "a WATCHING with the wrong count",
-    (id) => [held(id, "service/a"), { type: "watching", requestId: id, locks: 2 }],
-  ],
-  ["an event before WATCHING", (id) => [held(id, "service/a", "granted")]],
-  [
-    "a snapshot after WATCHING",
-    (id) => [{ type: "watching", requestId: id, locks: 0 }, held(id, "service/a")],
-  ],
-  [
-    "a WATCH_ENDED unwatched without UNWATCH",
-    (id) => [{ type: "watch_ended", requestId: id, reason: "unwatched" }],
-  ],
-  [
-    "a VALUE_SET answering a WATCH",
-    (id) => [{ type: "value_set", requestId: id, name: "service/a" }],
-  ],
-  [
-    "an ACQUIRED answering a WATCH",
-    (id) => [{ type: "acquired", requestId: id, name: "service/a", token: TOKEN, leaseMs: 10_000 }],
-  ],
-  [
-    "a LOCK_STATE of kind none with a holder",
-    (id) => [{ ...held(id, "service/a"), kind: "none", limit: 0 }],
-  ],
-  ["a LOCK_STATE with more holders than owners", (id) => [{ ...held(id, "service/a"), owners: 0 }]],
-  [
-    "a LOCK_STATE whose event names nothing",
-    (id) => [{ type: "watching", requestId: id, locks: 0 }, { ...held(id, "service/a"), event: 9 }],
-  ],
-];
-
-for (const [what, frames] of LOOK_MISFITS) {
-  Deno.test(`hostile server, looks: ${what} is a protocol error: the connection closes and the client goes on`, async () => {
-    await using server = scripted((conn, message) => {
-      track(server, conn);
-      if (message.type === "watch" && conn.index === 1) conn.send(...frames(message.requestId));
-    });
+for (const misfit of LOOK_MISFITS) {
+  Deno.test(`hostile server, looks: ${misfit.name} is a protocol error: the connection closes and the client goes on`, async () => {
+    await using server = new HostileServer(lookScenario(misfit));
     const errors: ServerProtocolError[] = [];
     await using client = await connect({
       addr: server.addr,
       onProtocolError: (e) => errors.push(e),
     });
-    await using states = client.observe("service/*");
-    await eventually(() => errors.length === 1, "the protocol error");
-    await eventually(() => server.connections === 2, "a new connection");
-    await eventually(() => server.sent("watch").length === 2, "the WATCH sent again");
+    if (misfit.answers === "watch") {
+      await using states = client.observe("service/*");
+      await eventually(() => server.sent("watch").length === 2, "the WATCH sent again");
+      await eventually(() => states.watching, "watching on the next connection");
+    } else if (misfit.answers === "query") {
+      const state = await client.query("service/leader"); // asked again on the next connection
+      assert.equal(state.holder?.token, TOKEN);
+      assert.equal(server.sent("query").length, 2);
+    } else {
+      const lock = await client.acquire("reports/daily");
+      await assert.rejects(lock.downgrade(), /connection ended first/);
+      assert.equal(lock.mode, "exclusive");
+      assert.equal(lock.state, "lost"); // a protocol error is not carried over
+    }
     assert.equal(client.protocolErrors, 1);
-    assert.match(errors[0].message, /WATCH|LOCK_STATE|WATCHING|VALUE_SET|ACQUIRED|request/);
-    void states;
+    assert.equal(errors.length, 1);
+    assert.match(errors[0].message, /broke the protocol: .+; the connection was closed$/);
   });
 }
-
-Deno.test("hostile server, looks: a QUERY answered for another lock is a protocol error and the query is asked again", async () => {
-  await using server = scripted((conn, message) => {
-    if (message.type === "query") {
-      conn.send(held(message.requestId, conn.index === 1 ? "other/lock" : message.name));
-    }
-  });
-  await using client = await connect({ addr: server.addr });
-  const state = await client.query(LEADER);
-  assert.equal(state.holder?.token, TOKEN);
-  assert.equal(client.protocolErrors, 1);
-  assert.equal(server.sent("query").length, 2);
-});
 
 Deno.test("a version-1 server gets plain locks only: kinds, values and looks are refused locally", async () => {
   await using server = new HostileServer({
@@ -331,5 +292,34 @@ Deno.test("a version-1 server gets plain locks only: kinds, values and looks are
   await assert.rejects(client.observe(LEADER).next(), /version 1/);
   const plain = await client.acquire("p");
   assert.deepEqual([plain.mode, plain.limit, plain.slot], ["exclusive", 1, 0]);
+  await assert.rejects(plain.setValue(""), /version 1/); // SET_VALUE is a version-2 message
   await plain.release();
+});
+
+Deno.test("a writer downgrades in place: a waiting reader is granted beside it; a semaphore refuses", async () => {
+  await using t = await startTestServer();
+  await using one = await connect({ addr: t.addr });
+  await using two = await connect({ addr: t.addr });
+  const writer = await one.acquire("reports/weekly");
+  const reading = two.acquire("reports/weekly", { mode: "shared", waitMs: 5_000 });
+  await eventually(async () => (await one.query("reports/weekly")).queueLength === 1, "queued");
+  await writer.downgrade();
+  assert.deepEqual([writer.mode, writer.writeGeneration, writer.state], [
+    "shared",
+    writer.token,
+    "held",
+  ]);
+  const reader = await reading;
+  assert.deepEqual([reader.mode, reader.writeGeneration], ["shared", writer.token]);
+  await writer.downgrade(); // shared already: nothing to do
+  const render = await one.acquire("jobs/render-x", { limit: 3 });
+  await assert.rejects(
+    render.downgrade(),
+    (e) => e instanceof LockdError && e.codeName === "INVALID_ARGUMENT",
+  );
+  assert.deepEqual(
+    [(await two.query("reports/weekly")).kind, (await two.query("reports/weekly")).owners],
+    ["shared", 2],
+  );
+  assert.equal(one.protocolErrors, 0);
 });

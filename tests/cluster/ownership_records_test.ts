@@ -10,11 +10,10 @@ import assert from "node:assert/strict";
 import { ManualScheduler } from "../../src/clock.ts";
 import { type Etcd, EtcdError, type KeyValue } from "../../src/cluster/etcd.ts";
 import { prefixRangeEnd } from "../../src/cluster/etcd_http.ts";
+import { formatOwnershipRecord, parseOwnershipRecord } from "../../src/cluster/ownership_record.ts";
 import {
-  formatOwnershipRecord,
   OwnershipRecords,
   type OwnershipRecordsOptions,
-  parseOwnershipRecord,
   RecordsNotCommitted,
 } from "../../src/cluster/ownership_records.ts";
 import { CLUSTER_RECORD_TXN_OPS_MAX, TOKEN_MAX } from "../../src/limits.ts";
@@ -598,4 +597,39 @@ Deno.test("the range end of a prefix is its bytes with the last one below 0xff i
   // "é" is C3 A9: the end is C3 AA, below every key that starts with "é".
   assert.equal(text(prefixRangeEnd("é")), "195,170");
   assert.equal(text(prefixRangeEnd("\u{10ffff}")), "244,143,191,192");
+});
+
+Deno.test("W2 with a lock-delay: its end is kept with the floor (the larger of two), survives a W1 re-put, is read back at takeover; W3 keeps the record while the delay runs, then deletes it", async () => {
+  const delayed = new Set<string>();
+  const idle = new Set<string>();
+  const { etcd, records, term, scheduler } = await setup({
+    isIdle: (name) => !idle.has(name) ? false : delayed.has(name) ? "later" : true,
+  });
+  records.beforeDeliver("d/a");
+  await settle();
+  records.ended("d/a", 7, false, 0, WALL_MS + 6_000);
+  records.ended("d/a", 8, false, 0, WALL_MS + 5_000);
+  await settle();
+  assert.deepEqual(stored(etcd, "d/a"), { t: term, f: 8, d: WALL_MS + 6_000 });
+  records.ended("d/a", 9, true, 0, WALL_MS + 9_000);
+  await settle();
+  assert.deepEqual(stored(etcd, "d/a"), { t: term, f: 8, d: WALL_MS + 6_000 }, "graceful: none");
+  const loaded = await records.load();
+  assert.deepEqual(loaded.records.get("d/a"), {
+    term,
+    floors: [8],
+    delayUntilWallMs: WALL_MS + 6_000,
+  });
+  assert.deepEqual(parseOwnershipRecord('{"t":3,"f":[1,2],"d":0}'), { term: 3, floors: [1, 2] });
+  assert.equal(parseOwnershipRecord('{"t":3,"f":1,"d":-1}'), null, "a bad delay end");
+  idle.add("d/a");
+  delayed.add("d/a");
+  records.idle("d/a");
+  await scheduler.advance(LINGER_MS * 2 + 10);
+  await settle();
+  assert.notEqual(stored(etcd, "d/a"), undefined, "kept while the delay runs");
+  delayed.delete("d/a");
+  await scheduler.advance(LINGER_MS + 10);
+  await settle();
+  assert.equal(stored(etcd, "d/a"), undefined, "deleted once the delay ended");
 });

@@ -439,3 +439,72 @@ Deno.test("m2 sim: status: the first leader of a cluster serves at once (no wind
   await fake.run(GRACE_MS);
   assert.equal(n2.t.server.context.cluster!.status.phase, "serving");
 });
+
+Deno.test("m2 sim: the window lasts as long as the last term's horizon, then the horizon in etcd is this term's own (the next leader does not wait for promises that ran out)", async () => {
+  await using fake = fakeCluster(WALL_MS);
+  const [n1, n2] = await twoNodes(fake);
+  await using x = await session(n1.t);
+  // A lease longer than the leader's own etcd lease: published as the term's horizon.
+  await x.send(acquireMsg(1, "a", 10_000, 0));
+  expect(await next(fake, x), "acquired");
+  assert.equal(JSON.parse(fake.etcd.peek("test/horizon")!.value).lease_ms, 10_000);
+  n1.crash();
+  await untilServing(fake, n2);
+  const cluster = n2.t.server.context.cluster!;
+  const window = cluster.ownership.window!;
+  const leftMs = window.endsAtMs - fake.scheduler.monotonicMs();
+  assert.ok(leftMs > GRACE_MS && leftMs <= 10_000, `the window ends in ${leftMs} ms`);
+  await fake.run(leftMs + 100);
+  assert.equal(cluster.ownership.window, null);
+  assert.deepEqual(JSON.parse(fake.etcd.peek("test/horizon")!.value), {
+    term: cluster.term,
+    lease_ms: 0,
+  });
+  assert.equal(JSON.parse(fake.etcd.peek("test/terms")!.value).closed, true);
+});
+
+Deno.test("m2 sim: a HELLO held while the next leader takes over is held on past 1.5 × TTL until it serves (2 × TTL at most), then WELCOMEd", async () => {
+  await using fake = fakeCluster(WALL_MS);
+  const n1 = await node(fake, "n1");
+  await untilServing(fake, n1);
+  // n2 reads the records slowly: its takeover ends well after the election.
+  let slow = true;
+  fake.beforeDispose.push(() => slow = false);
+  const n2t = await fake.server("n2", { clusterReclaimGraceMs: GRACE_MS }, {
+    requestDelayMs: (op) => !slow ? 0 : op === "range" ? 900 : op === "txn" ? 300 : 0,
+  });
+  const n2: Node = { t: n2t, crash: () => {} };
+  await fake.run(100);
+  // n1 dies unannounced: its listener and its etcd traffic stop, its lease runs out.
+  n1.t.server.context.cluster!.close();
+  await n1.t.server.shutdown();
+  await using client = await RawClient.connect(n2.t.addr);
+  await client.send({ type: "hello", version: 2, clientName: "held" });
+  let answer: Message | null | undefined;
+  client.next(30_000).then((m) => answer = m, () => answer = null);
+  let servedAtMs = -1;
+  for (let t = 0; t < 2 * FAKE_TTL_MS + 500 && answer === undefined; t += 50) {
+    await fake.run(50);
+    if (servedAtMs < 0 && serving(n2)) servedAtMs = t;
+  }
+  assert.ok(servedAtMs > 1.5 * FAKE_TTL_MS, `served ${servedAtMs} ms after the HELLO`);
+  assert.equal(answer?.type, "welcome", JSON.stringify(answer));
+});
+
+Deno.test("m2 sim: after a leader that kept no records (a rolling upgrade from milestone 1), the new leader grants nothing until that leader's published promises ran out", async () => {
+  await using fake = fakeCluster(WALL_MS);
+  // What a milestone-1 leader leaves: a horizon, no `terms`, no records.
+  await fake.etcd.txn([], [{
+    type: "put",
+    key: "test/horizon",
+    value: JSON.stringify({ term: 1, lease_ms: 5_000 }),
+  }], []);
+  const n1 = await node(fake, "n1");
+  let servedAtMs = -1;
+  for (let t = 0; t < 8_000 && servedAtMs < 0; t += 50) {
+    await fake.run(50);
+    if (serving(n1)) servedAtMs = t;
+  }
+  assert.ok(servedAtMs >= 4_500, `served ${servedAtMs} ms after start`);
+  assert.equal(n1.t.server.context.cluster!.status.phase, "serving");
+});

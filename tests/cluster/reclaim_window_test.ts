@@ -62,13 +62,46 @@ Deno.test("reclaim window: owned claims need the lock in H above its floor, the 
     null,
     "a queued claim needs no record",
   );
-  window.ended("a", 50);
+  window.ended("a", 50, 0, false);
   assert.equal(window.check(owned("a", 7, 45), 0), "floor", "an ownership ended here above it");
   window.granted("b");
   assert.equal(window.check(owned("b", 7, 41), 0), "regranted");
   assert.equal(window.check(owned("a", 7, 51), 1_000), "window", "past its end");
   window.close();
   assert.equal(window.check(owned("a", 7, 51), 0), "window", "closed early");
+});
+
+Deno.test("reclaim window: floors are per slot: a semaphore slot's floor voids that slot's stale holder only; an invalid record voids every slot; a reader's end raises no floor", () => {
+  const window = new ReclaimWindow({
+    term: 10,
+    terms: { served: 7, closed: true, before: 0 },
+    loaded: {
+      floors: new Map([["sem", 30], ["bad", Number.MAX_SAFE_INTEGER], ["doc", 0]]),
+      records: new Map([["sem", { term: 7, floors: [0, 0, 30] }], ["doc", {
+        term: 7,
+        floors: [0],
+      }]]),
+    },
+    endsAtMs: 1_000,
+    handover: null,
+  });
+  const slot = (name: string, token: number, s: number): ReclaimClaim => ({
+    kind: "owned",
+    name,
+    term: 7,
+    token,
+    slot: s,
+  });
+  assert.equal(window.check(slot("sem", 10, 0), 0), null, "slot 0 under slot 2's floor");
+  assert.equal(window.check(slot("sem", 11, 1), 0), null, "slot 1 under slot 2's floor");
+  assert.equal(window.check(slot("sem", 30, 2), 0), "floor", "slot 2's stale holder");
+  assert.equal(window.check(slot("sem", 31, 2), 0), null, "slot 2's successor");
+  assert.equal(window.check(slot("bad", 99, 3), 0), "floor", "a record that did not parse");
+  window.ended("sem", 12, 1, false);
+  assert.equal(window.check(slot("sem", 11, 1), 0), "floor", "an end here in slot 1");
+  assert.equal(window.check(slot("sem", 10, 0), 0), null, "slot 0 untouched");
+  window.ended("doc", 20, 0, true);
+  assert.equal(window.check(slot("doc", 15, 0), 0), null, "an older reader after a reader's end");
 });
 
 Deno.test("reclaim window: a planned hand-over's list ends the window once every listed session resumed", () => {

@@ -315,6 +315,45 @@ Deno.test("a reservation ends at its deadline, or lifted, or after as many resto
   assert.deepEqual(h.step(() => h.engine.liftReservation(h.now(), "nothing")), []);
 });
 
+Deno.test("a reservation without a count ends with the restore that fills the lock: a semaphore's last slot; a shared lock's readers never end it", () => {
+  const h = harness({ tokens: issuerAt(100) });
+  const [a, b, c, w, r1, r2, x] = [
+    h.open(),
+    h.open(),
+    h.open(),
+    h.open(),
+    h.open(),
+    h.open(),
+    h.open(),
+  ];
+  h.engine.reserve({ name: "sem", untilMs: 9_000 });
+  h.engine.reserve({ name: "doc", untilMs: 9_000 });
+  assert.deepEqual(restore(h, a, "sem", 10, { limit: 3, slot: 0 }), [
+    "granted s1 sem token=10 lease=10000 waited=0 sem3 slot=0 restored",
+  ]);
+  assert.deepEqual(
+    h.acquire(w, "sem", { limit: 3 }),
+    ["queued s4 sem pos=1"],
+    "two slots free, still reserved",
+  );
+  restore(h, b, "sem", 11, { limit: 3, slot: 2 });
+  assert.equal(h.engine.view.getLock("sem")?.reservedUntilMs, 9_000);
+  assert.deepEqual(restore(h, c, "sem", 12, { limit: 3, slot: 1 }), [
+    "granted s3 sem token=12 lease=10000 waited=0 sem3 slot=1 restored",
+  ], "the last slot ends the reservation; the lock is full, the waiter waits");
+  assert.equal(h.engine.view.getLock("sem")?.reservedUntilMs, 0);
+  restore(h, r1, "doc", 20, { mode: "shared" });
+  restore(h, r2, "doc", 21, { mode: "shared" });
+  assert.deepEqual(h.acquire(x, "doc"), ["queued s7 doc pos=1"]);
+  assert.equal(h.engine.view.getLock("doc")?.reservedUntilMs, 9_000, "readers never fill it");
+  assert.deepEqual(h.release(r1, "doc", 20), ["ended s5 doc token=20 graceful held=0"]);
+  assert.deepEqual(h.release(r2, "doc", 21), ["ended s6 doc token=21 graceful held=0"]);
+  assert.deepEqual(
+    h.step(() => h.engine.liftReservation(h.now(), "doc")),
+    ["granted s7 doc token=101 lease=10000 waited=0"],
+  );
+});
+
 Deno.test("moveClaims hands every claim of a session to another with its token, slot, value and place", () => {
   const h = harness();
   const [old, other, resumed] = [h.open(), h.open(), h.open()];

@@ -187,7 +187,32 @@ Deno.test("engine events map onto watch events; a LOCK_STATE lists the holders t
   await using _ = h;
 });
 
-Deno.test("watch hub: a round handed out a few sessions at a time; one not reached yet gets the latest state, once", async () => {
+Deno.test("watch hub: changes wait as one per lock until the flush hands them over; a watch opened after a change does not hear of it", async () => {
+  const { h, hub, port, watcher, holder } = setup();
+  h.acquire(holder, 1, "co/a");
+  assert.equal(hub.watch(watcher, 7, "co/*"), null);
+  hub.flush();
+  assert.deepEqual(port.take(), ["7:co/a:state:1", "7:watching:1"]);
+  port.write();
+  hub.changed({ name: "co/a", event: "queue", reason: "none" });
+  hub.changed({ name: "co/a", event: "value", reason: "none" });
+  // A lock that came and went before the next WATCH: its change is the first watch's alone.
+  hub.changed({ name: "co/gone", event: "ended", reason: "graceful" });
+  assert.equal(hub.pending, true, "noted, not sent");
+  assert.deepEqual(port.take(), []);
+  assert.equal(hub.watch(watcher, 8, "co/*"), null);
+  hub.flush();
+  assert.deepEqual(
+    port.take(),
+    ["7:co/a:value:1", "7:co/gone:ended:0", "8:co/a:state:1", "8:watching:1"],
+    "the older watch hears the latest change of each lock; the new one only its snapshot",
+  );
+  assert.equal(hub.pending, false);
+  port.write();
+  await using _ = h;
+});
+
+Deno.test("watch hub: a round is handed out a few sessions at a time; a change during it goes to the next round", async () => {
   const h = serviceHarness();
   const ports = [new SlowPort(), new SlowPort(), new SlowPort()];
   const peers: Peer[] = ports.map((_, i) => ({
@@ -219,13 +244,14 @@ Deno.test("watch hub: a round handed out a few sessions at a time; one not reach
   hub.changed({ name: "one", event: "ended", reason: "graceful" });
   hub.flush(2);
   assert.equal(hub.midRound, false, "the round is over");
-  assert.deepEqual(ports.map((port) => port.take()), [[], [], ["12:one:ended:1"]]);
+  assert.deepEqual(ports.map((port) => port.take()), [[], [], ["12:one:value:1"]]);
+  assert.equal(hub.pending, true, "the change during the round waits for the next");
   ports.forEach((port) => port.write());
   hub.flush();
   assert.deepEqual(
     ports.map((port) => port.take()),
-    [["10:one:ended:1"], ["11:one:ended:1"], []],
-    "the next round: the change the last one was told of already is not told again",
+    [["10:one:ended:1"], ["11:one:ended:1"], ["12:one:ended:1"]],
   );
+  assert.equal(hub.pending, false);
   await using _ = h;
 });

@@ -274,6 +274,12 @@ class _SetValue:
 
 
 @dataclass
+class _Downgrade:
+    name: str
+    token: int
+
+
+@dataclass
 class _Watch:
     """A WATCH: snapshots (event 0) until WATCHING, events after it, until WATCH_ENDED."""
 
@@ -299,7 +305,7 @@ class _Resume:
     name: str = ""  # an ERROR answering it names no lock
 
 
-_Expected = Union[_Acquire, _Release, _Heartbeat, _Resume, _Query, _SetValue, _Watch]
+_Expected = Union[_Acquire, _Release, _Heartbeat, _Resume, _Query, _SetValue, _Watch, _Downgrade]
 
 _TYPE_NAMES = {
     wire.Queued: "QUEUED",
@@ -348,6 +354,9 @@ class ReplyLedger:
         slot: int = 0,
     ) -> None:
         self._expected[request_id] = _Acquire(name, reclaim=kind, token=token, mode=mode, limit=limit, slot=slot)
+
+    def downgrade_sent(self, request_id: int, name: str, token: int) -> None:
+        self._expected[request_id] = _Downgrade(name, token)
 
     def query_sent(self, request_id: int, name: str) -> None:
         self._expected[request_id] = _Query(name)
@@ -434,6 +443,28 @@ class ReplyLedger:
             return None
         return f"{what}: not a reply"
 
+    def _downgraded(self, what: str, message: wire.Acquired, expected: _Downgrade) -> str | None:
+        """The ACQUIRED answering a DOWNGRADE: the same ownership (name, token), now shared."""
+        if message.name != expected.name:
+            return self._wrong_name(what, message.name, "DOWNGRADE", expected.name)
+        lease_max_ms = self._welcome.lease_max_ms
+        if not LEASE_MS_MIN <= message.lease_ms <= lease_max_ms:
+            return f"{what} with a lease of {message.lease_ms} ms, outside {LEASE_MS_MIN}..{lease_max_ms} ms"
+        asked = _Acquire(expected.name, mode="shared", limit=1)
+        misfit = (
+            f"with token {message.token}, but the DOWNGRADE named token {expected.token}"
+            if message.token != expected.token
+            else grant_misfit(message, asked)
+            if message.write_generation != message.token
+            else None  # a downgraded writer is its own write generation
+        )
+        if misfit is None and (message.mode, message.limit, message.slot) != ("shared", 1, 0):
+            misfit = f"with mode {message.mode}, limit {message.limit}, slot {message.slot}, not a shared grant"
+        if misfit is not None:
+            return f"{what} {misfit}"
+        del self._expected[message.request_id]
+        return None
+
     def _lock_state(self, what: str, message: wire.LockState, expected: _Expected) -> str | None:
         if isinstance(expected, _Query):
             if message.event != "state":
@@ -474,6 +505,8 @@ class ReplyLedger:
         return None
 
     def _acquired(self, what: str, message: wire.Acquired, expected: _Expected) -> str | None:
+        if isinstance(expected, _Downgrade):
+            return self._downgraded(what, message, expected)
         if not isinstance(expected, _Acquire) or expected.phase != "waiting":
             return f"{what}, which is not an ACQUIRE or RECLAIM waiting for its grant"
         if message.name != expected.name:
@@ -507,7 +540,7 @@ class ReplyLedger:
                 return self._wrong_name(what, message.name, "RESUME", "")
             del self._expected[message.request_id]
             return None
-        if isinstance(expected, (_Query, _SetValue, _Watch)):
+        if isinstance(expected, (_Query, _SetValue, _Watch, _Downgrade)):
             return self._look_error(code_text, message, expected)
         if not self._name_fits(message.name, expected.name):
             kind = "RELEASE" if isinstance(expected, _Release) else self._kind(expected)
@@ -527,11 +560,13 @@ class ReplyLedger:
         del self._expected[request_id]
         return None
 
-    def _look_error(self, code_text: str, message: wire.Error, expected: _Query | _SetValue | _Watch) -> str | None:
+    def _look_error(
+        self, code_text: str, message: wire.Error, expected: _Query | _SetValue | _Watch | _Downgrade
+    ) -> str | None:
         """An ERROR answering a QUERY, SET_VALUE or WATCH: a refusal of the request (a WATCH's only
         before WATCHING), never an answer that belongs to an ownership or a wait."""
-        kind = {_Query: "QUERY", _SetValue: "SET_VALUE", _Watch: "WATCH"}[type(expected)]
-        if message.code in _NOT_LOOK_ANSWERS or (message.code == NOT_OWNER and kind != "SET_VALUE"):
+        kind = {_Query: "QUERY", _SetValue: "SET_VALUE", _Watch: "WATCH", _Downgrade: "DOWNGRADE"}[type(expected)]
+        if message.code in _NOT_LOOK_ANSWERS or (message.code == NOT_OWNER and kind in ("QUERY", "WATCH")):
             return f"{code_text}: not an answer to a {kind}"
         if isinstance(expected, _Watch):
             if expected.watching:

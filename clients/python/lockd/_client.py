@@ -154,6 +154,20 @@ def default_client_name(program: str = f"lockd-python/{VERSION}") -> str:
     return compose_client_name(program, host, os.getpid())
 
 
+def _check_wire_str(what: str, text: object) -> None:
+    """A name or pattern the wire can carry (the server judges the rest): a ``str`` of at most
+    65,535 UTF-8 bytes, without lone surrogates. Checked when asked, as it is sent again on
+    every reconnect."""
+    if not isinstance(text, str):
+        raise TypeError(f"{what} is a str, not {type(text).__name__}")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} cannot be sent: it has a lone surrogate") from None
+    if size > wire.STR_BYTES_MAX:
+        raise ValueError(f"{what} cannot be sent: {size} bytes, above {wire.STR_BYTES_MAX}")
+
+
 def _value_too_long(action: str, name: str, length: int, welcome: wire.Welcome) -> str:
     if welcome.value_bytes_max == 0:
         return f'Cannot {action} lock "{name}": this server takes no lock values (protocol version 2 with values)'
@@ -359,8 +373,7 @@ class Client:
         one ends first. Raises ``InvalidArgumentError`` (a bad name, or a server of version 1)
         or ``AclDeniedError``."""
         self._usable()
-        if not isinstance(name, str):
-            raise TypeError(f"a lock name is a str, not {type(name).__name__}")
+        _check_wire_str("a lock name", name)
         query = PendingQuery(name, self._running_loop().create_future())
         self._send_query(query)
         try:
@@ -379,8 +392,7 @@ class Client:
         fail-over it watches again and starts over with a fresh snapshot. End it with
         ``await observer.aclose()`` or ``async with client.observe(...) as states:``."""
         self._usable()
-        if not isinstance(pattern, str):
-            raise TypeError(f"a pattern is a str, not {type(pattern).__name__}")
+        _check_wire_str("a pattern", pattern)
         self._running_loop()
         observer = Observer(self, pattern)
         self._observers.append(observer)
@@ -1191,7 +1203,9 @@ class Client:
                 self._violation(session, misfit)
                 return
         if isinstance(message, wire.Acquired):
-            if message.request_id in session.reclaims:
+            if message.request_id in session.downgrades:
+                self._on_downgraded(session, message)
+            elif message.request_id in session.reclaims:
                 self._on_reclaim_kept(session, message)
             else:
                 self._on_acquired(session, message)
@@ -1450,7 +1464,8 @@ class Client:
             session.ledger.unwatch_sent(request_id)
             self._send(session, wire.Unwatch(request_id))
 
-    async def _set_value(self, lock: Lock, value: bytes) -> None:
+    def _confirmed_session(self, lock: Lock, what: str) -> Session:
+        """The connection ``lock`` is confirmed on, for a request about it; raises when there is none."""
         session = lock._session
         if (
             lock._phase != "held"
@@ -1459,12 +1474,32 @@ class Client:
             or session.owned.get(lock._acquire_id) is not lock
         ):
             raise LockdConnectionError(
-                f'Cannot set the value of lock "{lock.name}": it is being carried over to a new connection; try again'
+                f'Cannot {what} lock "{lock.name}": it is being carried over to a new connection; try again'
             )
         if lock._released:
-            raise LockdError(f'Cannot set the value of lock "{lock.name}": it was released', lock_name=lock.name)
+            raise LockdError(f'Cannot {what} lock "{lock.name}": it was released', lock_name=lock.name)
         if session.version == 1:
-            raise self._version_1_refusal(session, f'set the value of lock "{lock.name}"', lock.name)
+            raise self._version_1_refusal(session, f'{what} lock "{lock.name}"', lock.name)
+        return session
+
+    async def _downgrade(self, lock: Lock) -> None:
+        session = self._confirmed_session(lock, "downgrade")
+        future: asyncio.Future[None] = self._running_loop().create_future()
+        request_id = self._new_request_id(session)
+        session.downgrades[request_id] = (lock, future)
+        session.ledger.downgrade_sent(request_id, lock.name, lock.token)
+        self._send(session, wire.Downgrade(request_id, lock.token, lock.name))
+        await future
+
+    def _on_downgraded(self, session: Session, message: wire.Acquired) -> None:
+        lock, future = session.downgrades.pop(message.request_id)
+        lock.mode, lock.write_generation = "shared", message.write_generation
+        self._take_grant(session, lock, message)  # a ticket names the mode: the new one counts
+        if not future.done():
+            future.set_result(None)
+
+    async def _set_value(self, lock: Lock, value: bytes) -> None:
+        session = self._confirmed_session(lock, "set the value of")
         if len(value) > session.welcome.value_bytes_max:
             raise InvalidArgumentError(
                 _value_too_long("set the value of", lock.name, len(value), session.welcome), lock_name=lock.name
@@ -1533,6 +1568,11 @@ class Client:
             if not value_set[2].done():
                 value_set[2].set_exception(error)
             return True
+        downgrade = session.downgrades.pop(request_id, None)
+        if downgrade is not None:
+            if not downgrade[1].done():
+                downgrade[1].set_exception(error)
+            return True
         return False
 
     def _looks_ended(self, session: Session) -> None:
@@ -1552,6 +1592,12 @@ class Client:
                     LockdConnectionError(f'Cannot set the value of lock "{lock.name}": the connection ended first')
                 )
         session.value_sets.clear()
+        for lock, future in session.downgrades.values():
+            if not future.done():
+                future.set_exception(
+                    LockdConnectionError(f'Cannot downgrade lock "{lock.name}": the connection ended first')
+                )
+        session.downgrades.clear()
 
     # -- the end of a connection --------------------------------------------------------
 

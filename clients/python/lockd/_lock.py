@@ -185,6 +185,18 @@ class Lock:
         self.check()
         await self._client._set_value(self, value_bytes(value))
 
+    async def downgrade(self) -> None:
+        """Makes this exclusive ownership shared, in place (DOWNGRADE, protocol version 2): same
+        token, no moment without the lock; readers waiting at the head of the queue are granted
+        beside it. ``mode`` becomes ``"shared"`` and ``write_generation`` this lock's own token.
+        Quiet when it is shared already. There is no upgrade (two readers upgrading at once would
+        wait for each other forever): release, then acquire exclusive. Raises as ``set_value``
+        (``InvalidArgumentError`` on a semaphore or a lock a server rule makes exclusive)."""
+        self.check()
+        if self.mode == "shared":
+            return
+        await self._client._downgrade(self)
+
     async def release(self) -> None:
         """Ends the ownership. Returns quietly when the lock was already lost or released."""
         if self._released or self.lost.is_set():
@@ -352,6 +364,8 @@ class Session:
     reclaims: dict[int, Lock] = field(default_factory=dict)
     #: QUERYs waiting for their LOCK_STATE, by request id.
     queries: dict[int, PendingQuery] = field(default_factory=dict)
+    #: DOWNGRADEs waiting for their ACQUIRED: the lock and the caller's future.
+    downgrades: dict[int, tuple[Lock, asyncio.Future[None]]] = field(default_factory=dict)
     #: SET_VALUEs waiting for their VALUE_SET: the lock, the value, the caller's future.
     value_sets: dict[int, tuple[Lock, bytes, asyncio.Future[None]]] = field(default_factory=dict)
     #: WATCHes of this connection, by request id (each an ``Observer`` of ``_observe.py``).

@@ -142,6 +142,11 @@ class SyncLock:
         """Replaces the holder's value (see ``lockd.Lock.set_value``)."""
         self._client._run(self._lock.set_value(value))
 
+    def downgrade(self) -> None:
+        """Makes the exclusive ownership shared, in place (see ``lockd.Lock.downgrade``)."""
+        self._client._run(self._lock.downgrade())
+        self.mode, self.write_generation = self._lock.mode, self._lock.write_generation
+
     def release(self) -> None:
         """Ends the ownership; quiet when it was already lost or released."""
         self._client._run(self._lock.release())

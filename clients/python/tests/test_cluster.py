@@ -146,6 +146,42 @@ class Cluster(TwoNodes):
         self.assertEqual(lost, [])
 
 
+    async def test_an_observer_watches_again_at_the_new_leader_and_the_value_travels_with_the_lock(self) -> None:
+        if not carries_locks_over(self.leader):
+            self.skipTest("this server's cluster mode does not carry locks over yet (milestone 2)")
+        addrs = [self.leader.addr, self.standby.addr]
+        candidate = await lockd.connect(addrs=addrs)
+        self.addAsyncCleanup(candidate.close)
+        follower = await lockd.connect(addrs=addrs)
+        self.addAsyncCleanup(follower.close)
+        lock = await candidate.acquire("py/leader", lease_ms=5_000, value="10.0.0.7:8080")
+        async with follower.observe("py/leader") as states:
+            first = await asyncio.wait_for(anext(states), 5)
+            self.assertEqual((first.holder.token, first.holder.value), (lock.token, b"10.0.0.7:8080"))
+            await asyncio.to_thread(self.leader.stop)  # SIGTERM: a planned hand-over
+            # The WATCH is sent again at the new leader, which answers with a fresh snapshot; the
+            # old leader may first report the ownership ended (failover), and the new one may show
+            # the lock free until the holder's RECLAIM lands (then "granted"). The holder comes back
+            # with its token and its value, carried over with the lock.
+            seen = []
+            state = await asyncio.wait_for(anext(states), 15)
+            while state.holder is None or state.holder.token != lock.token:
+                seen.append((state.event, state.reason, state.kind))
+                state = await asyncio.wait_for(anext(states), 15)
+            self.assertEqual(state.holder.value, b"10.0.0.7:8080", seen)
+            self.assertEqual((follower.addr, states.watches_sent), (self.standby.addr, 2))
+            # The new leader takes SET_VALUE for it once the holder's client has the RECLAIM's
+            # answer; until then set_value fails, retryable (the lock is being carried over).
+            for _ in range(100):
+                try:
+                    await lock.set_value("10.0.0.7:9090")
+                    break
+                except lockd.LockdConnectionError as error:
+                    self.assertTrue(error.retryable)
+                    await asyncio.sleep(0.05)
+            changed = await asyncio.wait_for(anext(states), 5)
+            self.assertEqual((changed.event, changed.holder.value), ("value", b"10.0.0.7:9090"))
+        await lock.release()
 
 @unittest.skipIf(SKIP_WITHOUT_ETCD, "no etcd here (CI sets LOCKD_REQUIRE_ETCD)")
 class SlowElection(TwoNodes):

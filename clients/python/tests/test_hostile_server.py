@@ -342,5 +342,44 @@ class Parsing(unittest.TestCase):
         self.assertEqual(redirect_verdict("evil", listed, True), (None, "invalid"))
 
 
+class VersionTwoLooks(unittest.IsolatedAsyncioTestCase):
+    """QUERY, WATCH and DOWNGRADE answered wrong (tests/helpers/hostile_scenarios_looks.ts, the
+    same frames the TypeScript client meets): a protocol error, and the client goes on."""
+
+    hostile: HostileServers
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.hostile = HostileServers("tests/helpers/hostile_scenarios_looks.ts").start()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.hostile.stop()
+
+    async def test_a_look_answered_wrong_is_a_protocol_error_and_the_client_goes_on(self) -> None:
+        self.assertGreaterEqual(len(self.hostile.misfits), 15)
+        for i, misfit in enumerate(self.hostile.misfits):
+            with self.subTest(misfit["name"]):
+                addr = self.hostile.addrs[f"look-misfit-{i}"]
+                reported: list[lockd.ServerProtocolError] = []
+                client = await lockd.connect(addr, on_protocol_error=reported.append)
+                try:
+                    if misfit["answers"] == "watch":
+                        async with client.observe("service/*") as states:
+                            await eventually(lambda: states.watches_sent == 2 and states.watching, "watching again")
+                    elif misfit["answers"] == "query":
+                        state = await asyncio.wait_for(client.query("service/leader"), 5)  # asked again
+                        self.assertEqual(state.holder.token if state.holder else 0, TOKEN)
+                    else:
+                        lock = await client.acquire("reports/daily")
+                        with self.assertRaises(lockd.LockdConnectionError):
+                            await asyncio.wait_for(lock.downgrade(), 5)
+                        self.assertEqual((lock.mode, lock.state), ("exclusive", "lost"))
+                    self.assertEqual(client.protocol_errors, 1)
+                    self.assertRegex(str(reported[0]), r"broke the protocol: .+; the connection was closed$")
+                finally:
+                    await client.close()
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -133,6 +133,11 @@ class KindsAndValues(unittest.IsolatedAsyncioTestCase):
                         await client.acquire(LEADER, **kind)
                 with self.assertRaises(TypeError):
                     await client.acquire(LEADER, value=7)  # type: ignore[arg-type]
+                # A name or pattern the wire cannot carry: refused when asked, not at a reconnect.
+                with self.assertRaises(ValueError):
+                    await client.query("x" * 70_000)
+                with self.assertRaises(ValueError):
+                    client.observe("\udc00")
                 self.assertFalse([m for m in fake.received if isinstance(m, wire.Acquire)])
 
     async def test_a_grant_of_another_kind_than_asked_is_a_protocol_error(self) -> None:
@@ -161,6 +166,47 @@ class KindsAndValues(unittest.IsolatedAsyncioTestCase):
                         with self.assertRaises(lockd.LockdConnectionError):
                             await client.acquire("jobs/render", wait_ms=2_000, **asked)
                 self.assertEqual(len(errors.errors), 1, errors.errors)
+
+
+class Downgrade(unittest.IsolatedAsyncioTestCase):
+    async def test_a_downgrade_answered_for_another_token_or_not_shared_is_a_protocol_error(self) -> None:
+        for what, answer in {
+            "another token": lambda m: wire.Acquired(m.request_id, TOKEN + 1, 10_000, m.name, b"", "shared", 1, 0, TOKEN + 1),
+            "still exclusive": lambda m: wire.Acquired(m.request_id, TOKEN, 10_000, m.name, b"", "exclusive", 1, 0, 0),
+            "a write generation above the token": lambda m: wire.Acquired(m.request_id, TOKEN, 10_000, m.name, b"", "shared", 1, 0, TOKEN + 9),
+        }.items():
+            with self.subTest(what):
+
+                def script(message: wire.Message, send, answer=answer) -> None:  # type: ignore[no-untyped-def]
+                    if isinstance(message, wire.Downgrade):
+                        send(answer(message))
+                    else:
+                        grant_as_asked(message, send)
+
+                errors = ProtocolErrors()
+                async with FakeServer(script) as fake:
+                    async with lockd.connect(fake.addr, reconnect=False, on_protocol_error=errors) as client:
+                        lock = await client.acquire("reports/daily")
+                        with self.assertRaises(lockd.LockdConnectionError):
+                            await asyncio.wait_for(lock.downgrade(), 5)
+                self.assertEqual(len(errors.errors), 1, errors.errors)
+                self.assertEqual(lock.mode, "exclusive")
+
+    async def test_a_downgrade_makes_the_lock_shared_with_its_own_token_as_write_generation(self) -> None:
+        def script(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
+            if isinstance(message, wire.Downgrade):
+                send(wire.Acquired(message.request_id, message.token, 10_000, message.name, b"", "shared", 1, 0, message.token))
+            else:
+                grant_as_asked(message, send)
+
+        async with FakeServer(script) as fake:
+            async with lockd.connect(fake.addr) as client:
+                lock = await client.acquire("reports/daily")
+                await lock.downgrade()
+                self.assertEqual((lock.mode, lock.write_generation), ("shared", TOKEN))
+                await lock.downgrade()  # shared already: nothing sent
+                self.assertEqual(len([m for m in fake.received if isinstance(m, wire.Downgrade)]), 1)
+                self.assertEqual(client.protocol_errors, 0)
 
 
 class Query(unittest.IsolatedAsyncioTestCase):

@@ -72,6 +72,26 @@ class RealServer(unittest.IsolatedAsyncioTestCase):
             self.assertEqual((reader.mode, reader.write_generation), ("shared", writer.token))
             await reader.release()
 
+    async def test_a_writer_downgrades_in_place_and_a_waiting_reader_is_granted_beside_it(self) -> None:
+        async with lockd.connect(self.server.addr) as one, lockd.connect(self.server.addr) as two:
+            try:
+                writer = await one.acquire("reports/weekly", wait_ms=2_000)
+                waiting = asyncio.ensure_future(two.acquire("reports/weekly", mode="shared", wait_ms=5_000))
+                await asyncio.sleep(0.1)
+                self.assertFalse(waiting.done())
+                await writer.downgrade()
+            except lockd.LockdError as error:
+                self.skip_if_not_served(error)
+            self.assertEqual((writer.mode, writer.write_generation, writer.state), ("shared", writer.token, "held"))
+            reader = await asyncio.wait_for(waiting, 5)
+            self.assertEqual((reader.mode, reader.write_generation), ("shared", writer.token))
+            await writer.downgrade()  # shared already: nothing to do
+            render = await one.acquire("jobs/render-x", limit=3)
+            with self.assertRaises(lockd.InvalidArgumentError):
+                await render.downgrade()  # a semaphore has no shared mode
+            state = await two.query("reports/weekly")
+            self.assertEqual((state.kind, state.owners), ("shared", 2))
+
 
 if __name__ == "__main__":
     unittest.main()
