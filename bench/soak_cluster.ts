@@ -504,15 +504,16 @@ async function rider(id: number): Promise<void> {
 }
 
 /**
- * Time from `fromMs` until a serving node other than `faulted` shows every rider's lock held with
+ * Time from `fromMs` until a serving process other than `faulted` shows every rider's lock held with
  * the rider's own token (null after 20 s): holder continuity. Polls /readyz (cheap), then the
  * serving node's rider locks, every 100 ms.
  */
-async function ridersConfirmed(faulted: string, fromMs: number): Promise<number | null> {
+async function ridersConfirmed(faulted: LockdProc, fromMs: number): Promise<number | null> {
   while (now() - fromMs < 20_000) {
     await sleep(100);
     for (const node of nodes) {
-      if (node.name === faulted || node.proc === null || node.stopped) continue;
+      // The faulted process, not its node: restarted, it may well win the next election.
+      if (node.proc === faulted || node.proc === null || node.stopped) continue;
       const ready = await fetchWithin(`http://${node.proc.opsAddr}/readyz`, 300);
       if (ready?.status !== 200) continue;
       const response = await fetchJson(
@@ -606,7 +607,7 @@ async function runFault(kind: FaultKind): Promise<void> {
     record.atMs = now();
     record.atWallMs = Date.now();
     faults.push(record);
-    if (kind !== "kill_etcd_leader") confirming = ridersConfirmed(leader.name, record.atMs);
+    if (kind !== "kill_etcd_leader") confirming = ridersConfirmed(leader.proc!, record.atMs);
     if (kind !== "kill_etcd_leader" && kind !== "double_failover") {
       tracking.push(m2.trackConfirmations(kind, record.atMs));
     }

@@ -8,7 +8,7 @@
  *   (2-20 s, so most holders hold across a fault), the others wait; a holder releases and queues
  *   again. So at any time about one holder and `perName - 1` waiters per name. A rider that
  *   loses its lock (any `lost`), or whose fenced write is refused while it holds, is a breach.
- * - **Short holders**: `coldClients` clients acquire random names of `cold/<0..coldNames>`
+ * - **Short holders**: `coldClients` clients acquire random names of `short/<0..coldNames>`
  *   (lease 600 ms, `suspend: true`, wait ≤ 2 s, hold 0-1.5 s): many claims over many names, so
  *   ownership records are written and lingered out all the time; across a fail-over they are
  *   suspended, then resumed or lost (`failover`).
@@ -259,7 +259,7 @@ export class M2Population {
 
   async #shortLoop(client: Client, id: string): Promise<void> {
     while (!this.#stopped) {
-      const name = `cold/${Math.floor(Math.random() * this.#size.coldNames)}`;
+      const name = `short/${Math.floor(Math.random() * this.#size.coldNames)}`;
       let lock: LockHandle;
       try {
         lock = await client.acquire(name, {

@@ -175,6 +175,7 @@ export function ownedReclaim(handle: LockHandle, requestId: number): Reclaim {
     slot: handle.slot,
     name: handle.name,
     value: handle.value,
+    writeGeneration: handle.writeGeneration,
   };
 }
 

@@ -4,9 +4,8 @@
  * `FrameWriter` and sends `take()` as a single socket write: one write per
  * batch is what keeps Nagle and per-write syscalls off the hot path.
  *
- * A writer encodes in the layout of its `version` (1 until the session's
- * HELLO/WELCOME fixed another); WELCOME takes the layout of its own `version`
- * field.
+ * A writer encodes in the layout of its `version` (1 until the session's HELLO/WELCOME
+ * fixed another); WELCOME takes the layout of its own `version` field.
  */
 
 import {
@@ -351,6 +350,7 @@ export class FrameWriter {
         this.#u32(msg.slot, "slot");
         this.#str(msg.name, "name");
         this.#bin(msg.value, "value");
+        this.#u64(msg.writeGeneration ?? 0, "writeGeneration");
         return;
       case "goodbye":
       case "unwatch":

@@ -735,7 +735,7 @@ class Client:
             session,
             wire.Reclaim(
                 request_id, "owned", lock.token, 0, 0, lock.lease_ms, 0, lock._ticket,
-                lock.mode, lock.limit, lock.slot, lock.name, value,
+                lock.mode, lock.limit, lock.slot, lock.name, value, lock.write_generation,
             ),
         )
 
