@@ -15,6 +15,11 @@
  * stops reading is closed by the session's slow-reader rule (its write stalls past the I/O
  * timeout).
  *
+ * A flush is a round: the sessions with frames to send when it began, handed out all at once or
+ * a few per call (`flush(sessionsMax)`, `midRound`), so that the pacer lets requests in between.
+ * A lock's LOCK_STATE is built and encoded once per call and the same bytes go to every session
+ * it is for, each with its own request id (`SessionPort.sendEncoded`).
+ *
  * @module
  */
 
