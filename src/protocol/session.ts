@@ -14,6 +14,7 @@ import type { SessionPort } from "../service/session_registry.ts";
 import type { StallWatchdog, StallWatched } from "../service/stall_watchdog.ts";
 import { ProtocolError, WIRE_CODES, wireCodeInfo } from "../wire/codes.ts";
 import { errorFrame, SESSION_ERRORS, type WireError } from "../service/wire_errors.ts";
+import type { EncodedFrame } from "../wire/encoded_frame.ts";
 import { type FrameBudget, FrameReader } from "../wire/frame_reader.ts";
 import type {
   DecodedClientRequest,
@@ -279,6 +280,14 @@ export class Session implements SessionPort, StallWatched {
     if (this.#state === "closed") return;
     this.#output.observe(message, written);
     this.#replies.send(message);
+  }
+
+  /** A frame encoded for many sessions (a watch event) goes as is unless frames wait before it. */
+  sendEncoded(frame: EncodedFrame, requestId: number, written: (() => void) | null): void {
+    if (this.#replies.idle && frame.version === this.#version && !debugEnabled()) {
+      if (this.#state !== "closed") this.#output.pushEncoded(frame, requestId, written);
+    } else if (written === null) this.send(frame.withRequestId(requestId));
+    else this.sendObserved(frame.withRequestId(requestId), written);
   }
 
   /** Reserves the next place in the reply order; every later frame waits until it is filled. */
@@ -556,11 +565,7 @@ export class Session implements SessionPort, StallWatched {
 
   /** A closing session closes once nothing is held and everything decided is written. */
   #finishWhenFlushed(): void {
-    if (
-      this.#state === "closing" && this.#replies.idle && this.#output.idle
-    ) {
-      this.#finish();
-    }
+    if (this.#state === "closing" && this.#replies.idle && this.#output.idle) this.#finish();
   }
 
   #finish(): void {
