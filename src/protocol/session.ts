@@ -458,8 +458,7 @@ export class Session implements SessionPort, StallWatched {
     this.#version = version;
     const verdict = this.#host.service.admit();
     if (verdict instanceof Promise) {
-      // Cluster mode: the answer waits (an election is under way); frames after the HELLO
-      // wait in the reader until it comes.
+      // Cluster mode: the answer waits for an election; frames after the HELLO wait in the reader.
       this.#admitting = true;
       verdict.then(
         (error) => this.#admitted(error, clientName),
