@@ -3,8 +3,8 @@
  * a write that never settles closes the session once it has been in flight longer than the I/O
  * timeout, whether nothing of the batch was written or part of it; a batch written in several
  * partial writes ends its watch; the bytes of a write in flight are never overwritten while frames
- * decided meanwhile are encoded; and the pooled callbacks of one session's write never reach
- * another session.
+ * decided meanwhile are encoded; the pooled callbacks of one session's write never reach
+ * another session; and a frame encoded once for many sessions goes out with each one's request id.
  */
 
 import assert from "node:assert/strict";
@@ -14,6 +14,7 @@ import { FRAME_BYTES_MAX_DEFAULT, WRITE_BUFFER_BYTES_MAX } from "../../src/limit
 import { type OutputOwner, SessionOutput } from "../../src/protocol/session_output.ts";
 import type { Transport } from "../../src/protocol/transport.ts";
 import { StallWatchdog } from "../../src/service/stall_watchdog.ts";
+import { EncodedFrame } from "../../src/wire/encoded_frame.ts";
 import { FrameWriter } from "../../src/wire/frame.ts";
 import type { ServerMessage } from "../../src/wire/messages.ts";
 
@@ -275,6 +276,48 @@ Deno.test("session output: frames piling up behind a stuck write past WRITE_BUFF
     await turn();
     assert.deepEqual(s.events, ["slowReader", "writeFailed"]);
     assert.equal(s.transport.writes.length, 1);
+  } finally {
+    watchdog.stop();
+  }
+});
+
+Deno.test("session output: a frame encoded once goes out with each session's request id, in order with the rest, and its observer runs once its batch is written", async () => {
+  const { watchdog } = setup();
+  try {
+    const state: ServerMessage = {
+      type: "lock_state",
+      requestId: 0,
+      event: "granted",
+      reason: "none",
+      kind: "exclusive",
+      limit: 1,
+      queueLength: 0,
+      owners: 0,
+      name: "leader",
+      holders: [],
+    };
+    const frame = new EncodedFrame(state, new FrameWriter({ version: 2 }));
+    const shared = frame.bytes.slice();
+    const [a, b] = [new Harness(watchdog, 3), new Harness(watchdog, 4)];
+    a.output.version = b.output.version = 2;
+    const written: string[] = [];
+    a.output.push(ack(1));
+    a.output.pushEncoded(frame, 7, () => written.push("a"));
+    b.output.pushEncoded(frame, 9, null);
+    await turn();
+    assert.deepEqual(written, [], "not before its batch is written");
+    a.transport.last.settle();
+    b.transport.last.settle();
+    await turn();
+    assert.deepEqual(written, ["a"]);
+    const v2 = (...messages: ServerMessage[]) => {
+      const writer = new FrameWriter({ version: 2 });
+      for (const message of messages) writer.push(message);
+      return [...writer.take()];
+    };
+    assert.deepEqual(a.transport.received, v2(ack(1), { ...state, requestId: 7 }));
+    assert.deepEqual(b.transport.received, v2({ ...state, requestId: 9 }));
+    assert.deepEqual(frame.bytes, shared, "the shared bytes are never changed");
   } finally {
     watchdog.stop();
   }
