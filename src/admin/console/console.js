@@ -13,7 +13,16 @@
 
 import { api, forgetToken, HttpError, lockPath, readEvents, savedToken, saveToken } from "./api.js";
 import { Chart, CHARTS } from "./charts.js";
-import { append, byId, el, fillPairs, formatDuration, formatNumber, valueText } from "./dom.js";
+import {
+  append,
+  byId,
+  el,
+  fillPairs,
+  formatDuration,
+  formatNumber,
+  patchRows,
+  valueText,
+} from "./dom.js";
 
 const PAGE_SIZE = 50;
 /** Waiters shown in the detail: a queue of 20,000 would cost the server and the page too much. */
@@ -46,7 +55,10 @@ const state = {
   version: -1,
 };
 
-/** Duration cells that tick between answers: [node, milliseconds when fetched, fetched at]. */
+/**
+ * Duration cells that tick between answers: [node, milliseconds when fetched, fetched at]. Nodes
+ * no longer in the page (drawn over) drop out at the next tick.
+ */
 /** @type {[HTMLElement, number, number][]} */
 let ticking = [];
 
@@ -328,7 +340,6 @@ function renderCounts(counts) {
 /** @param {{ locks: any[], total: number }} page */
 function renderLocks(page) {
   const now = performance.now();
-  ticking = ticking.filter(([node]) => !byId("locks-body").contains(node));
   const rows = page.locks.map((lock) => {
     const holder = lock.holder;
     const heldFor = el("span", {}, holder === null ? "–" : formatDuration(holder.held_for_ms));
@@ -338,7 +349,8 @@ function renderLocks(page) {
       class: "name",
       "aria-label": `Show lock ${lock.name}`,
     }, lock.name);
-    open.addEventListener("click", () => select(lock.name));
+    // A property, not a listener: patchRows hands it to a row it keeps.
+    open.onclick = () => select(lock.name);
     return el(
       "tr",
       { class: lock.name === state.selected ? "selected" : null },
@@ -350,7 +362,7 @@ function renderLocks(page) {
       el("td", { class: "number mono" }, holder === null ? "" : holder.token),
     );
   });
-  byId("locks-body").replaceChildren(...rows);
+  patchRows(byId("locks-body"), rows);
   const first = page.total === 0 ? 0 : state.offset + 1;
   const last = state.offset + page.locks.length;
   byId("page-status").textContent = page.total === 0
@@ -493,7 +505,7 @@ function renderHolders(name, lock, now) {
   const holders = lock?.holders ?? [];
   byId("detail-holders").hidden = holders.length === 0;
   byId("holders-place").textContent = lock?.kind === "semaphore" ? "Slot" : "Mode";
-  byId("holders-body").replaceChildren(...holders.map((holder, index) => {
+  const rows = holders.map((holder, index) => {
     const heldFor = el("span", {}, formatDuration(holder.held_for_ms));
     ticking.push([heldFor, holder.held_for_ms, now]);
     const release = el("button", {
@@ -501,7 +513,7 @@ function renderHolders(name, lock, now) {
       class: "danger",
       "aria-label": `Release owner ${holder.remote_addr} (token ${holder.token})`,
     }, "Release…");
-    release.addEventListener("click", () => releaseOwner(name, holder));
+    release.onclick = () => releaseOwner(name, holder);
     return el(
       "tr",
       { "data-token": holder.token },
@@ -514,7 +526,8 @@ function renderHolders(name, lock, now) {
       el("td", { class: "mono value" }, valueText(holder) ?? ""),
       el("td", {}, release),
     );
-  }));
+  });
+  patchRows(byId("holders-body"), rows);
 }
 
 /**
@@ -529,7 +542,6 @@ function renderDetail(name, lock) {
   byId("detail-link").setAttribute("href", lockHash(name));
   byId("copy-link").onclick = () => copyLink(name);
   byId("detail-idle").hidden = lock !== null;
-  ticking = ticking.filter(([node]) => !detail.contains(node));
   const holder = lock?.holder ?? null;
   byId("detail-holder").hidden = lock === null;
   /** @type {HTMLButtonElement} */ (byId("force-release")).disabled = holder === null;
@@ -564,14 +576,14 @@ function renderDetail(name, lock) {
   more.textContent = `The first ${formatNumber(waiters.length)} of ${
     formatNumber(total)
   } waiters are shown.`;
-  byId("queue-body").replaceChildren(...waiters.map((waiter, index) => {
+  const rows = waiters.map((waiter, index) => {
     const waitingFor = el("span", {}, formatDuration(waiter.waiting_for_ms));
     ticking.push([waitingFor, waiter.waiting_for_ms, now]);
     const kick = el("button", {
       type: "button",
       "aria-label": `Remove waiter ${waiter.remote_addr}`,
     }, "Remove…");
-    kick.addEventListener("click", () => kickWaiter(name, waiter, lock));
+    kick.onclick = () => kickWaiter(name, waiter, lock);
     return el(
       "tr",
       { "data-remote-addr": waiter.remote_addr },
@@ -583,7 +595,8 @@ function renderDetail(name, lock) {
       el("td", { class: "number" }, waitingFor),
       el("td", {}, kick),
     );
-  }));
+  });
+  patchRows(byId("queue-body"), rows);
   const release = byId("force-release");
   release.onclick = () => forceRelease(name, lock);
 }
