@@ -477,11 +477,11 @@ export const HEALTH_RETRY_MS = 250;
 /** `lockd run`: time between SIGTERM and SIGKILL to the command's group when the lock is lost. Flag `-kill-grace`. */
 export const KILL_GRACE_MS_DEFAULT = 5_000;
 /**
- * `lockd run`: while no node answers (the client reconnects), one line this often on standard
- * error saying what it tries: often enough that a person at the terminal or a log reader sees it
+ * `lockd run` and `lockd observe`: while no node answers (the client reconnects), one line this
+ * often on standard error saying what it tries: often enough that a person at the terminal or a log reader sees it
  * is not frozen, seldom enough for a log (6 lines a minute).
  */
-export const RUN_PROGRESS_INTERVAL_MS = 10_000;
+export const RECONNECT_PROGRESS_INTERVAL_MS = 10_000;
 /**
  * Pause between `lockd run`'s first connects while its `-wait` lasts (a cluster in the middle of
  * a fail-over, a server restarting): each connect already goes round every address.

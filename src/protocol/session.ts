@@ -343,7 +343,8 @@ export class Session implements SessionPort, StallWatched {
   }
 
   #receive(chunk: Uint8Array): void {
-    if (this.#peer !== null) this.#host.service.touch(this.#peer.sessionId);
+    // The read's own reading of the clock (one `op_now` less per read).
+    if (this.#peer !== null) this.#host.service.touch(this.#peer.sessionId, this.#lastReadMs);
     this.#reader.push(chunk);
     if (this.#admitting && this.#reader.bufferedBytes > READ_BUFFER_BYTES_MAX) {
       this.#protocolViolation("Too many bytes sent before WELCOME");
@@ -457,8 +458,7 @@ export class Session implements SessionPort, StallWatched {
     this.#version = version;
     const verdict = this.#host.service.admit();
     if (verdict instanceof Promise) {
-      // Cluster mode: the answer waits (an election is under way); frames after the HELLO
-      // wait in the reader until it comes.
+      // Cluster mode: the answer waits for an election; frames after the HELLO wait in the reader.
       this.#admitting = true;
       verdict.then(
         (error) => this.#admitted(error, clientName),

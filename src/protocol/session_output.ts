@@ -291,9 +291,16 @@ const NO_BYTES = new Uint8Array(0);
 const toFlush: SessionOutput[] = [];
 
 function flushAll(): void {
-  // An output flushed here may schedule more (a callback of a write that completed at once):
-  // they join the array and are flushed in this same pass.
-  for (let i = 0; i < toFlush.length; i++) SessionOutput.flush(toFlush[i]);
+  // Flushing one output may decide frames for others (a session that closes hands its lock
+  // over): they join the array and are flushed in this same pass.
+  for (let i = 0; i < toFlush.length; i++) {
+    try {
+      SessionOutput.flush(toFlush[i]);
+    } catch (error) {
+      // A bug must not stop the other sessions' writes (nor leave this array uncleared).
+      logger.error("session flush failed", { error: errorText(error) });
+    }
+  }
   toFlush.length = 0;
 }
 

@@ -203,9 +203,9 @@ export class LockService {
     return peer;
   }
 
-  /** The session sent something: its I/O deadline moves. */
-  touch(sessionId: number): void {
-    this.#engine.touch(this.#scheduler.monotonicMs(), sessionId);
+  /** The session sent something (read at `nowMs`, when the caller has read the clock): its I/O deadline moves. */
+  touch(sessionId: number, nowMs = this.#scheduler.monotonicMs()): void {
+    this.#engine.touch(nowMs, sessionId);
   }
 
   /** ACQUIRE: the ACL decides first (a denial is audited and changes nothing), then the engine. */

@@ -22,6 +22,7 @@ import { startServer } from "../../src/server/start.ts";
 import { MemorySink } from "../helpers/memory_sink.ts";
 import { FramePort } from "../service/service_harness.ts";
 import { problemText } from "../helpers/problem.ts";
+import { RawClient } from "../helpers/raw_client.ts";
 
 const CHROMIUM = Deno.env.get("LOCKD_CHROMIUM") ?? "/usr/bin/chromium";
 /** Chromium's flags for this machine: as root, headless, and no calls home (they are refused here). */
@@ -389,6 +390,34 @@ Deno.test({
     }
     await page.screenshot({ path: `${shots}/00-console.png`, fullPage: true });
 
+    // 7b. An orphaned holder (protocol version 2): its connection ends without GOODBYE, it keeps
+    //     its lock until the lease ends, and the console marks it "disconnected", in the table
+    //     and by its session, as text.
+    const orphan = await RawClient.connect(server.addr);
+    await orphan.hello("orphan-worker", 2);
+    await orphan.send({
+      type: "acquire",
+      requestId: 1,
+      name: "orphan/kept",
+      leaseMs: 60_000,
+      waitMs: 0,
+    });
+    assert.equal((await orphan.next())?.type, "acquired");
+    await page.getByRole("button", { name: "Show lock orphan/kept" }).click();
+    await holder.getByText("orphan-worker").waitFor();
+    const orphanRow = page.locator('#locks-body tr:has-text("orphan/kept")');
+    assert.equal(await orphanRow.locator(".badge-disconnected").count(), 0, "connected: no badge");
+    assert.doesNotMatch(await holder.innerText(), /disconnected/);
+    await orphan[Symbol.asyncDispose](); // a FIN without GOODBYE: the session is orphaned
+    await orphanRow.locator(".badge-disconnected", { hasText: /^disconnected$/ }).waitFor();
+    await holder.locator(".badge-disconnected").waitFor();
+    assert.match(
+      await holder.innerText(),
+      /Session\s+\d+\s*disconnected\s*kept until its lease ends or its client resumes/,
+    );
+    assert.match(await holder.innerText(), /Client name\s+orphan-worker/, "still the holder");
+    await page.screenshot({ path: `${shots}/07b-orphaned-holder.png`, fullPage: true });
+
     // Cluster mode, seen from a standby: /api/info says so (faked here in the browser), and the
     // page points at the leader's console instead of showing locks.
     await page.route("**/api/info", async (route) => {
@@ -427,7 +456,9 @@ Deno.test({
     assert.match(await page.locator("#charts-note").innerText(), /leader's console has the charts/);
     assert.match(await page.locator("#cluster-info").innerText(), /Leader\s+a at 10\.0\.0\.1:7400/);
     await page.screenshot({ path: `${shots}/06-standby.png`, fullPage: true });
-    await page.unroute("**/api/info");
+    // Waits for a handler still fetching the real answer: unroute() alone lets it fulfil a
+    // request the fallback has answered meanwhile ("Route is already handled!", uncaught).
+    await page.unrouteAll({ behavior: "wait" });
     await flip.release();
     await banner.waitFor({ state: "hidden" });
     await page.locator("#overview-title", { hasText: /^Overview$/ }).waitFor();

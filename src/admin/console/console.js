@@ -343,7 +343,7 @@ function renderLocks(page) {
       "tr",
       { class: lock.name === state.selected ? "selected" : null },
       el("td", {}, open, ...lockBadges(lock)),
-      el("td", { class: "mono" }, holderCell(lock)),
+      el("td", { class: "mono" }, holderCell(lock), ...disconnectedBadges(lock)),
       el("td", {}, holder === null ? "" : holder.client_name),
       el("td", { class: "number" }, heldFor),
       el("td", { class: "number" }, lock.waiters_total),
@@ -400,6 +400,33 @@ function badge(kind, text, title) {
   return el("span", { class: `badge badge-${kind}`, title }, text);
 }
 
+/**
+ * A "disconnected" badge when an owner of the lock is orphaned (protocol version 2): its
+ * connection ended without GOODBYE, and it keeps the lock until its lease ends or its client
+ * resumes the session (the admin API's `connected: false`).
+ * @param {any} lock
+ * @returns {HTMLElement[]}
+ */
+function disconnectedBadges(lock) {
+  /** @type {any[]} */
+  const owners = lock.holders ?? (lock.holder === null ? [] : [lock.holder]);
+  const orphaned = owners.filter((holder) => holder.connected === false).length;
+  if (orphaned === 0) return [];
+  const text = owners.length > 1 ? `${orphaned} disconnected` : "disconnected";
+  return [badge("disconnected", text, DISCONNECTED_TITLE)];
+}
+
+/** What the "disconnected" badge means, as its tooltip. */
+const DISCONNECTED_TITLE =
+  "connection ended without GOODBYE: the lock is kept until its lease ends or its client resumes";
+
+/** The badge of one holder, when its session is orphaned. @param {any} holder */
+function holderDisconnected(holder) {
+  return holder.connected === false
+    ? badge("disconnected", "disconnected", DISCONNECTED_TITLE)
+    : null;
+}
+
 /** The holder column: the oldest owner, `+N` for the others. @param {any} lock */
 function holderCell(lock) {
   if (lock.holder === null) return "(no owner)";
@@ -440,6 +467,22 @@ function holderExtras(holder) {
 }
 
 /**
+ * A holder's session, and when its connection is gone, that it keeps the lock until its lease
+ * ends (as `lockd admin show` says it).
+ * @param {any} holder
+ */
+function sessionText(holder) {
+  if (holder.connected !== false) return String(holder.session);
+  return el(
+    "span",
+    {},
+    String(holder.session),
+    holderDisconnected(holder),
+    " kept until its lease ends or its client resumes",
+  );
+}
+
+/**
  * Every owner of a shared lock or a semaphore, oldest first, each with its own release.
  * @param {string} name
  * @param {any} lock
@@ -464,7 +507,7 @@ function renderHolders(name, lock, now) {
       { "data-token": holder.token },
       el("td", { class: "number" }, index + 1),
       el("td", {}, lock.kind === "semaphore" ? holder.slot : holder.mode),
-      el("td", { class: "mono" }, holder.remote_addr),
+      el("td", { class: "mono" }, holder.remote_addr, holderDisconnected(holder)),
       el("td", {}, holder.client_name),
       el("td", { class: "number mono" }, holder.token),
       el("td", { class: "number" }, heldFor),
@@ -504,7 +547,7 @@ function renderDetail(name, lock) {
       ["Identity", holder.identity === "" ? "(none: no mutual TLS)" : holder.identity],
       ["Client name", holder.client_name === "" ? "(none)" : holder.client_name],
       ["Remote address", el("span", { class: "mono" }, holder.remote_addr)],
-      ["Session", holder.session],
+      ["Session", sessionText(holder)],
       ["Since", holder.since],
       ["Held for", heldFor],
       ["Lease", formatDuration(holder.lease_ms)],
