@@ -120,12 +120,11 @@ export const WATCH_BATCH_BYTES_MAX = 64 * 1024;
 /**
  * The share of the server's time that sending watch events may take while changes come fast:
  * after a round that took t ms, the next waits until t / share ms after it began (the changes
- * meanwhile are coalesced). Measured on 2 shared, loaded cores (bench/watch_fanout.ts): a lock
- * granted and released as fast as one client goes keeps 0.7-1.0 of its rate with a thousand
- * watchers at 0.1 (medians of alternating runs), each watcher told about 5 times a second; a
- * quiet server sends each event at once.
+ * meanwhile are coalesced). On 2 shared, loaded cores (bench/watch_fanout.ts) a lock handed off
+ * as fast as one client goes kept 0.88-0.99 of its rate with 1,000 watchers at 0.07, each told
+ * about 5 times a second (at 0.1: 0.77-0.86, 7 times); a quiet server sends each event at once.
  */
-export const WATCH_FANOUT_TIME_SHARE = 0.1;
+export const WATCH_FANOUT_TIME_SHARE = 0.07;
 /**
  * Sessions told per turn of a watch fan-out, other work running between turns: a request waits
  * for about this many socket writes (10-20 µs each), not a thousand (fewer: more timers).
