@@ -73,6 +73,8 @@ export interface SpawnLockdOptions extends Omit<LockdCommandOptions, "stderr"> {
   fdLimit?: number;
   /** How long to wait for the start line (default 15 s); then the process is killed. */
   startTimeoutMs?: number;
+  /** Another checkout's main.ts (a comparison with an older version); this one's by default. */
+  main?: string;
   /**
    * What happens to standard error once the server has started: "read" (the default) keeps
    * reading it for the life of the process into `logLines`, so it never blocks on a full
@@ -121,7 +123,7 @@ export async function spawnLockd(options: SpawnLockdOptions = {}): Promise<Lockd
     ...(options.flags ?? []),
   ];
   const permissions = options.permissions ?? ["--allow-all"];
-  const denoArgs = ["run", ...permissions, LOCKD_MAIN, ...serveArgs];
+  const denoArgs = ["run", ...permissions, options.main ?? LOCKD_MAIN, ...serveArgs];
   const quoted = denoArgs.map((arg) => arg === "" ? '""' : arg).join(" ");
   const command = options.fdLimit
     ? `ulimit -n ${options.fdLimit}; exec deno ${quoted}`

@@ -9,7 +9,8 @@
 import { BenchConn, type BenchTls, quantile, sortedCopy } from "./bench_client.ts";
 import { cpuSeconds, type LockdProc, rssBytes, spawnLockd } from "./lockd_proc.ts";
 import { engineRemoval } from "./engine_removal.ts";
-import { compareClusterMode, ROUNDS } from "./cluster_bench.ts";
+import { clusterScenarioRows } from "./cluster_bench.ts";
+import { clientTls, tlsServerArgs } from "./tls_fixtures.ts";
 import { etcdAvailable } from "./etcd_proc.ts";
 import { kindScenarios } from "./kinds_bench.ts";
 import {
@@ -31,6 +32,11 @@ function flag(name: string, fallback: string): string {
 }
 const TARGET_ADDR = flag("addr", "");
 const PHASE_MS = Number(flag("duration-ms", "3000"));
+/**
+ * Scenario 8's M1 column: the revision of this repository whose cluster mode is milestone 1 (the
+ * last commit before milestone 2 was wired); "" leaves the column out.
+ */
+const M1_REV = flag("m1-rev", "6c2f2e2");
 const WARMUP_MS = 500;
 const OUT = flag("out", `${ROOT}bench/results/latest.json`);
 const FD_LIMIT = 20_000;
@@ -733,37 +739,18 @@ async function expiry(): Promise<void> {
 
 // ---- 7. TLS and mutual TLS ----------------------------------------------------
 
-const TLS_FIXTURES = `${ROOT}tests/fixtures/tls/`;
-
-function tlsServerArgs(mtls: boolean): string[] {
-  return [
-    "-tls-cert",
-    `${TLS_FIXTURES}server.pem`,
-    "-tls-key",
-    `${TLS_FIXTURES}server-key.pem`,
-    ...(mtls ? ["-tls-client-ca", `${TLS_FIXTURES}ca.pem`] : []),
-  ];
-}
-
-function clientTls(mtls: boolean): BenchTls {
-  return {
-    ca: Deno.readTextFileSync(`${TLS_FIXTURES}ca.pem`),
-    ...(mtls
-      ? {
-        cert: Deno.readTextFileSync(`${TLS_FIXTURES}client-uri.pem`),
-        key: Deno.readTextFileSync(`${TLS_FIXTURES}client-uri-key.pem`),
-      }
-      : {}),
-  };
-}
-
 /** Uncontended acquire+release cycles/s at `c` connections. */
-async function cyclesPerS(addr: string, c: number, tls?: BenchTls): Promise<number> {
+async function cyclesPerS(
+  addr: string,
+  c: number,
+  tls?: BenchTls,
+  server: Measured | null = null,
+): Promise<{ perS: number; cpuUsPerCycle: number }> {
   const conns = await Promise.all(
     Array.from({ length: c }, () => BenchConn.session(addr, "bench", tls)),
   );
   let cycles = 0;
-  const { elapsedMs } = await timedLoops(c, async (i, measuring, stop) => {
+  const { elapsedMs, cost } = await timedLoops(c, async (i, measuring, stop) => {
     const name = `t/${c}/${i}`;
     while (!stop()) {
       const a = await conns[i].acquire(name, 0, 0);
@@ -771,10 +758,13 @@ async function cyclesPerS(addr: string, c: number, tls?: BenchTls): Promise<numb
       await conns[i].release(name, a.token);
       if (measuring()) cycles++;
     }
-  });
+  }, server);
   for (const k of conns) k.close();
   await Promise.all(conns.map((k) => k.done));
-  return (cycles / elapsedMs) * 1000;
+  return {
+    perS: (cycles / elapsedMs) * 1000,
+    cpuUsPerCycle: cost === null ? NaN : perOp(cost, cycles).cpuUsPerOp,
+  };
 }
 
 /** Runs bench/tls_flood.ts `full` in `workers` processes against `addr`; sessions opened per second and server CPU per session. */
@@ -837,23 +827,41 @@ async function tlsScenarios(): Promise<void> {
   const c = 64;
   const TLS_ROUNDS = 3;
   const rates = new Map<string, number[]>(modes.map((m) => [m.name, []]));
+  const cpus = new Map<string, number[]>(modes.map((m) => [m.name, []]));
   for (let round = 0; round < TLS_ROUNDS; round++) {
     for (const mode of modes) {
-      const rate = await withServer((addr) => cyclesPerS(addr, c, mode.tls), false, mode.args);
-      rates.get(mode.name)!.push(rate);
+      const r = await withServer(
+        (addr, _proc, server) => cyclesPerS(addr, c, mode.tls, server),
+        false,
+        mode.args,
+      );
+      rates.get(mode.name)!.push(r.perS);
+      cpus.get(mode.name)!.push(r.cpuUsPerCycle);
     }
   }
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
   const plain = rates.get("plaintext")!;
+  const plainCpu = cpus.get("plaintext")!;
   for (const mode of modes) {
     const rs = rates.get(mode.name)!;
+    const cs = cpus.get(mode.name)!;
     row({
       scenario: `7 TLS: uncontended C=${c}`,
       metric: `${mode.name} cycles/s (${TLS_ROUNDS} rounds)`,
       value: rs.map((r) => Math.round(r)).join(" / "),
-      unit: "/s",
+      unit: `/s (server CPU ${cs.map((x) => round(x, 1)).join(" / ")} µs per cycle)`,
     });
     if (mode.name === "plaintext") continue;
+    // On two shared cores the client's share of the CPU moves the cycles/s of a round; the
+    // server's CPU per cycle does not: plaintext's over this mode's is the ratio the server alone
+    // would give.
+    const cpuRatios = cs.map((x, i) => plainCpu[i] / x);
+    row({
+      scenario: `7 TLS: uncontended C=${c}`,
+      metric: `plaintext / ${mode.name} server CPU per cycle, each round (median)`,
+      value: `${cpuRatios.map((r) => round(r, 2)).join(" / ")} (${round(median(cpuRatios), 2)})`,
+      unit: "",
+    });
     const ratios = rs.map((r, i) => r / plain[i]);
     const mtls = mode.name === "mTLS";
     row({
@@ -907,48 +915,9 @@ async function clusterScenario(): Promise<void> {
     row({ scenario: "8 cluster vs single", metric: "skipped (no etcd)", value: "-", unit: "" });
     return;
   }
-  const r = await compareClusterMode(SERVER_ARGS, PHASE_MS);
+  const r = await clusterScenarioRows(SERVER_ARGS, PHASE_MS, M1_REV, row);
   for (const c of r.commands) if (!commands.includes(c)) commands.push(c);
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-  for (const kind of ["uncontended", "contended"] as const) {
-    const what = kind === "uncontended" ? "C=64 cycles/s" : "16 clients owner changes/s";
-    const perS = (mode: "single" | "cluster") => r[mode][kind].map((x) => x.perS);
-    const cpu = (mode: "single" | "cluster") => r[mode][kind].map((x) => x.cpuUsPerOp);
-    for (const mode of ["single", "cluster"] as const) {
-      row({
-        scenario: `8 cluster vs single: ${kind}`,
-        metric: `${mode} ${what} (${ROUNDS} runs)`,
-        value: perS(mode).map((x) => Math.round(x)).join(" / "),
-        unit: "/s",
-      });
-      row({
-        scenario: `8 cluster vs single: ${kind}`,
-        metric: `${mode} server CPU per operation`,
-        value: cpu(mode).map((x) => round(x, 1)).join(" / "),
-        unit: "µs",
-      });
-    }
-    const ratio = median(perS("cluster")) / median(perS("single"));
-    row({
-      scenario: `8 cluster vs single: ${kind}`,
-      metric: "cluster / single throughput (medians)",
-      value: round(ratio, 3),
-      unit: "",
-      target: "≥ 0.90",
-      met: ratio >= 0.9,
-    });
-    row({
-      scenario: `8 cluster vs single: ${kind}`,
-      metric: "cluster / single CPU per operation (medians)",
-      value: round(median(cpu("cluster")) / median(cpu("single")), 3),
-      unit: "",
-    });
-  }
-  notes.push(
-    `Scenario 8 alternates single node and cluster mode (a 3-member etcd on loopback, one lockd ` +
-      `node in cluster mode) ${ROUNDS} times in the same run and compares medians; etcd is off ` +
-      "the hot path but for one token block reservation per 65,536 grants.",
-  );
+  notes.push(r.note);
 }
 
 const started = performance.now();

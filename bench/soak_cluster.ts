@@ -21,7 +21,11 @@
  * with a token at or below a floor (an ownership of the lock that ended badly before), and the
  * reclaim gauges are 0.
  *
- * Breaches (exit 1) are listed in docs/reliability.md ("Cluster chaos soak"). It prints the
+ * Also `soak_m2.ts`'s holders and waiters of many names (FIFO kept, per-holder confirmation).
+ * `-only kinds`, `-kills n` and `-per-name n`: measuring runs (docs/reliability.md).
+ *
+ * Breaches (exit 1) are listed in docs/reliability.md ("Cluster chaos soak"); on a breach the run
+ * directory (every node's audit and diagnostic log, every breach) is kept. It prints the
  * fail-over time per fault kind (fault → first grant after it) with p50 and max, the grant
  * pauses of etcd-leader kills, and one summary line.
  */
@@ -33,14 +37,15 @@ import {
   checkReclaimFloors,
   type Written,
 } from "./soak_cluster_audit.ts";
-import { FencedResource, Observer } from "./soak_cluster_parts.ts";
+import { FencedResource, keepRunDir, Observer } from "./soak_cluster_parts.ts";
 import { type LockdProc, spawnLockd } from "./lockd_proc.ts";
 import { type Client, connect, type Lock, LockdError, type LockLostError } from "../mod.ts";
 import { connectWith } from "../src/client/client.ts";
 import { type ClientSocket, type Dial, nodeSocketDial } from "../src/client/transport.ts";
 import { systemScheduler } from "../src/clock.ts";
 import { EtcdHttpClient } from "../src/cluster/etcd_http.ts";
-import { EtcdLink } from "../tests/helpers/etcd.ts";
+import { etcdClient, EtcdLink } from "../tests/helpers/etcd.ts";
+import { M2_SIZES, M2Population, type WrittenRecord } from "./soak_m2.ts";
 
 function flag(name: string, fallback: string): string {
   const i = Deno.args.findIndex((a) => a === `-${name}` || a === `--${name}`);
@@ -65,7 +70,7 @@ const PLAN: Record<FaultKind, number> = SIZE === "ci"
     double_failover: 1,
   }
   : {
-    kill_leader: 20,
+    kill_leader: Number(flag("kills", "20")),
     term_leader: 5,
     stop_leader: 5,
     cut_leader: 5,
@@ -89,6 +94,7 @@ const breaches: string[] = [];
 const breach = (what: string) => {
   if (breaches.length < 50) console.error(`BREACH: ${what}`);
   breaches.push(what);
+  count(`breach_${what.split(/[ :]/)[0]}`);
 };
 const counts: Record<string, number> = {};
 const count = (what: string, n = 1) => (counts[what] = (counts[what] ?? 0) + n);
@@ -96,6 +102,18 @@ const count = (what: string, n = 1) => (counts[what] = (counts[what] ?? 0) + n);
 // ---- the fenced resource ---------------------------------------------------------------
 
 const resource = new FencedResource(breach);
+
+const m2 = new M2Population({
+  breach,
+  count,
+  addrs: () => nodes.map((n) => n.addr),
+  write: (lock, token) => resource.write(lock, token),
+  lastFault: () => faults.at(-1),
+}, {
+  ...M2_SIZES[SIZE === "ci" ? "ci" : "full"],
+  // `-per-name 2`: one holder and one waiter per ride name (1,000 + 1,000 at full size).
+  ...(flag("per-name", "") === "" ? {} : { perName: Number(flag("per-name", "")) }),
+});
 
 // ---- etcd and the lockd nodes ------------------------------------------------------------
 
@@ -129,6 +147,9 @@ const nodes: Node[] = Array.from({ length: 3 }, (_, i) => ({
   audits: [],
 }));
 
+/** Every lockd process started, for its diagnostic log at the end. */
+const started: { name: string; proc: LockdProc }[] = [];
+
 async function startNode(node: Node): Promise<void> {
   node.runs++;
   const audit = `${dir}/audit-${node.name}-${node.runs}.jsonl`;
@@ -157,6 +178,7 @@ async function startNode(node: Node): Promise<void> {
       "0s",
     ],
   });
+  started.push({ name: `${node.name}-${node.runs}`, proc: node.proc });
 }
 
 async function fetchWithin(url: string, timeoutMs: number): Promise<Response | null> {
@@ -399,7 +421,10 @@ async function worker(id: number): Promise<void> {
       mine.healthy = false;
       count(mode);
       if (mode === "crash") {
+        // A crash says no GOODBYE: the leader keeps the session orphaned until its lease ends.
+        state.stalled = true;
         await client.close();
+        state.stalled = false;
         client = await newClient(id, state);
         continue;
       }
@@ -479,15 +504,15 @@ async function rider(id: number): Promise<void> {
 }
 
 /**
- * Time from `fromMs` until a serving node other than the `faulted` process shows every rider's
- * lock held with the rider's own token (null after 20 s): holder continuity. A killed node that
- * was restarted counts (it may win the election). Polls /readyz (cheap), then the serving node's
- * rider locks, every 100 ms.
+ * Time from `fromMs` until a serving process other than `faulted` shows every rider's lock held with
+ * the rider's own token (null after 20 s): holder continuity. Polls /readyz (cheap), then the
+ * serving node's rider locks, every 100 ms.
  */
 async function ridersConfirmed(faulted: LockdProc, fromMs: number): Promise<number | null> {
   while (now() - fromMs < 20_000) {
     await sleep(100);
     for (const node of nodes) {
+      // The faulted process, not its node: restarted, it may well win the next election.
       if (node.proc === faulted || node.proc === null || node.stopped) continue;
       const ready = await fetchWithin(`http://${node.proc.opsAddr}/readyz`, 300);
       if (ready?.status !== 200) continue;
@@ -560,6 +585,10 @@ async function leaderTerm(): Promise<number> {
 
 async function runFault(kind: FaultKind): Promise<void> {
   const leader = await servingNode();
+  if (kind !== "kill_etcd_leader") {
+    await m2.snapshotQueues(leader.proc?.adminAddr ?? null, faults.length);
+  }
+  const tracking: Promise<void>[] = [];
   const record: FaultRecord = {
     kind,
     atMs: 0,
@@ -578,7 +607,10 @@ async function runFault(kind: FaultKind): Promise<void> {
     record.atMs = now();
     record.atWallMs = Date.now();
     faults.push(record);
-    if (kind !== "kill_etcd_leader") confirming = ridersConfirmed(proc, record.atMs);
+    if (kind !== "kill_etcd_leader") confirming = ridersConfirmed(leader.proc!, record.atMs);
+    if (kind !== "kill_etcd_leader" && kind !== "double_failover") {
+      tracking.push(m2.trackConfirmations(kind, record.atMs));
+    }
     cold = coldProbe(kind, record.atMs, faults.length);
   };
   const proc = leader.proc!;
@@ -648,6 +680,7 @@ async function runFault(kind: FaultKind): Promise<void> {
       leader.proc = null;
       const second = await servingNode();
       await sleep(1_000);
+      tracking.push(m2.trackConfirmations("double_failover (from the second kill)", now()));
       await second.proc!.stop("SIGKILL");
       second.proc = null;
       await sleep(1_000);
@@ -678,6 +711,7 @@ async function runFault(kind: FaultKind): Promise<void> {
   record.endWallMs = Date.now();
   record.ridersMs = await confirming;
   record.coldMs = await cold;
+  await Promise.all(tracking);
   if (kind !== "kill_etcd_leader" && record.ridersMs === null && riders.length > 0) {
     breach(`${kind}: the riders were not all confirmed on a new leader within 20 s`);
   }
@@ -693,8 +727,12 @@ function shuffled<T>(items: T[]): T[] {
   return items;
 }
 
+/** `-only kill_leader,term_leader`: only these kinds of the plan (a measuring run). */
+const ONLY = flag("only", "");
 const schedule = shuffled(
-  (Object.entries(PLAN) as [FaultKind, number][]).flatMap(([kind, n]) => Array(n).fill(kind)),
+  (Object.entries(PLAN) as [FaultKind, number][])
+    .filter(([kind]) => ONLY === "" || ONLY.split(",").includes(kind))
+    .flatMap(([kind, n]) => Array(n).fill(kind)),
 );
 const startedAtMs = now();
 let exitCode = 0;
@@ -711,6 +749,7 @@ try {
       await rider(i);
     }),
   ];
+  await m2.start();
   for (const [i, kind] of schedule.entries()) {
     await sleep(GAP_MIN_MS + Math.random() * (GAP_MAX_MS - GAP_MIN_MS));
     console.error(`fault ${i + 1}/${schedule.length}: ${kind}`);
@@ -719,6 +758,7 @@ try {
   await sleep(GAP_MIN_MS);
   stopAll = true;
   await Promise.all(workers);
+  await m2.stop();
   await finalChecks();
   await checkLeftoverRecords();
 } catch (error) {
@@ -726,6 +766,7 @@ try {
 } finally {
   stopAll = true;
   clearInterval(lagProbe);
+  await m2.stop().catch(() => {});
   for (const node of nodes) {
     if (node.stopped) node.proc?.child.kill("SIGCONT");
     await node.proc?.stop("SIGKILL");
@@ -734,7 +775,11 @@ try {
   await etcd[Symbol.asyncDispose]();
   report();
   exitCode = breaches.length > 0 ? 1 : 0;
-  await Deno.remove(dir, { recursive: true }).catch(() => {});
+  if (exitCode === 0) {
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  } else {
+    await keepRunDir(dir, breaches, started);
+  }
 }
 Deno.exit(exitCode);
 
@@ -746,9 +791,12 @@ async function finalChecks(): Promise<void> {
   const byTerm = new Map<number, number[]>();
   const seen = new Set<number>();
   const written: Written[] = [];
+  /** The same records with their file and place in it, for the milestone-2 checks. */
+  const placed: WrittenRecord[] = [];
   for (const node of nodes) {
     for (const path of node.audits) {
       const text = await Deno.readTextFile(path).catch(() => "");
+      const file = path.slice(dir.length + 1);
       for (const line of text.split("\n")) {
         if (line.trim() === "") continue;
         let record: AuditLine;
@@ -758,6 +806,13 @@ async function finalChecks(): Promise<void> {
           continue; // a line torn by SIGKILL
         }
         written.push({ record, node: node.name, wallMs: Date.parse(record.ts) });
+        placed.push({
+          record,
+          node: node.name,
+          wallMs: Date.parse(record.ts),
+          file,
+          index: placed.length,
+        });
         if (record.term === undefined) breach(`audit record without a term in ${path}: ${line}`);
         if (record.event === "leader_elected") {
           const wallMs = Date.parse(record.ts);
@@ -807,6 +862,9 @@ async function finalChecks(): Promise<void> {
   counts.terms = byTerm.size;
   checkOwnersByTime(written, { breach, count, counts });
   checkReclaimFloors(written, { breach, count, counts });
+  // Milestone 2's population: the clients' own view of holders, FIFO among reclaimed waiters,
+  // kept reclaims against the floors etcd held when their term began.
+  await m2.finalChecks(placed, faults, etcdClient(etcd.clientUrls, 10_000), counts);
   // The nodes agree on the leader, and every gauge is back to 0 with all clients gone.
   await sleep(500);
   const infos = await Promise.all(nodes.map(infoOf));
@@ -879,6 +937,7 @@ function report(): void {
   const lines: string[] = [];
   for (const kind of Object.keys(PLAN) as FaultKind[]) {
     const of = faults.filter((f) => f.kind === kind);
+    if (of.length === 0) continue;
     const times = of.map((f) => f.firstGrantMs).filter((t): t is number => t !== null);
     if (kind === "kill_etcd_leader") {
       const pauses = of.map((f) => longestGrantGap(f.atMs - 1_000, f.endAtMs));
@@ -914,6 +973,8 @@ function report(): void {
   }
   console.log(`fail-over (lockd cluster soak, size ${SIZE}, TTL ${TTL_MS} ms):`);
   console.log(lines.join("\n"));
+  console.log(`holders across fail-overs (milestone 2, ${m2.grants} grants):`);
+  console.log(m2.reportLines().join("\n"));
   console.log(
     `soak:cluster ${((now() - startedAtMs) / 1000).toFixed(0)}s: ${breaches.length} breaches, ` +
       `${grants} grants, ${resource.accepted} writes accepted, ${resource.fenced} fenced, ` +

@@ -113,3 +113,19 @@ export class Observer {
     }
   }
 }
+
+/**
+ * A run with breaches keeps its directory for the post-mortem: every node's audit log is there
+ * already; this writes each lockd process's diagnostic log and every breach beside them.
+ */
+export async function keepRunDir(
+  dir: string,
+  breaches: readonly string[],
+  started: readonly { name: string; proc: { log(): string } }[],
+): Promise<void> {
+  await Deno.writeTextFile(`${dir}/breaches.txt`, breaches.join("\n") + "\n").catch(() => {});
+  for (const { name, proc } of started) {
+    await Deno.writeTextFile(`${dir}/${name}.log`, proc.log()).catch(() => {});
+  }
+  console.log(`audit and diagnostic logs kept in ${dir}`);
+}

@@ -336,10 +336,16 @@ export async function kindChaos(ctx: SoakContext, tracker: KindTracker, until: n
     try {
       const r = Math.random();
       if (r < 0.4) {
-        const o = tracker.pick(lock);
+        // One owner by its token, of whichever kind lock has owners now (ownerships are short).
+        const owned = locks.filter((name) => tracker.pick(name) !== undefined);
+        const target = owned[Math.floor(Math.random() * owned.length)];
+        const o = target === undefined ? undefined : tracker.pick(target);
         if (o === undefined) continue;
         o.healthy = false;
-        const res = await fetch(`${path}/release?token=${o.token}`, { method: "POST" });
+        const res = await fetch(
+          `http://${admin}/api/locks/${encodeURIComponent(target)}/release?token=${o.token}`,
+          { method: "POST" },
+        );
         await res.body?.cancel();
         if (res.ok) ctx.fault("kinds_force_one");
       } else if (r < 0.6) {

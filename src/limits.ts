@@ -119,12 +119,17 @@ export const LOCKS_PER_WATCH_MAX = 1_024;
 export const WATCH_BATCH_BYTES_MAX = 64 * 1024;
 /**
  * The share of the server's time that sending watch events may take while changes come fast:
- * after a flush that took t ms, the next waits until t / share ms after it began (the changes
- * meanwhile are coalesced). Measured on 2 shared cores, a lock granted and released as fast as
- * one client goes kept about a third of its rate with a thousand watchers at 0.1 (0.2: a fifth;
- * unpaced: 7 grants/s); a quiet server sends each event at once.
+ * after a round that took t ms, the next waits until t / share ms after it began (the changes
+ * meanwhile are coalesced). On 2 shared, loaded cores (bench/watch_fanout.ts) a lock handed off
+ * as fast as one client goes kept 0.88-0.99 of its rate with 1,000 watchers at 0.07, each told
+ * about 5 times a second (at 0.1: 0.77-0.86, 7 times); a quiet server sends each event at once.
  */
-export const WATCH_FANOUT_TIME_SHARE = 0.1;
+export const WATCH_FANOUT_TIME_SHARE = 0.07;
+/**
+ * Sessions told per turn of a watch fan-out, other work running between turns: a request waits
+ * for about this many socket writes (10-20 µs each), not a thousand (fewer: more timers).
+ */
+export const WATCH_FANOUT_SESSIONS_PER_TURN = 32;
 
 // ---- time: leases, timeouts, shutdown (flags) ----------------------------------------------
 
@@ -472,11 +477,11 @@ export const HEALTH_RETRY_MS = 250;
 /** `lockd run`: time between SIGTERM and SIGKILL to the command's group when the lock is lost. Flag `-kill-grace`. */
 export const KILL_GRACE_MS_DEFAULT = 5_000;
 /**
- * `lockd run`: while no node answers (the client reconnects), one line this often on standard
- * error saying what it tries: often enough that a person at the terminal or a log reader sees it
+ * `lockd run` and `lockd observe`: while no node answers (the client reconnects), one line this
+ * often on standard error saying what it tries: often enough that a person at the terminal or a log reader sees it
  * is not frozen, seldom enough for a log (6 lines a minute).
  */
-export const RUN_PROGRESS_INTERVAL_MS = 10_000;
+export const RECONNECT_PROGRESS_INTERVAL_MS = 10_000;
 /**
  * Pause between `lockd run`'s first connects while its `-wait` lasts (a cluster in the middle of
  * a fail-over, a server restarting): each connect already goes round every address.

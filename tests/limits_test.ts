@@ -157,6 +157,12 @@ Deno.test("limits: a longest value fits a LOCK_STATE and a RECLAIM in the frames
   );
   // Watch events never take most of the server's time, and never none of it.
   assert.ok(limits.WATCH_FANOUT_TIME_SHARE > 0 && limits.WATCH_FANOUT_TIME_SHARE <= 0.5);
+  // A turn of a fan-out tells some sessions, and fewer than one watch may match locks.
+  assert.ok(
+    Number.isInteger(limits.WATCH_FANOUT_SESSIONS_PER_TURN) &&
+      limits.WATCH_FANOUT_SESSIONS_PER_TURN >= 1 &&
+      limits.WATCH_FANOUT_SESSIONS_PER_TURN < limits.LOCKS_PER_WATCH_MAX,
+  );
 });
 
 Deno.test("limits: a heartbeat every lease/3 keeps even the shortest lease before its client-side deadline", () => {

@@ -443,7 +443,7 @@ const TEST_FILE_LINES_MAX = 1_000;
  */
 const FILES_OVER_CAP: Readonly<Record<string, { lines: number; reason: string }>> = {
   "src/client/client.ts": {
-    lines: 897,
+    lines: 891,
     reason: "the library's public surface (connect, Client, Lock) and its reconnect loop (raised " +
       "from 879 by the hooks of lock kinds, values, query and observe, issues 22 and 23, whose " +
       "logic lives in claim_kind.ts, looks.ts and observe.ts); the reconnect loop is the next " +

@@ -8,6 +8,8 @@
  */
 
 import { type Client, connect } from "../client/client.ts";
+import { type Scheduler, systemScheduler, type Timer } from "../clock.ts";
+import { RECONNECT_PROGRESS_INTERVAL_MS } from "../limits.ts";
 import { composeClientName } from "../client/client_name.ts";
 import { LockdError } from "../client/errors.ts";
 import type { LockHolder, LockInfo } from "../client/observe.ts";
@@ -61,7 +63,9 @@ again and prints a fresh snapshot. A line:
    "clientName":"api@host-1:4242","value":"10.0.0.7:8080"},"holders":[...]}
 
 "holder" is the oldest owner, null when nobody holds the lock; a value is shown
-as UTF-8 text ("valueBase64" is added when its bytes are not UTF-8).
+as UTF-8 text ("valueBase64" is added when its bytes are not UTF-8). While no
+node answers, nothing is printed (the last states may be stale) and a line on
+standard error every 10 s says what it tries.
 
 Exit statuses:
 ${
@@ -78,6 +82,14 @@ export interface ObserveIo {
   stderr(line: string): void;
   /** Aborted to stop (default: SIGINT or SIGTERM). */
   signal?: AbortSignal;
+  /** The client's clock and timers and the progress line's (default: the process clock). */
+  scheduler?: Scheduler;
+}
+
+/** The reconnects since the last WELCOME, as the client reports them. */
+interface Reconnects {
+  attempt: number;
+  lastError: Error | null;
 }
 
 /** `lockd observe`: returns the exit status. */
@@ -88,24 +100,8 @@ export async function observeCommand(
     stderr: (line) => console.error(line),
   },
 ): Promise<number> {
-  let parsed;
-  try {
-    parsed = parseFlags(args, OBSERVE_FLAGS);
-    if (parsed.positionals.length !== 1) {
-      throw new FlagError("lockd observe needs exactly one lock NAME or GLOB");
-    }
-    if (!parsed.values.get("cert") !== !parsed.values.get("key")) {
-      throw new FlagError("-cert and -key go together (the client certificate and its key)");
-    }
-    if (parsed.values.get("once") === true && /[*?[\\]/.test(parsed.positionals[0])) {
-      throw new FlagError("-once takes a lock NAME, not a glob");
-    }
-  } catch (error) {
-    if (!(error instanceof FlagError)) throw error;
-    io.stderr(`lockd observe: ${error.message}`);
-    io.stderr(OBSERVE_USAGE);
-    return OBSERVE_EXIT.usage.status;
-  }
+  const parsed = parseObserveArgs(args, io);
+  if (typeof parsed === "number") return parsed;
   const { values } = parsed;
   const pattern = parsed.positionals[0];
   const addrs = ((values.get("addr") as string | undefined) ?? "127.0.0.1:7400").split(",")
@@ -122,6 +118,8 @@ export async function observeCommand(
     return OBSERVE_EXIT.tlsFiles.status;
   }
   let client: Client;
+  const reconnects: Reconnects = { attempt: 0, lastError: null };
+  const scheduler = io.scheduler ?? systemScheduler;
   try {
     client = await connect({
       ...(addrs.length === 1 ? { addr: addrs[0] } : { addrs }),
@@ -129,6 +127,11 @@ export async function observeCommand(
       clientName: (values.get("client-name") as string | undefined) ??
         composeClientName("lockd-observe", "", Deno.pid),
       onProtocolError: (error) => io.stderr(`lockd observe: ${error.message}`),
+      scheduler,
+      onReconnectFailed: (attempt, error) => {
+        reconnects.attempt = attempt;
+        reconnects.lastError = error;
+      },
     });
   } catch (error) {
     io.stderr(`lockd observe: ${(error as Error).message}`);
@@ -139,12 +142,39 @@ export async function observeCommand(
       io.stdout(JSON.stringify(stateJson(await client.query(pattern))));
       return OBSERVE_EXIT.done.status;
     }
-    return await printStates(client, pattern, io);
+    const progress = reportWhileUnanswered(client, addrs, reconnects, scheduler, io);
+    try {
+      return await printStates(client, pattern, io);
+    } finally {
+      progress.cancel();
+    }
   } catch (error) {
     io.stderr(`lockd observe: ${(error as Error).message}`);
     return failureStatus(error);
   } finally {
     await client.close();
+  }
+}
+
+/** The flags and the one NAME or GLOB, or the usage error's exit status (said on stderr). */
+function parseObserveArgs(args: readonly string[], io: ObserveIo) {
+  try {
+    const parsed = parseFlags(args, OBSERVE_FLAGS);
+    if (parsed.positionals.length !== 1) {
+      throw new FlagError("lockd observe needs exactly one lock NAME or GLOB");
+    }
+    if (!parsed.values.get("cert") !== !parsed.values.get("key")) {
+      throw new FlagError("-cert and -key go together (the client certificate and its key)");
+    }
+    if (parsed.values.get("once") === true && /[*?[\\]/.test(parsed.positionals[0])) {
+      throw new FlagError("-once takes a lock NAME, not a glob");
+    }
+    return parsed;
+  } catch (error) {
+    if (!(error instanceof FlagError)) throw error;
+    io.stderr(`lockd observe: ${error.message}`);
+    io.stderr(OBSERVE_USAGE);
+    return OBSERVE_EXIT.usage.status;
   }
 }
 
@@ -168,6 +198,34 @@ async function printStates(client: Client, pattern: string, io: ObserveIo): Prom
     for (const signal of signals) Deno.removeSignalListener(signal, onSignal);
     io.signal?.removeEventListener("abort", onSignal);
   }
+}
+
+/**
+ * Every RECONNECT_PROGRESS_INTERVAL_MS in which the client has no connection (no node answers:
+ * it reconnects with back-off), one line on standard error saying what it tries, as `lockd run`
+ * does. Standard output stays JSON states only: nothing is printed there until a node answers
+ * and the watch's fresh snapshot comes.
+ */
+function reportWhileUnanswered(
+  client: Client,
+  addrs: readonly string[],
+  reconnects: Reconnects,
+  scheduler: Scheduler,
+  io: ObserveIo,
+): Timer {
+  let timer: Timer;
+  const tick = () => {
+    if (client.sessionId === 0 && reconnects.lastError !== null) {
+      io.stderr(
+        `lockd observe: no lockd node answers; trying ${addrs.join(", ")} (attempt ` +
+          `${reconnects.attempt}; last error: ${reconnects.lastError.message}); the states ` +
+          `printed last may be stale until a fresh snapshot`,
+      );
+    }
+    timer = scheduler.setTimer(tick, RECONNECT_PROGRESS_INTERVAL_MS);
+  };
+  timer = scheduler.setTimer(tick, RECONNECT_PROGRESS_INTERVAL_MS);
+  return { cancel: () => timer.cancel() };
 }
 
 function failureStatus(error: unknown): number {

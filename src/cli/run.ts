@@ -1,8 +1,8 @@
 import { type Scheduler, systemScheduler, type Timer } from "../clock.ts";
 import {
   KILL_GRACE_MS_DEFAULT,
+  RECONNECT_PROGRESS_INTERVAL_MS,
   RUN_CONNECT_RETRY_MS,
-  RUN_PROGRESS_INTERVAL_MS,
 } from "../limits.ts";
 import { type AcquireOptions, type Client, connect, type Lock } from "../client/client.ts";
 import { composeClientName } from "../client/client_name.ts";
@@ -363,7 +363,7 @@ interface Reconnects {
 }
 
 /**
- * While the lock is waited for: every RUN_PROGRESS_INTERVAL_MS in which the client has no
+ * While the lock is waited for: every RECONNECT_PROGRESS_INTERVAL_MS in which the client has no
  * connection (no node answers: it reconnects with back-off), one line saying what it tries, so
  * a `lockd run` that waits is never mistaken for a frozen one.
  */
@@ -384,9 +384,9 @@ function reportWhileUnanswered(
           `${reconnects.lastError.message})`,
       );
     }
-    timer = scheduler.setTimer(tick, RUN_PROGRESS_INTERVAL_MS);
+    timer = scheduler.setTimer(tick, RECONNECT_PROGRESS_INTERVAL_MS);
   };
-  timer = scheduler.setTimer(tick, RUN_PROGRESS_INTERVAL_MS);
+  timer = scheduler.setTimer(tick, RECONNECT_PROGRESS_INTERVAL_MS);
   return { cancel: () => timer.cancel() };
 }
 

@@ -9,12 +9,19 @@
  */
 
 import type { Scheduler, Timer } from "../clock.ts";
-import { type Acquired, EMPTY_TICKET, type Queued, type Welcome } from "../wire/messages.ts";
+import {
+  type Acquired,
+  EMPTY_TICKET,
+  EMPTY_VALUE,
+  type Queued,
+  type Welcome,
+} from "../wire/messages.ts";
 import type { Connection } from "./connection.ts";
 import { WIRE_CODES } from "../wire/codes.ts";
 import type { LostReason } from "./errors.ts";
 import { LockHandle } from "./lock_handle.ts";
 import { type Carry, forgetTicket, type PendingAcquire, type Session } from "./session.ts";
+import { callBack } from "./options.ts";
 import { effectiveLeaseMs } from "./timing.ts";
 
 /** RESUME's `claims` is a u16: at most this many RECLAIMs follow one RESUME. */
@@ -35,6 +42,8 @@ export interface ClaimsHost {
   retire(connection: Connection): void;
   /** The heartbeat cadence may have changed. */
   armHeartbeat(): void;
+  /** ConnectOptions.onValueDropped: a claim carried over without its value. */
+  readonly onValueDropped?: (name: string, valueBytes: number, valueBytesMax: number) => void;
 }
 
 /** The claims of one client. */
@@ -296,6 +305,28 @@ export class Claims {
     }, dueMs - this.#host.scheduler.monotonicMs());
   }
 
+  /**
+   * Whether an owned RECLAIM of `name` is on its way on this session for a lock let go of
+   * meanwhile (released while it was carried over, or lost): its answer hands the lock back with
+   * a RELEASE, and until then the session owns it on the server, so an ACQUIRE of that name
+   * would get DUPLICATE_CLAIM. Such an ACQUIRE waits (in `unsent`) until the RECLAIM is answered.
+   */
+  handingBack(name: string): boolean {
+    for (const handle of this.reclaims.values()) {
+      if (handle.name === name && !handle.live) return true;
+    }
+    return false;
+  }
+
+  /** An owned RECLAIM was answered: the ACQUIREs held back for it go out (see handingBack). */
+  sendHeldBack(): void {
+    for (const pending of [...this.unsent]) {
+      if (this.handingBack(pending.name)) continue;
+      this.unsent.delete(pending);
+      this.#host.sendAcquire(pending); // back in `unsent` while no session takes it
+    }
+  }
+
   /** Leases the session owns or waits for (each sets an upper bound on the heartbeat period). */
   *leasesInPlay(welcome: Welcome): Iterable<number> {
     for (const handle of this.owned.values()) yield handle.leaseMs;
@@ -329,9 +360,10 @@ export class Claims {
 
   /**
    * What of `carry` one RESUME takes (RESUME's `claims` is a u16): the locks and waiting claims
-   * without a RECLAIM on its way; the rest is given up. Both empty: the carry is given up.
+   * without a RECLAIM on its way; the rest is given up. Both empty: the carry is given up. A
+   * value longer than the new leader takes (`welcome`) is left behind (see the loop).
    */
-  toReclaim(carry: Carry): { locks: LockHandle[]; queued: PendingAcquire[] } {
+  toReclaim(carry: Carry, welcome: Welcome): { locks: LockHandle[]; queued: PendingAcquire[] } {
     let locks = carry.locks.filter((handle) => handle.reclaimRequestId === 0);
     let queued = carry.queued.filter((pending) => pending.state === "carried");
     for (const handle of locks.slice(RECLAIMS_PER_RESUME_MAX)) this.carriedLost(handle, "failover");
@@ -340,6 +372,16 @@ export class Claims {
     for (const pending of queued.slice(room)) this.uncarry(pending);
     queued = queued.slice(0, room);
     if (locks.length + queued.length === 0) this.giveUpCarry(carry, "failover");
+    // Such a value would get the RECLAIM refused (INVALID_ARGUMENT) and the lock lost for its
+    // value: the claim goes without it, and the application hears of it.
+    const valueBytesMax = welcome.valueBytesMax ?? 0;
+    for (const claim of [...locks, ...queued]) {
+      const value = claim instanceof LockHandle ? claim.value : claim.kind.value;
+      if (value.length <= valueBytesMax) continue;
+      callBack(this.#host.onValueDropped, claim.name, value.length, valueBytesMax);
+      if (claim instanceof LockHandle) claim.value = EMPTY_VALUE;
+      else claim.kind = { ...claim.kind, value: EMPTY_VALUE };
+    }
     return { locks, queued };
   }
 
@@ -397,6 +439,11 @@ export class Claims {
    * confirmed on this connection, its deadline counted from the RECLAIM's send time.
    */
   reclaimKept(session: Session, message: Acquired): void {
+    this.#reclaimKept(session, message);
+    this.sendHeldBack(); // after the RELEASE that hands a lock let go of back
+  }
+
+  #reclaimKept(session: Session, message: Acquired): void {
     const handle = this.reclaims.get(message.requestId)!;
     this.reclaims.delete(message.requestId);
     handle.reclaimRequestId = 0;

@@ -29,7 +29,7 @@ import { boundClientName, defaultClientName } from "./client_name.ts";
 import type { Connection } from "./connection.ts";
 import { ConnectionError, LockdError, ServerProtocolError } from "./errors.ts";
 import { type Lock, LockHandle } from "./lock_handle.ts";
-import type { AcquireOptions, Client, ConnectOptions } from "./options.ts";
+import { type AcquireOptions, callBack, type Client, type ConnectOptions } from "./options.ts";
 import type { LockInfo, Observation, ObserveOptions } from "./observe.ts";
 import { redirectVerdict, refusedRedirectText } from "./redirect.ts";
 import { openAny, openFirst, type Settings } from "./node_round.ts";
@@ -110,6 +110,7 @@ export async function connectWith(
     dial: internals.dial ?? nodeSocketDial(scheduler),
     random: internals.random ?? Math.random,
     onReconnectFailed: options.onReconnectFailed,
+    onValueDropped: options.onValueDropped,
   };
   const { connection, addr } = await openFirst(settings, options.signal);
   return new LockdClient(settings, connection, addr);
@@ -178,6 +179,7 @@ class LockdClient implements Client {
       sendRelease: (claim, acquireRequestId) => this.#sendRelease(claim, acquireRequestId),
       retire: (connection) => this.#retire(connection),
       armHeartbeat: () => this.#armHeartbeat(),
+      onValueDropped: settings.onValueDropped,
     });
     this.#preferred = addr;
     settings.signal?.addEventListener("abort", this.#onOuterAbort, { once: true });
@@ -468,11 +470,7 @@ class LockdClient implements Client {
       this.#avoid = null;
     } catch (error) {
       if (this.#closed) return;
-      try {
-        this.#settings.onReconnectFailed?.(this.#reconnectAttempt, error as Error);
-      } catch {
-        // The application's callback: its failure must not stop the reconnects.
-      }
+      callBack(this.#settings.onReconnectFailed, this.#reconnectAttempt, error as Error);
       this.#scheduleReconnect();
       return;
     }
@@ -532,7 +530,7 @@ class LockdClient implements Client {
       if (carry !== chosen) this.#claims.giveUpCarry(carry, "failover");
     }
     if (chosen === null) return false;
-    const { locks, queued } = this.#claims.toReclaim(chosen);
+    const { locks, queued } = this.#claims.toReclaim(chosen, session.connection.welcome);
     if (locks.length + queued.length === 0) return false;
     this.#sendResume(session, chosen.term, chosen.sessionId, locks.length + queued.length);
     for (const handle of locks) this.#sendOwnedReclaim(session, handle);
@@ -587,9 +585,9 @@ class LockdClient implements Client {
 
   #sendAcquire(pending: PendingAcquire): void {
     const session = this.#session;
-    if (session === null || this.#holdingAcquires) {
+    if (session === null || this.#holdingAcquires || this.#claims.handingBack(pending.name)) {
       pending.state = "unsent";
-      this.#claims.unsent.add(pending); // sent after the next WELCOME (and its RECLAIMs)
+      this.#claims.unsent.add(pending); // after the next WELCOME (its RECLAIMs), or a hand-back
       return;
     }
     const refusal = kindRefusal(pending, session);
@@ -786,7 +784,7 @@ class LockdClient implements Client {
       this.#claims.reclaims.delete(requestId);
       reclaimed.reclaimRequestId = 0;
       this.#claims.carriedLost(reclaimed, "failover", failure);
-      return;
+      return this.#claims.sendHeldBack();
     }
     const pending = this.#claims.pending.get(requestId);
     if (pending !== undefined) {
@@ -888,10 +886,6 @@ class LockdClient implements Client {
   /** Counts a protocol error and hands it to the application's callback. */
   #report(error: ServerProtocolError): void {
     this.#protocolErrors++;
-    try {
-      this.#settings.onProtocolError?.(error);
-    } catch {
-      // The application's callback must not break the client.
-    }
+    callBack(this.#settings.onProtocolError, error);
   }
 }

@@ -26,7 +26,8 @@ export const PLAIN_KIND: AskedKind = { mode: "exclusive", limit: 1, slot: null }
  * What is wrong with the kind of an ACQUIRED for what its claim asked, or null: its mode; the
  * limit asked for (any limit when the claim had no opinion; 1 for a shared grant); a slot below
  * the limit (the claim's own for an owned RECLAIM); a write generation below the token of a
- * shared grant, 0 on an exclusive one.
+ * shared grant (up to it for an owned RECLAIM: a downgraded owner's is its own token), 0 on an
+ * exclusive one.
  */
 export function grantMisfit(message: Acquired, asked: AskedKind): string | null {
   const { mode = "exclusive", limit = 1, slot = 0, writeGeneration = 0, token } = message;
@@ -43,7 +44,11 @@ export function grantMisfit(message: Acquired, asked: AskedKind): string | null 
   if (mode === "exclusive" && writeGeneration !== 0) {
     return `with write generation ${writeGeneration} for an exclusive grant (only shared ones carry one)`;
   }
-  if (mode === "shared" && writeGeneration >= token) {
+  // An owned RECLAIM's answer may carry the token itself: a downgraded owner's generation.
+  if (
+    mode === "shared" &&
+    (writeGeneration > token || (writeGeneration === token && asked.slot === null))
+  ) {
     return `with write generation ${writeGeneration}, not below its own token ${token}`;
   }
   return null;

@@ -213,6 +213,7 @@ export interface Settings {
   readonly dial: Dial;
   readonly random: () => number;
   readonly onReconnectFailed?: (attempt: number, error: Error) => void;
+  readonly onValueDropped?: (name: string, valueBytes: number, valueBytesMax: number) => void;
 }
 
 /**

@@ -11,6 +11,18 @@ import type { Lock } from "./lock_handle.ts";
 import type { LockInfo, Observation, ObserveOptions } from "./observe.ts";
 import type { ClientTlsOptions } from "./transport.ts";
 
+/** Calls an application's callback: what it throws is the application's, not the client's. */
+export function callBack<A extends unknown[]>(
+  callback: ((...args: A) => void) | undefined,
+  ...args: A
+): void {
+  try {
+    callback?.(...args);
+  } catch {
+    // The application's failure: the client goes on.
+  }
+}
+
 /** Options of {@link connect}. */
 export interface ConnectOptions {
   /** Server address, `host:port` (IPv6 as `[::1]:7400`). Give this or `addrs`. */
@@ -71,6 +83,15 @@ export interface ConnectOptions {
    * An exception it throws is ignored.
    */
   onReconnectFailed?: (attempt: number, error: Error) => void;
+  /**
+   * Called when a claim is carried over to a new leader (RECLAIM, protocol version 2) without
+   * its value, because that leader takes shorter values (WELCOME's `valueBytesMax`) than the
+   * claim's, with the lock's name, the value's length and the new limit. The lock (or the
+   * waiting acquire) is kept, not lost for its value; its `value` reads empty from then on, as
+   * the new leader has it, and `setValue` can publish a shorter one. An exception it throws is
+   * ignored.
+   */
+  onValueDropped?: (name: string, valueBytes: number, valueBytesMax: number) => void;
   /**
    * Aborting it stops the client: a `connect()` in progress rejects with the signal's reason,
    * a connected client closes as with `close()`, and no reconnect is attempted any more.

@@ -30,8 +30,11 @@ export interface PendingAcquire {
   readonly waitMs: number;
   /** Acquired with `suspend: true` (see Lock.suspended). */
   readonly suspend: boolean;
-  /** What it asks for (protocol version 2): mode, limit, the holder's value. */
-  readonly kind: ClaimKind;
+  /**
+   * What it asks for (protocol version 2): mode, limit, the holder's value. Replaced without its
+   * value when it is carried over to a leader that takes shorter values (claims.ts `toReclaim`).
+   */
+  kind: ClaimKind;
   state: "unsent" | "sent" | "carried" | "abandoned";
   requestId: number;
   sentAtMs: number;
@@ -175,6 +178,7 @@ export function ownedReclaim(handle: LockHandle, requestId: number): Reclaim {
     slot: handle.slot,
     name: handle.name,
     value: handle.value,
+    writeGeneration: handle.writeGeneration,
   };
 }
 

@@ -120,6 +120,8 @@ export class ClusterOwnership {
   #horizonUntilMs = 0;
   #windowTimer: Timer | null = null;
   #closeTimer: Timer | null = null;
+  /** Readers' tokens whose floor waits for the older readers to go (see `#readerFloor`). */
+  readonly #deferredFloors = new Map<string, number>();
   #closing = false;
 
   constructor(options: ClusterOwnershipOptions) {
@@ -395,7 +397,41 @@ export class ClusterOwnership {
     const delayUntilWallMs = delayedUntilMs === 0
       ? 0
       : Math.ceil(scheduler.wallMs() + delayedUntilMs - scheduler.monotonicMs());
-    this.records.ended(name, token, graceful, slot, delayUntilWallMs);
+    const floor = this.#readerFloor(name, token, graceful, shared);
+    const noFloor = floor === null && (graceful || shared);
+    this.records.ended(name, floor ?? token, noFloor, slot, delayUntilWallMs);
+  }
+
+  /**
+   * W2 for readers, who share slot 0: a floor at a reader's token would void every older reader
+   * still holding the lock at the next leader. So a reader that ended badly while an older one
+   * still holds raises the floor only below the oldest holder now, and its own token waits until
+   * no older reader holds (before any writer's ACQUIRED: a writer is granted only then, and its
+   * grant waits for the commit, W1). Until then it could come back beside them as a reader at a
+   * next leader: harmless, no writer was granted meanwhile. Returns the floor to raise to now,
+   * or null when this end is handled as any other.
+   */
+  #readerFloor(name: string, token: number, graceful: boolean, shared: boolean): number | null {
+    const deferred = this.#deferredFloors.get(name);
+    if (deferred === undefined && (!shared || graceful)) return null;
+    let oldest = Infinity;
+    for (const owner of this.#o.locks()?.holdersOf(name) ?? []) {
+      oldest = Math.min(oldest, owner.token);
+    }
+    let floor = graceful ? 0 : token;
+    let waiting = deferred ?? 0;
+    if (shared && !graceful && oldest < token) {
+      waiting = Math.max(waiting, token);
+      floor = oldest - 1;
+    }
+    if (waiting !== 0 && oldest > waiting) {
+      floor = Math.max(floor, waiting);
+      waiting = 0;
+    }
+    if (waiting === 0) this.#deferredFloors.delete(name);
+    else this.#deferredFloors.set(name, waiting);
+    // 0: nothing to raise (a graceful end, or a reader's whose floor waits: null, as graceful).
+    return floor === 0 ? null : floor;
   }
 
   idle(name: string): void {
@@ -451,6 +487,7 @@ export class ClusterOwnership {
   /** The term ended (stepped down, deposed, handed over): no more writes, the window is gone. */
   end(): void {
     this.records.end();
+    this.#deferredFloors.clear();
     this.#window = null;
     this.#horizonUntilMs = 0;
     this.#windowTimer?.cancel();

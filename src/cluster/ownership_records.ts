@@ -563,14 +563,18 @@ export class OwnershipRecords {
   #sweep(): void {
     const nowMs = this.#scheduler.monotonicMs();
     let examined = 0;
+    const later: string[] = [];
     for (const [name, sinceMs] of this.#idle) {
       if (sinceMs + this.#lingerMs > nowMs || examined >= CLUSTER_RECORD_SWEEP_MAX) break;
       examined++;
       this.#idle.delete(name);
       const idle = this.#isIdle(name);
-      if (idle === "later") this.#idle.set(name, nowMs);
+      if (idle === "later") later.push(name);
       else if (idle) this.#delete(name);
     }
+    // Asked again after a linger, but not sooner than a retry (a linger of 0 must not spin).
+    const againMs = nowMs + Math.max(0, this.#retryMs - this.#lingerMs);
+    for (const name of later) this.#idle.set(name, againMs);
     this.#armSweep();
   }
 

@@ -19,8 +19,9 @@ export function restoreProblem(
   const what = `Cannot restore lock "${name}"`;
   if (!Number.isSafeInteger(token) || token < 1) return `${what}: token ${token} is not a token`;
   if (!Number.isSafeInteger(slot) || slot < 0) return `${what}: slot ${slot} is not a slot`;
-  if (!Number.isSafeInteger(writeGeneration) || writeGeneration < 0 || writeGeneration >= token) {
-    return `${what}: write generation ${writeGeneration} is not a token before ${token}`;
+  // A downgraded owner's generation is its own token (its exclusive grant was the last one).
+  if (!Number.isSafeInteger(writeGeneration) || writeGeneration < 0 || writeGeneration > token) {
+    return `${what}: write generation ${writeGeneration} is not a token up to ${token}`;
   }
   return null;
 }

@@ -81,13 +81,19 @@ function kindFields(record: { kind?: string; limit?: number; mode?: string; slot
 function field(name: string, value: unknown): void {
   if (value === undefined) return;
   room(name.length + 4);
-  buffer[length++] = 0x2c; // ,
-  buffer[length++] = 0x22; // "
-  for (let i = 0; i < name.length; i++) buffer[length++] = name.charCodeAt(i);
-  buffer[length++] = 0x22;
-  buffer[length++] = 0x3a; // :
+  // Locals, not the module's bindings, in the loops: each of those is a context slot.
+  const bytes = buffer;
+  let at = length;
+  bytes[at++] = 0x2c; // ,
+  bytes[at++] = 0x22; // "
+  for (let i = 0; i < name.length; i++) bytes[at++] = name.charCodeAt(i);
+  bytes[at++] = 0x22;
+  bytes[at++] = 0x3a; // :
+  length = at;
   if (typeof value === "string") {
     string(value);
+  } else if (typeof value === "number" && value >= 0 && value <= 0x3fffffff && value % 1 === 0) {
+    smallInteger(value);
   } else if (typeof value === "number" && Number.isSafeInteger(value)) {
     integer(value);
   } else if (value === null) {
@@ -100,52 +106,68 @@ function field(name: string, value: unknown): void {
 /** A JSON string: printable ASCII without `"` and `\` byte by byte, anything else as JSON says. */
 function string(text: string): void {
   room(text.length + 2);
-  const from = length;
-  buffer[length++] = 0x22;
+  const bytes = buffer;
+  let at = length;
+  bytes[at++] = 0x22;
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
     if (c < 0x20 || c > 0x7e || c === 0x22 || c === 0x5c) {
-      length = from;
-      json(JSON.stringify(text));
+      json(JSON.stringify(text)); // from `length`: the quote above is overwritten
       return;
     }
-    buffer[length++] = c;
+    bytes[at++] = c;
   }
-  buffer[length++] = 0x22;
+  bytes[at++] = 0x22;
+  length = at;
 }
 
-/** A safe integer in decimal, as JSON.stringify writes it (-0 as 0). */
+/** An integer from 0 to 2^30 − 1 (a V8 Smi, the common case): integer arithmetic only. */
+function smallInteger(value: number): void {
+  room(10);
+  const bytes = buffer;
+  let at = length;
+  let rest = value | 0;
+  do {
+    const tenth = (rest / 10) | 0;
+    bytes[at++] = 0x30 + rest - tenth * 10;
+    rest = tenth;
+  } while (rest > 0);
+  reverse(bytes, length, at - 1);
+  length = at;
+}
+
+/**
+ * A safe integer in decimal, as JSON.stringify writes it: above 2^30 (fencing tokens are) as its
+ * part above 10^9 and its last nine digits, each in integer arithmetic.
+ */
 function integer(value: number): void {
-  if (value >= 0 && value <= 0x3fffffff) {
-    // Small integers (V8's Smis), the common case: integer arithmetic only.
-    room(10);
-    const from = length;
-    let rest = value | 0;
-    do {
-      const tenth = (rest / 10) | 0;
-      buffer[length++] = 0x30 + rest - tenth * 10;
-      rest = tenth;
-    } while (rest > 0);
-    reverse(from);
+  if (value < 0) {
+    ascii("-");
+    value = -value;
+  }
+  const high = Math.floor(value / 1e9);
+  if (high === 0 || high > 0x3fffffff) {
+    json(String(value)); // never for a token or a duration in ms: as JSON writes it
     return;
   }
-  room(17);
-  if (value < 0) buffer[length++] = 0x2d; // -
-  let rest = Math.abs(value);
-  const from = length;
-  do {
-    buffer[length++] = 0x30 + (rest % 10);
-    rest = Math.floor(rest / 10);
-  } while (rest > 0);
-  reverse(from);
+  smallInteger(high);
+  room(9);
+  const bytes = buffer;
+  let low = (value - high * 1e9) | 0;
+  for (let at = length + 8; at >= length; at--) {
+    const tenth = (low / 10) | 0;
+    bytes[at] = 0x30 + low - tenth * 10;
+    low = tenth;
+  }
+  length += 9;
 }
 
-/** Reverses the digits written from `from` (written lowest first). */
-function reverse(from: number): void {
-  for (let i = from, j = length - 1; i < j; i++, j--) {
-    const digit = buffer[i];
-    buffer[i] = buffer[j];
-    buffer[j] = digit;
+/** Reverses `bytes[i..j]` (digits are written lowest first). */
+function reverse(bytes: Uint8Array, i: number, j: number): void {
+  for (; i < j; i++, j--) {
+    const digit = bytes[i];
+    bytes[i] = bytes[j];
+    bytes[j] = digit;
   }
 }
 

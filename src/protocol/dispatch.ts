@@ -151,6 +151,7 @@ export class RequestDispatch {
       ticket: message.ticket,
       limit: message.limit,
       slot: message.slot,
+      writeGeneration: kind === "owned" ? message.writeGeneration ?? 0 : 0,
       claim,
     }, last);
   }

@@ -14,6 +14,7 @@ import type { SessionPort } from "../service/session_registry.ts";
 import type { StallWatchdog, StallWatched } from "../service/stall_watchdog.ts";
 import { ProtocolError, WIRE_CODES, wireCodeInfo } from "../wire/codes.ts";
 import { errorFrame, SESSION_ERRORS, type WireError } from "../service/wire_errors.ts";
+import type { EncodedFrame } from "../wire/encoded_frame.ts";
 import { type FrameBudget, FrameReader } from "../wire/frame_reader.ts";
 import type {
   DecodedClientRequest,
@@ -281,6 +282,14 @@ export class Session implements SessionPort, StallWatched {
     this.#replies.send(message);
   }
 
+  /** A frame encoded for many sessions (a watch event) goes as is unless frames wait before it. */
+  sendEncoded(frame: EncodedFrame, requestId: number, written: (() => void) | null): void {
+    if (this.#replies.idle && frame.version === this.#version && !debugEnabled()) {
+      if (this.#state !== "closed") this.#output.pushEncoded(frame, requestId, written);
+    } else if (written === null) this.send(frame.withRequestId(requestId));
+    else this.sendObserved(frame.withRequestId(requestId), written);
+  }
+
   /** Reserves the next place in the reply order; every later frame waits until it is filled. */
   hold(): (message: ServerMessage | null) => void {
     if (this.#state === "closed") return () => {};
@@ -334,7 +343,8 @@ export class Session implements SessionPort, StallWatched {
   }
 
   #receive(chunk: Uint8Array): void {
-    if (this.#peer !== null) this.#host.service.touch(this.#peer.sessionId);
+    // The read's own reading of the clock (one `op_now` less per read).
+    if (this.#peer !== null) this.#host.service.touch(this.#peer.sessionId, this.#lastReadMs);
     this.#reader.push(chunk);
     if (this.#admitting && this.#reader.bufferedBytes > READ_BUFFER_BYTES_MAX) {
       this.#protocolViolation("Too many bytes sent before WELCOME");
@@ -448,8 +458,7 @@ export class Session implements SessionPort, StallWatched {
     this.#version = version;
     const verdict = this.#host.service.admit();
     if (verdict instanceof Promise) {
-      // Cluster mode: the answer waits (an election is under way); frames after the HELLO
-      // wait in the reader until it comes.
+      // Cluster mode: the answer waits for an election; frames after the HELLO wait in the reader.
       this.#admitting = true;
       verdict.then(
         (error) => this.#admitted(error, clientName),
@@ -555,11 +564,7 @@ export class Session implements SessionPort, StallWatched {
 
   /** A closing session closes once nothing is held and everything decided is written. */
   #finishWhenFlushed(): void {
-    if (
-      this.#state === "closing" && this.#replies.idle && this.#output.idle
-    ) {
-      this.#finish();
-    }
+    if (this.#state === "closing" && this.#replies.idle && this.#output.idle) this.#finish();
   }
 
   #finish(): void {

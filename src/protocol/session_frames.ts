@@ -106,6 +106,11 @@ export class ObservedFrames {
     this.#batch.push(written);
   }
 
+  /** A frame pushed without a message (`SessionOutput.pushEncoded`): `written` joins the batch. */
+  pushedWritten(written: () => void): void {
+    this.#batch.push(written);
+  }
+
   takeBatch(): readonly (() => void)[] {
     if (this.#batch.length === 0) return NO_OBSERVERS;
     return this.#batch.splice(0);

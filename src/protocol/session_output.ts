@@ -15,6 +15,7 @@ import {
 } from "../limits.ts";
 import { log } from "../log/diagnostic.ts";
 import type { StallWatchdog, StallWatched } from "../service/stall_watchdog.ts";
+import type { EncodedFrame } from "../wire/encoded_frame.ts";
 import { cutUtf8, type FrameWriter } from "../wire/frame.ts";
 import type { ErrorMessage, ServerMessage } from "../wire/messages.ts";
 import {
@@ -109,9 +110,34 @@ export class SessionOutput {
     this.#afterPush(message);
   }
 
+  /**
+   * Appends a frame encoded once for many sessions with this session's request id (nothing is
+   * encoded again); `written` runs once it has been written (null: nobody waits).
+   */
+  pushEncoded(frame: EncodedFrame, requestId: number, written: (() => void) | null): void {
+    try {
+      (this.#writer ??= this.#writers.take(this.version)).pushEncoded(frame.bytes, requestId);
+    } catch (error) {
+      logger.error("cannot append a frame; closing the session", {
+        remote_addr: this.#owner.transport.remoteAddr,
+        type: frame.message.type,
+        error: errorText(error),
+      });
+      this.#owner.encodeFailed();
+      return;
+    }
+    if (written !== null) (this.#observed ??= new ObservedFrames()).pushedWritten(written);
+    this.#afterBytes();
+  }
+
   #afterPush(message: ServerMessage): void {
     if (message.type === "error") this.#counters.countError(message.code);
     this.#observed?.pushed(message);
+    this.#afterBytes();
+  }
+
+  /** Frames went into the batch: the slow-reader bound, and the batch's write. */
+  #afterBytes(): void {
     const writer = this.#writer!;
     if (writer.byteLength > WRITE_BUFFER_BYTES_MAX) {
       // The client does not read its replies: close it as an I/O timeout, memory stays bounded.
@@ -265,9 +291,16 @@ const NO_BYTES = new Uint8Array(0);
 const toFlush: SessionOutput[] = [];
 
 function flushAll(): void {
-  // An output flushed here may schedule more (a callback of a write that completed at once):
-  // they join the array and are flushed in this same pass.
-  for (let i = 0; i < toFlush.length; i++) SessionOutput.flush(toFlush[i]);
+  // Flushing one output may decide frames for others (a session that closes hands its lock
+  // over): they join the array and are flushed in this same pass.
+  for (let i = 0; i < toFlush.length; i++) {
+    try {
+      SessionOutput.flush(toFlush[i]);
+    } catch (error) {
+      // A bug must not stop the other sessions' writes (nor leave this array uncleared).
+      logger.error("session flush failed", { error: errorText(error) });
+    }
+  }
   toFlush.length = 0;
 }
 

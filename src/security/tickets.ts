@@ -51,6 +51,8 @@ export interface TicketClaim {
   readonly mode?: number;
   readonly limit?: number;
   readonly slot?: number;
+  /** Owned: a shared grant's write generation (in the field queued claims use for `orderSeq`). */
+  readonly writeGeneration?: number;
 }
 
 /** 32 random bytes from the system's CSPRNG: a single node's per-process key. */
@@ -115,7 +117,7 @@ export class Tickets {
     const owned = claim.kind === "owned";
     if (!owned && claim.kind !== "queued") return -1;
     const a = owned ? claim.token ?? 0 : claim.orderTerm ?? 0;
-    const b = owned ? 0 : claim.orderSeq ?? 0;
+    const b = owned ? claim.writeGeneration ?? 0 : claim.orderSeq ?? 0;
     const mode = claim.mode ?? 0;
     const limit = claim.limit ?? 0;
     const slot = claim.slot ?? 0;

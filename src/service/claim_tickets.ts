@@ -29,6 +29,8 @@ export interface OwnedClaim {
   readonly mode: ClaimMode;
   readonly limit: number;
   readonly slot: number;
+  /** A shared grant's write generation (0 otherwise). */
+  readonly writeGeneration: number;
 }
 
 /** What a waiter's ticket binds. */
@@ -50,6 +52,7 @@ function ownedTicketClaim(term: number, sessionId: number, identity: string, c: 
     mode: modeByte(c.mode),
     limit: c.limit,
     slot: c.slot,
+    writeGeneration: c.writeGeneration,
   } satisfies TicketClaim;
 }
 

@@ -184,6 +184,7 @@ export class EventCarrier {
       mode: owned.mode,
       limit: owned.limit,
       slot: owned.slot,
+      writeGeneration: owned.writeGeneration,
     });
     reply.mode = owned.mode;
     reply.limit = owned.limit;

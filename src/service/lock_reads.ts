@@ -17,7 +17,6 @@ import type { ServerCounters } from "../counters.ts";
 import type { AuditLog } from "../log/audit.ts";
 import { log } from "../log/diagnostic.ts";
 import type { Acl, AclAction } from "../security/acl.ts";
-import type { LockState } from "../wire/messages.ts";
 import { lockChangeOf, lockStateOf } from "./lock_state_frame.ts";
 import { WatchPacer } from "./watch_pacer.ts";
 import type { SessionRegistry } from "./session_registry.ts";
@@ -48,29 +47,14 @@ export class LockReads {
     this.#options = options;
     const nowMs = this.#nowMs = () => options.scheduler.monotonicMs();
     this.#pacer = new WatchPacer(options.scheduler, () => this.watches);
-    // One change reaches every watcher of the lock: their frames share one read of its state
-    // (the engine's viewVersion grows with every change of owners, waiters, modes and values).
-    let last: { name: string; version: number; nowMs: number; state: LockState } | null = null;
+    // One change reaches every watcher of the lock: the hub builds and encodes its LOCK_STATE
+    // once per flush and hands the same bytes to each (SessionPort.sendEncoded).
     this.watches = new WatchHub({
       view: options.view,
       port: (sessionId) => options.sessions.get(sessionId),
-      stateOf: (name, requestId, event, reason) => {
-        const version = options.view.viewVersion;
-        const atMs = nowMs();
-        if (last?.name !== name || last.version !== version || last.nowMs !== atMs) {
-          const state = lockStateOf(
-            options.view,
-            name,
-            atMs,
-            options.frameBytesMax,
-            0,
-            event,
-            reason,
-          );
-          last = { name, version, nowMs: atMs, state };
-        }
-        return { ...last.state, requestId, event, reason };
-      },
+      stateOf: (name, requestId, event, reason) =>
+        lockStateOf(options.view, name, nowMs(), options.frameBytesMax, requestId, event, reason),
+      frameBytesMax: options.frameBytesMax,
       mayRead: (peer, name) => options.acl().decide(peer.identity, name, "read").allowed,
       wake: () => this.#pacer.wake(),
     });

@@ -203,9 +203,9 @@ export class LockService {
     return peer;
   }
 
-  /** The session sent something: its I/O deadline moves. */
-  touch(sessionId: number): void {
-    this.#engine.touch(this.#scheduler.monotonicMs(), sessionId);
+  /** The session sent something (read at `nowMs`, when the caller has read the clock): its I/O deadline moves. */
+  touch(sessionId: number, nowMs = this.#scheduler.monotonicMs()): void {
+    this.#engine.touch(nowMs, sessionId);
   }
 
   /** ACQUIRE: the ACL decides first (a denial is audited and changes nothing), then the engine. */
@@ -217,18 +217,12 @@ export class LockService {
     waitMs: number | null,
     claim: ClaimOptions = PLAIN_CLAIM,
   ): void {
-    if (this.#gate !== undefined && this.#engine.isBlocked("not_leader")) {
-      // A session outlived the node's leadership (cannot happen: they close together). Its
-      // client must go and find the leader: close it, as at a step-down.
-      this.closeSession(peer.sessionId, "failover", notLeaderError("", "this node does not lead"));
-      return;
-    }
     // The retry closure only where requests may wait (cluster mode): none per request else.
-    if (
-      this.#gate !== undefined &&
-      this.#deferRequest(peer, () => this.acquire(peer, requestId, name, leaseMs, waitMs, claim))
-    ) {
-      return;
+    // During a planned hand-over's records flush (grants blocked) it waits for the session's
+    // NOT_LEADER: closing the session here would commit floors that void its reclaims.
+    if (this.#gate !== undefined) {
+      const retry = () => this.acquire(peer, requestId, name, leaseMs, waitMs, claim);
+      if (this.#deferRequest(peer, retry, this.#engine.isBlocked("not_leader"))) return;
     }
     const denied = this.#reads.checkAccess(peer, name, "acquire");
     if (denied !== null) {
@@ -655,7 +649,8 @@ export class LockService {
    * promise settles: the leader resumed, or stepped down (the session is closed then).
    */
   decisionsHeld(): Promise<void> | null {
-    if (this.#mayDecide()) return null;
+    // A planned hand-over's records flush (grants blocked, still leading) holds requests too.
+    if (this.#mayDecide() && !this.#engine.isBlocked("not_leader")) return null;
     this.#held ??= Promise.withResolvers<void>();
     return this.#held.promise;
   }
@@ -721,10 +716,11 @@ export class LockService {
    * A request reached the service while the node cannot decide: it waits, in order. Sessions
    * ask `decisionsHeld` before each request and hold the rest in their readers, so this is only
    * a request whose check passed a moment before the node's limit: at most one per session.
-   * Returns whether it was deferred.
+   * `always`: also while the node may decide (a planned hand-over's records flush). Returns
+   * whether it was deferred.
    */
-  #deferRequest(peer: Peer, retry: () => void): boolean {
-    if (this.#mayDecide()) return false;
+  #deferRequest(peer: Peer, retry: () => void, always = false): boolean {
+    if (this.#mayDecide() && !always) return false;
     const sessionId = peer.sessionId;
     this.#deferred.set(`request:${++this.#deferredRequests}`, () => {
       if (this.#sessions.get(sessionId) !== undefined) retry();

@@ -69,9 +69,10 @@ export interface ReclaimRequest {
   /** Queued: what is left of its wait bound (null: forever). */
   readonly waitMs: number | null;
   readonly ticket: Uint8Array;
-  /** The limit and slot the RECLAIM carried (an owned claim's ticket binds them). */
+  /** The limit, slot and write generation the RECLAIM carried (an owned claim's ticket binds them). */
   readonly limit: number;
   readonly slot: number;
+  readonly writeGeneration: number;
   /** What the engine is asked for (mode, limit, value). */
   readonly claim: ClaimOptions;
 }
@@ -300,6 +301,7 @@ export class Reclaims {
           mode: claim.mode,
           limit: request.limit,
           slot: request.slot,
+          writeGeneration: request.writeGeneration,
         }
         : {
           kind: "queued",
@@ -338,6 +340,7 @@ export class Reclaims {
       mode: request.claim.mode,
       limit: request.claim.limit,
       slot: request.slot,
+      writeGeneration: request.writeGeneration,
       value: request.claim.value,
     });
   }
@@ -352,14 +355,17 @@ export class Reclaims {
   }
 
   /**
-   * Higher token wins: when every owner of the lock is an ownership restored here with a lower
-   * token (of another session), they are ended (`reclaim_conflict`, then as a force-release) and
+   * Higher token wins: when every owner of the lock (a semaphore: of the claim's slot) is an
+   * ownership restored here with a lower token (of another session), they are ended (`reclaim_conflict`, then as a force-release) and
    * this claim is restored in their place. Returns whether it was.
    */
   #winsConflict(peer: Peer, state: Resumption, request: ReclaimRequest): boolean {
     const { engine, audit } = this.#o;
     const restored = this.#restored.get(request.name);
-    const owners = engine.view.holdersOf(request.name);
+    // A semaphore's slots are owned one by one: only the owner of the claim's slot is in its way.
+    const perSlot = engine.view.getLock(request.name, 0)?.kind === "semaphore";
+    const owners = engine.view.holdersOf(request.name)
+      .filter((o) => !perSlot || o.slot === request.slot);
     if (
       restored === undefined || owners.length === 0 ||
       !owners.every((o) =>

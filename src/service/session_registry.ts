@@ -1,3 +1,4 @@
+import type { EncodedFrame } from "../wire/encoded_frame.ts";
 import type { ErrorMessage, ServerMessage } from "../wire/messages.ts";
 
 /**
@@ -24,6 +25,12 @@ export interface SessionPort {
    * yet. Absent: frames count as written at once.
    */
   sendObserved?(message: ServerMessage, written: () => void): void;
+  /**
+   * Queues a frame encoded once for many sessions (a watch event) with this session's request id,
+   * as `send` queues the message it encodes, without encoding it again; `written` as for
+   * `sendObserved` (null: nobody waits). Absent: the caller sends the message instead.
+   */
+  sendEncoded?(frame: EncodedFrame, requestId: number, written: (() => void) | null): void;
   /** The engine closed the session: send the final ERROR (in order, when given), then close. */
   terminate(finalError: ErrorMessage | null): void;
 }

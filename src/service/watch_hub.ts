@@ -15,13 +15,25 @@
  * stops reading is closed by the session's slow-reader rule (its write stalls past the I/O
  * timeout).
  *
+ * A flush is a round: the sessions with frames to send when it began, handed out all at once or
+ * a few per call (`flush(sessionsMax)`, `midRound`), so that the pacer lets requests in between.
+ * A lock's LOCK_STATE is built and encoded once per call and the same bytes go to every session
+ * it is for, each with its own request id (`SessionPort.sendEncoded`).
+ *
  * @module
  */
 
 import type { LockEngineView } from "../core/lock_queries.ts";
 import type { Peer } from "../core/types.ts";
-import { LOCKS_PER_WATCH_MAX, WATCH_BATCH_BYTES_MAX, WATCHES_PER_SESSION_MAX } from "../limits.ts";
+import {
+  FRAME_BYTES_MAX_DEFAULT,
+  LOCKS_PER_WATCH_MAX,
+  WATCH_BATCH_BYTES_MAX,
+  WATCHES_PER_SESSION_MAX,
+} from "../limits.ts";
 import { compileGlob, type Glob, GlobError } from "../security/glob.ts";
+import { EncodedFrame } from "../wire/encoded_frame.ts";
+import { FrameWriter } from "../wire/frame.ts";
 import type {
   LockEndReason,
   LockEvent,
@@ -100,6 +112,8 @@ export interface WatchHubOptions {
   ) => LockState;
   /** Whether the session may read the lock (the ACL; a glob's matches are filtered silently). */
   readonly mayRead: (peer: Peer, name: string) => boolean;
+  /** The largest frame (`-max-frame-bytes`; default FRAME_BYTES_MAX_DEFAULT). */
+  readonly frameBytesMax?: number;
   /** Locks one watch may match (default LOCKS_PER_WATCH_MAX; tests give fewer). */
   readonly locksPerWatchMax?: number;
   /**
@@ -126,10 +140,23 @@ export class WatchHub {
    * would cost more than the hand-offs).
    */
   readonly #changes = new Map<string, Waiting>();
+  /** The sessions of the round under way (those with frames to send when it began), in order. */
+  #round: SessionWatches[] = [];
+  /** How many of `#round` have been handed their batch. */
+  #roundDone = 0;
+  /** Encodes each LOCK_STATE once for all the sessions it goes to. */
+  readonly #encoder: FrameWriter;
+  /** The LOCK_STATEs encoded in the flush under way, by lock name (emptied after it). */
+  readonly #frames = new Map<string, CachedFrame>();
+  #flushing = false;
 
   constructor(options: WatchHubOptions) {
     this.#options = options;
     this.#locksMax = options.locksPerWatchMax ?? LOCKS_PER_WATCH_MAX;
+    this.#encoder = new FrameWriter({
+      version: 2,
+      maxFrameBytes: options.frameBytesMax ?? FRAME_BYTES_MAX_DEFAULT,
+    });
   }
 
   /** Whether no watch is open (nothing to tell of a change: the service skips it). */
@@ -139,18 +166,38 @@ export class WatchHub {
 
   /** Whether some session has frames to send (`flush` sends them). */
   get pending(): boolean {
-    return this.#dirty.size > 0 || this.#changes.size > 0;
+    return this.midRound || this.#dirty.size > 0 || this.#changes.size > 0;
+  }
+
+  /** A round of `flush` is under way: some of its sessions have not been handed their batch. */
+  get midRound(): boolean {
+    return this.#roundDone < this.#round.length;
   }
 
   /**
    * Hands every session with frames to send its next batch, unless its last batch is still on
-   * its way (then its `written` brings it back). The driver calls it: at once, or paced.
+   * its way (then its `written` brings it back). The driver calls it: at once, or paced. With
+   * `sessionsMax`, a round (the sessions with frames to send when it began) is handed out that
+   * many sessions per call, so that a driver may let other work in between (`midRound`).
    */
-  flush(): void {
-    this.#handOver();
-    for (const session of [...this.#dirty]) {
-      this.#dirty.delete(session);
-      this.#flush(session);
+  flush(sessionsMax = Infinity): void {
+    if (!this.midRound) {
+      this.#handOver();
+      this.#round = [...this.#dirty];
+      this.#roundDone = 0;
+      this.#dirty.clear();
+    }
+    this.#flushing = true;
+    try {
+      const end = Math.min(this.#round.length, this.#roundDone + sessionsMax);
+      while (this.#roundDone < end) this.#flush(this.#round[this.#roundDone++]);
+    } finally {
+      this.#flushing = false;
+      this.#frames.clear();
+      if (!this.midRound) {
+        this.#round = [];
+        this.#roundDone = 0;
+      }
     }
   }
 
@@ -328,12 +375,14 @@ export class WatchHub {
     const port = this.#options.port(session.peer.sessionId);
     if (port === undefined) return;
     while (!session.inFlight) {
-      const batch = this.#batch(session);
-      if (batch.length === 0) return;
-      const last = batch.pop()!;
-      for (const frame of batch) port.send(frame);
+      const frames: Outgoing[] = [];
+      const ids: number[] = [];
+      this.#batch(session, frames, ids);
+      const last = frames.length - 1;
+      if (last < 0) return;
+      for (let i = 0; i < last; i++) send(port, frames[i], ids[i], null);
       if (port.sendObserved === undefined) {
-        port.send(last);
+        send(port, frames[last], ids[last], null);
         continue;
       }
       session.inFlight = true;
@@ -348,37 +397,97 @@ export class WatchHub {
         if (this.#options.wake === undefined) this.flush();
         else this.#options.wake();
       };
-      port.sendObserved(last, session.written);
+      send(port, frames[last], ids[last], session.written);
     }
   }
 
-  #batch(session: SessionWatches): ServerMessage[] {
-    const frames: ServerMessage[] = [];
+  /** The session's next batch: its frames, and the request id each goes with. */
+  #batch(session: SessionWatches, frames: Outgoing[], ids: number[]): void {
     let bytes = 0;
-    const { stateOf, view } = this.#options;
+    const view = this.#options.view;
+    const add = (frame: Outgoing, requestId: number) => {
+      frames.push(frame);
+      ids.push(requestId);
+      bytes += frame instanceof EncodedFrame ? frame.bytes.length : outgoingBytes(frame);
+    };
     for (const watch of session.watches.values()) {
+      const id = watch.requestId;
       while (watch.snapshots.length > 0 && bytes < WATCH_BATCH_BYTES_MAX) {
-        const state = stateOf(watch.snapshots.pop()!, watch.requestId, "state", "none");
-        bytes += lockStateBytes(state);
-        frames.push(state);
+        add(this.#stateFrame(watch.snapshots.pop()!, id, "state", "none"), id);
       }
-      if (watch.snapshots.length > 0) return frames;
+      if (watch.snapshots.length > 0) return;
       if (!watch.watching) {
         watch.watching = true;
-        frames.push({ type: "watching", requestId: watch.requestId, locks: watch.snapshotCount });
+        add({ type: "watching", requestId: id, locks: watch.snapshotCount }, id);
       }
       for (const [name, waiting] of watch.waiting) {
-        if (bytes >= WATCH_BATCH_BYTES_MAX) return frames;
+        if (bytes >= WATCH_BATCH_BYTES_MAX) return;
         watch.waiting.delete(name);
-        const state = stateOf(name, watch.requestId, waiting.event, waiting.reason);
-        bytes += lockStateBytes(state);
-        frames.push(state);
+        add(this.#stateFrame(name, id, waiting.event, waiting.reason), id);
         // A glob stops counting a lock that is gone (it counts again when it comes back).
         if (!watch.exact && view.getLock(name, 0) === undefined) watch.names.delete(name);
       }
     }
-    return frames;
   }
+
+  /**
+   * The LOCK_STATE of a lock now, encoded once for every session told of it in this flush (the
+   * lock as it is at the flush: the engine's viewVersion grows with every change of owners,
+   * waiters, modes and values). A state the encoder refuses goes as a message (the session
+   * reports it).
+   */
+  #stateFrame(name: string, requestId: number, event: LockEvent, reason: LockEndReason): Outgoing {
+    const version = this.#options.view.viewVersion;
+    const cached = this.#frames.get(name);
+    if (
+      cached !== undefined && cached.version === version && cached.event === event &&
+      cached.reason === reason
+    ) {
+      return cached.frame;
+    }
+    const state = this.#options.stateOf(name, 0, event, reason);
+    let frame: EncodedFrame;
+    try {
+      frame = new EncodedFrame(state, this.#encoder);
+    } catch {
+      return { ...state, requestId };
+    }
+    if (this.#flushing) this.#frames.set(name, { version, event, reason, frame });
+    return frame;
+  }
+}
+
+/** A frame of a batch: one encoded for many sessions, or a message of this session's. */
+type Outgoing = EncodedFrame | ServerMessage;
+
+/** A LOCK_STATE encoded in this flush. */
+interface CachedFrame {
+  readonly version: number;
+  readonly event: LockEvent;
+  readonly reason: LockEndReason;
+  readonly frame: EncodedFrame;
+}
+
+function outgoingBytes(message: ServerMessage): number {
+  return message.type === "lock_state" ? lockStateBytes(message) : 16;
+}
+
+/** Hands one frame of a batch to the session's port (`written`: null, or the batch's observer). */
+function send(
+  port: SessionPort,
+  frame: Outgoing,
+  requestId: number,
+  written: (() => void) | null,
+): void {
+  if (frame instanceof EncodedFrame) {
+    if (port.sendEncoded !== undefined) {
+      port.sendEncoded(frame, requestId, written);
+      return;
+    }
+    frame = frame.withRequestId(requestId);
+  }
+  if (written === null) port.send(frame);
+  else port.sendObserved!(frame, written);
 }
 
 /** Whether a session has frames to send. */

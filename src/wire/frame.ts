@@ -4,9 +4,8 @@
  * `FrameWriter` and sends `take()` as a single socket write: one write per
  * batch is what keeps Nagle and per-write syscalls off the hot path.
  *
- * A writer encodes in the layout of its `version` (1 until the session's
- * HELLO/WELCOME fixed another); WELCOME takes the layout of its own `version`
- * field.
+ * A writer encodes in the layout of its `version` (1 until the session's HELLO/WELCOME
+ * fixed another); WELCOME takes the layout of its own `version` field.
  */
 
 import {
@@ -34,6 +33,7 @@ import {
   WATCH_END_REASONS,
   type Welcome,
 } from "./messages.ts";
+import { cutUtf8 } from "./cut_utf8.ts";
 
 /** Bytes of the length prefix in front of every frame. */
 export const FRAME_HEADER_BYTES = 4;
@@ -46,6 +46,8 @@ const COUNT_MAX = 0xffff;
 const ASCII_FAST_PATH_CHARS_MAX = 256;
 
 const textEncoder = new TextEncoder();
+
+export { cutUtf8 };
 
 export interface FrameWriterOptions {
   /** Starting capacity; the buffer doubles when a frame does not fit. */
@@ -137,6 +139,24 @@ export class FrameWriter {
       this.#len = start;
       throw error;
     }
+  }
+
+  /**
+   * Appends a frame encoded before in this writer's version, whose request id is its first field
+   * (`EncodedFrame`), with `requestId` in place of its own: its bytes copied, nothing re-encoded.
+   */
+  pushEncoded(frame: Uint8Array, requestId: number): void {
+    if (
+      frame.length - FRAME_HEADER_BYTES > this.#maxFrameBytes || (requestId >>> 0) !== requestId
+    ) {
+      throw new RangeError(
+        `Cannot append a frame of ${frame.length} bytes, request id ${requestId}`,
+      );
+    }
+    this.#reserve(frame.length);
+    this.#buf.set(frame, this.#len);
+    this.#view.setUint32(this.#len + FRAME_HEADER_BYTES + 1, requestId);
+    this.#len += frame.length;
   }
 
   /**
@@ -330,6 +350,7 @@ export class FrameWriter {
         this.#u32(msg.slot, "slot");
         this.#str(msg.name, "name");
         this.#bin(msg.value, "value");
+        this.#u64(msg.writeGeneration ?? 0, "writeGeneration");
         return;
       case "goodbye":
       case "unwatch":
@@ -530,27 +551,6 @@ export class FrameWriter {
     this.#len = start + n;
     return true;
   }
-}
-
-/** Marks a message that was cut; 3 bytes in UTF-8. */
-const CUT_MARK = "\u2026";
-
-/**
- * Returns `text` if it takes at most `maxBytes` UTF-8 bytes, else its longest
- * prefix that fits together with a trailing "…", cut between two characters
- * (never inside one, so the result is valid UTF-8). ERROR messages are cut this
- * way: `docs/protocol.md` promises clients at most 1,024 bytes, and a message
- * quoting a 1,024-byte lock name would be longer. `maxBytes` is at least 3.
- */
-export function cutUtf8(text: string, maxBytes: number): string {
-  // Each UTF-16 code unit takes at most 3 UTF-8 bytes (a surrogate pair, two units, takes 4).
-  if (text.length * 3 <= maxBytes) return text;
-  const bytes = textEncoder.encode(text);
-  // A lone surrogate is left for the encoder to refuse (encode() would have replaced it).
-  if (bytes.length <= maxBytes || !text.isWellFormed()) return text;
-  let end = Math.max(0, maxBytes - 3);
-  while (end > 0 && (bytes[end] & 0xc0) === 0x80) end--; // back to the start of a character
-  return new TextDecoder().decode(bytes.subarray(0, end)) + CUT_MARK;
 }
 
 function notInVersion1(message: string, fields: string): RangeError {

@@ -41,10 +41,7 @@ const ASCII_FAST_PATH_BYTES_MAX = 256;
 const asciiScratch: number[] = [];
 const textDecoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
-/**
- * Big-endian u32 by byte arithmetic: a DataView per pushed chunk cost more
- * (~120 ns) than decoding a small frame.
- */
+/** Big-endian u32 by byte arithmetic: a DataView per chunk cost more than a small frame's decode. */
 function readU32(bytes: Uint8Array, at: number): number {
   return bytes[at] * 0x100_0000 + ((bytes[at + 1] << 16) | (bytes[at + 2] << 8) | bytes[at + 3]);
 }
@@ -448,6 +445,7 @@ function decodeReclaim(cursor: BodyCursor): DecodedMessage {
     slot: cursor.u32("slot"),
     name: cursor.str("name"),
     value: cursor.bin("value"),
+    writeGeneration: cursor.u64("writeGeneration"),
   };
 }
 

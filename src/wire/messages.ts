@@ -265,6 +265,11 @@ export interface Reclaim {
   slot: number;
   name: string;
   value: Uint8Array;
+  /**
+   * Owned shared claims: the ACQUIRED's write generation (its ticket binds it); else 0. The last
+   * field of the frame; absent here: 0.
+   */
+  writeGeneration?: number;
 }
 /** Client → server (issue 20): the server ends the session gracefully and closes; no reply. */
 export interface Goodbye {

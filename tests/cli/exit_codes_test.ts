@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { type LockdOutput, runLockd, spawnLockd } from "../../bench/lockd_proc.ts";
 import { connect } from "../../mod.ts";
+import { OBSERVE_EXIT } from "../../src/cli/observe.ts";
 import { RUN_EXIT } from "../../src/cli/run.ts";
 import { writeAcl } from "../helpers/acl_file.ts";
 import { startTestServer } from "../helpers/start_server.ts";
@@ -274,7 +275,7 @@ Deno.test("exit codes: the usage of lockd run, README.md and docs/operations.md 
     assert.match(usage.stdout, new RegExp(`^ +${status}  ${escape(when)}$`, "m"));
   }
   const readme = await Deno.readTextFile(new URL("../../README.md", import.meta.url));
-  const readmeRun = tableRows(readme, 4).filter((cells) => cells[3] !== "").map((c) => c[0]);
+  const readmeRun = tableRows(readme, 5).filter((cells) => cells[3] !== "").map((c) => c[0]);
   assert.deepEqual(readmeRun, ["0", ...rows.map((r) => String(r.status))]);
   const operations = await Deno.readTextFile(
     new URL("../../docs/operations.md", import.meta.url),
@@ -282,6 +283,19 @@ Deno.test("exit codes: the usage of lockd run, README.md and docs/operations.md 
   const start = operations.indexOf("## Running a command under a lock");
   const section = operations.slice(start, operations.indexOf("\n## ", start + 1));
   assert.deepEqual(tableRows(section, 2).map((c) => c[0]), rows.map((r) => String(r.status)));
+});
+
+Deno.test("exit codes: the usage of lockd observe and README.md list lockd observe's statuses, one row each", async () => {
+  const rows = Object.values(OBSERVE_EXIT);
+  assert.equal(new Set(rows.map((r) => r.status)).size, rows.length, "one status per row");
+  const usage = await lockd(["observe", "-h"]);
+  for (const { status, when } of rows) {
+    assert.match(usage.stdout, new RegExp(`^ +${status}  ${escape(when)}$`, "m"));
+  }
+  // docs/operations.md's table is checked by tests/cli/observe_test.ts.
+  const readme = await Deno.readTextFile(new URL("../../README.md", import.meta.url));
+  const readmeObserve = tableRows(readme, 5).filter((cells) => cells[4] !== "").map((c) => c[0]);
+  assert.deepEqual(readmeObserve, rows.map((r) => String(r.status)));
 });
 
 /** The rows of the Markdown tables with `columns` columns whose first cell is a number. */

@@ -6,7 +6,17 @@ import assert from "node:assert/strict";
 import { lockdCommand } from "../../bench/lockd_proc.ts";
 import { connect } from "../../mod.ts";
 import { OBSERVE_EXIT, OBSERVE_FLAGS, observeCommand } from "../../src/cli/observe.ts";
+import { ManualScheduler } from "../../src/clock.ts";
+import { RECONNECT_PROGRESS_INTERVAL_MS } from "../../src/limits.ts";
 import { eventually, startTestServer } from "../helpers/start_server.ts";
+
+/** Moves the manual clock in steps, letting real sockets (a refused dial) answer in between. */
+async function advance(clock: ManualScheduler, ms: number, stepMs = 500): Promise<void> {
+  for (let done = 0; done < ms; done += stepMs) {
+    clock.advance(Math.min(stepMs, ms - done));
+    await new Promise((resolve) => setTimeout(resolve, 15));
+  }
+}
 
 Deno.test("lockd observe prints one JSON line per state: the snapshot, the grant with its value, the end with its reason", async () => {
   await using t = await startTestServer();
@@ -62,6 +72,63 @@ Deno.test("lockd observe exits 65 on a glob the server refuses and 1 when nothin
   const addr = `127.0.0.1:${(closed.addr as Deno.NetAddr).port}`;
   closed.close();
   assert.equal(await observeCommand(["a", "-addr", addr], sink), 1);
+});
+
+Deno.test("lockd observe while no node answers prints no state, and one line on standard error every 10 s saying what it tries", async () => {
+  const t = await startTestServer();
+  const clock = new ManualScheduler();
+  const out: string[] = [];
+  const errors: string[] = [];
+  const stop = new AbortController();
+  let status: Promise<number> | null = null;
+  try {
+    await using holder = await connect({ addr: t.addr });
+    status = observeCommand(["progress/*", "-addr", t.addr], {
+      stdout: (line) => out.push(line),
+      stderr: (line) => errors.push(line),
+      signal: stop.signal,
+      scheduler: clock,
+    });
+    await new Promise((resolve) => setTimeout(resolve, 50)); // the WATCH is in
+    await holder.acquire("progress/held");
+    await eventually(() => out.length === 1, "the grant's line");
+    // While the server answers, nothing on standard error.
+    await advance(clock, RECONNECT_PROGRESS_INTERVAL_MS);
+    assert.deepEqual(errors, []);
+
+    // The server goes away: the client reconnects with back-off, nothing answers, no state is
+    // printed, and standard error says so once per 10 s.
+    await t.server.shutdown();
+    // The server's last word (the lock's end at its shutdown) may still be on its way.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const printed = out.length;
+    await advance(clock, RECONNECT_PROGRESS_INTERVAL_MS);
+    assert.equal(errors.length, 1, errors.join("\n"));
+    const addr = t.addr.replaceAll(".", "\\.");
+    const line = new RegExp(
+      `^lockd observe: no lockd node answers; trying ${addr} \\(attempt (\\d+); last error: ` +
+        `Cannot connect to lockd at ${addr}: connection refused, nothing listens there.*\\); ` +
+        `the states printed last may be stale until a fresh snapshot$`,
+    );
+    const first = Number(line.exec(errors[0])?.[1]);
+    assert.ok(first >= 2, `${errors[0]}: several attempts in 10 s`);
+    await advance(clock, RECONNECT_PROGRESS_INTERVAL_MS);
+    assert.equal(errors.length, 2, errors.join("\n"));
+    assert.ok(Number(line.exec(errors[1])?.[1]) > first, errors[1]);
+    assert.equal(out.length, printed, "no state line while disconnected");
+    stop.abort();
+    assert.equal(await status, OBSERVE_EXIT.done.status);
+    const before = errors.length;
+    await advance(clock, 2 * RECONNECT_PROGRESS_INTERVAL_MS);
+    assert.equal(errors.length, before, "stopped: no more lines");
+  } finally {
+    stop.abort();
+    await t.server.shutdown();
+    if (status !== null) {
+      await advance(clock, 60_000);
+      await status;
+    }
+  }
 });
 
 Deno.test("lockd run -limit takes a semaphore slot and -value publishes; the command sees LOCKD_SLOT and LOCKD_VALUE", async () => {

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { runCommand } from "../../src/cli/run.ts";
 import { ManualScheduler } from "../../src/clock.ts";
-import { RUN_PROGRESS_INTERVAL_MS } from "../../src/limits.ts";
+import { RECONNECT_PROGRESS_INTERVAL_MS } from "../../src/limits.ts";
 import { connect } from "../../mod.ts";
 import { eventually, startTestServer } from "../helpers/start_server.ts";
 
@@ -36,12 +36,12 @@ Deno.test("lockd run waiting while no node answers prints one line every 10 s sa
       "lockd run waits in the queue",
     );
     // While the server answers, waiting says nothing.
-    await advance(clock, RUN_PROGRESS_INTERVAL_MS);
+    await advance(clock, RECONNECT_PROGRESS_INTERVAL_MS);
     assert.equal(lines.length, 0, lines.join("\n"));
 
     // The server goes away: the client reconnects with back-off, and nothing answers.
     await t.server.shutdown();
-    await advance(clock, RUN_PROGRESS_INTERVAL_MS);
+    await advance(clock, RECONNECT_PROGRESS_INTERVAL_MS);
     assert.equal(lines.length, 1, lines.join("\n"));
     const line = new RegExp(
       `^lockd run: still waiting for lock "progress/held": no lockd node answers; trying ` +
@@ -50,7 +50,7 @@ Deno.test("lockd run waiting while no node answers prints one line every 10 s sa
     );
     const first = Number(line.exec(lines[0])?.[1]);
     assert.ok(first >= 2, `${lines[0]}: several attempts in 10 s`);
-    await advance(clock, RUN_PROGRESS_INTERVAL_MS);
+    await advance(clock, RECONNECT_PROGRESS_INTERVAL_MS);
     assert.equal(lines.length, 2, lines.join("\n"));
     assert.ok(Number(line.exec(lines[1])?.[1]) > first, lines[1]);
 
@@ -61,7 +61,7 @@ Deno.test("lockd run waiting while no node answers prints one line every 10 s sa
     assert.match(lines.at(-1)!, /wait timed out after 35000 ms/);
     assert.equal(lines.filter((l) => l.includes("still waiting")).length, 2);
     const before = lines.length;
-    await advance(clock, 2 * RUN_PROGRESS_INTERVAL_MS);
+    await advance(clock, 2 * RECONNECT_PROGRESS_INTERVAL_MS);
     assert.equal(lines.length, before);
   } finally {
     await t.server.shutdown();

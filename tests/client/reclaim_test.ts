@@ -107,7 +107,12 @@ const keeper: Script = (conn, m) => {
 function leader(
   term: number,
   request: Script,
-  options: { windowMs?: number; holdHelloMs?: number; versions?: number[] } = {},
+  options: {
+    windowMs?: number;
+    holdHelloMs?: number;
+    versions?: number[];
+    valueBytesMax?: number;
+  } = {},
 ): HostileServer {
   const script: HostileScript = {
     versions: options.versions ?? [1, 2],
@@ -117,6 +122,7 @@ function leader(
         term,
         sessionId: conn.index,
         reclaimWindowMs: options.windowMs ?? WINDOW_MS,
+        valueBytesMax: options.valueBytesMax ?? 0,
       };
       if (conn.version === 1) {
         conn.send({ ...welcome, version: 1, term: 0, reclaimWindowMs: 0, valueBytesMax: 0 });
@@ -403,6 +409,58 @@ Deno.test("reclaim: a double fail-over reclaims with the tickets of the second l
   assert.deepEqual([reclaim.token, reclaim.ticket], [TOKEN, TICKET_B]);
 });
 
+Deno.test("reclaim: a value longer than the new leader takes is left behind, not the lock: the RECLAIMs go without it, onValueDropped says so, the lock's value reads empty; a shorter value travels", async () => {
+  const long = "v".repeat(40);
+  await using a = leader(7, leaderA, { valueBytesMax: 64 });
+  await using b = leader(8, (conn, m) => {
+    if (acks(conn, m)) return;
+    if (m.type === "resume") {
+      conn.send({
+        type: "resumed",
+        requestId: m.requestId,
+        outcome: "reclaim",
+        windowLeftMs: 4_000,
+      });
+    } else if (m.type === "reclaim" && m.value.length > 16) {
+      // What lockd answers a value over its limit: the claim would be lost for its value.
+      conn.send(error(m.requestId, WIRE_CODES.INVALID_ARGUMENT.code, m.name, "value too long"));
+    } else if (m.type === "reclaim" && m.kind === "owned") {
+      conn.send({ ...granted(m, m.token, TICKET_B), leaseMs: 10_000 });
+    } else if (m.type === "reclaim") {
+      conn.send(queued(m, [m.orderTerm, m.orderSeq], TICKET_Q2), granted(m, TOKEN + 9, TICKET_B));
+    }
+  }, { valueBytesMax: 16 });
+  const dropped: [string, number, number][] = [];
+  await using client = await connect({
+    addrs: [a.addr, b.addr],
+    onValueDropped: (name, valueBytes, valueBytesMax) => {
+      dropped.push([name, valueBytes, valueBytesMax]);
+      throw new Error("an application's callback that throws is ignored");
+    },
+  });
+  const lock = await client.acquire("x", { leaseMs: 10_000, value: long });
+  const short = await client.acquire("s", { leaseMs: 10_000, value: "addr:1" });
+  const waiting = client.acquire("y", { leaseMs: 10_000, waitMs: 60_000, value: long });
+  await until(() => a.sent("acquire").some((m) => m.name === "y"), "y sent");
+  await sleep(50); // its QUEUED arrives
+  assert.equal(new TextDecoder().decode(lock.value), long);
+  a.kill();
+  const y = await waiting;
+  await until(() => b.sent("reclaim").length === 3, "three RECLAIMs at B");
+  await sleep(50); // B's answers arrive
+  const values = b.sent("reclaim").map((m) => [m.name, new TextDecoder().decode(m.value)]);
+  assert.deepEqual(values, [["x", ""], ["s", "addr:1"], ["y", ""]]);
+  assert.deepEqual(dropped, [["x", 40, 16], ["y", 40, 16]]);
+  assert.deepEqual([lock.state, lock.token, lostReason(lock), lock.value.length], [
+    "held",
+    TOKEN,
+    undefined,
+    0,
+  ]);
+  assert.deepEqual([short.state, new TextDecoder().decode(short.value)], ["held", "addr:1"]);
+  assert.deepEqual([y.token, y.value.length], [TOKEN + 9, 0]);
+});
+
 Deno.test("reclaim: claims no RESUME can carry rejoin the tail, after the RECLAIMs of the one it carries", async () => {
   await using a = leader(7, leaderA);
   // B takes the RESUME, never answers the queued RECLAIM of "y", grants "z".
@@ -628,6 +686,76 @@ Deno.test("reclaim: a lock released while carried over is done at once, then rec
     "reclaimed, then released",
   );
   assert.deepEqual(b.sent("reclaim").map((m) => m.name), ["gone"]);
+});
+
+/**
+ * A successor that owns what it keeps, per connection, as the server does: a kept owned RECLAIM
+ * (or `void` when its name is listed: CLAIM_VOID) makes the session the owner, a RELEASE ends it,
+ * and an ACQUIRE of a lock the session owns gets DUPLICATE_CLAIM.
+ */
+function owningSuccessor(voids: string[] = []): Script {
+  const owned = new Map<number, Set<string>>();
+  return (conn, m) => {
+    const mine = owned.get(conn.index) ?? new Set<string>();
+    owned.set(conn.index, mine);
+    if (m.type === "release" && m.token !== 0) mine.delete(m.name);
+    if (acks(conn, m)) return;
+    if (m.type === "resume") {
+      conn.send({
+        type: "resumed",
+        requestId: m.requestId,
+        outcome: "reclaim",
+        windowLeftMs: 4_000,
+      });
+    } else if (m.type === "reclaim" && voids.includes(m.name)) {
+      conn.send(error(m.requestId, WIRE_CODES.CLAIM_VOID.code, m.name, "void"));
+    } else if (m.type === "reclaim") {
+      mine.add(m.name);
+      conn.send({ ...granted(m, m.token, TICKET_B), leaseMs: 10_000 });
+    } else if (m.type === "acquire" && mine.has(m.name)) {
+      const text = `Cannot acquire lock "${m.name}": this session already owns it`;
+      conn.send(error(m.requestId, WIRE_CODES.DUPLICATE_CLAIM.code, m.name, text));
+    } else if (m.type === "acquire") {
+      mine.add(m.name);
+      conn.send(granted(m, TOKEN + 10, TICKET_B));
+    }
+  };
+}
+
+Deno.test("reclaim: a lock released while carried over and acquired again: the ACQUIRE waits until the RECLAIM hands it back (no DUPLICATE_CLAIM)", async () => {
+  await using a = leader(7, leaderA);
+  await using b = leader(8, owningSuccessor(), { holdHelloMs: 300 });
+  await using client = await connect({ addrs: [a.addr, b.addr] });
+  const gone = await client.acquire("x", { leaseMs: 10_000 });
+  a.kill();
+  await until(() => client.sessionId === 0, "connection lost");
+  await gone.release(); // done at once: its RECLAIM hands it back
+  const again = await client.acquire("x", { leaseMs: 10_000 });
+  assert.deepEqual([again.token, again.state, gone.state], [TOKEN + 10, "held", "released"]);
+  const order = requests(b, 1).map((m) =>
+    m.type === "release" ? `release ${m.token}` : "name" in m ? `${m.type} ${m.name}` : m.type
+  );
+  assert.deepEqual(order, ["resume", "reclaim x", `release ${TOKEN}`, "acquire x"]);
+  assert.equal(client.protocolErrors, 0);
+});
+
+Deno.test("reclaim: an ACQUIRE held back for a lock let go of goes out at once when its RECLAIM is void; one of another name is not held", async () => {
+  await using a = leader(7, leaderA);
+  await using b = leader(8, owningSuccessor(["x"]), { holdHelloMs: 300 });
+  await using client = await connect({ addrs: [a.addr, b.addr] });
+  const gone = await client.acquire("x", { leaseMs: 10_000 });
+  a.kill();
+  await until(() => client.sessionId === 0, "connection lost");
+  await gone.release();
+  const [again, other] = await Promise.all([
+    client.acquire("x", { leaseMs: 10_000 }),
+    client.acquire("w", { leaseMs: 10_000 }),
+  ]);
+  assert.deepEqual([again.state, other.state, gone.state], ["held", "held", "released"]);
+  const order = requests(b, 1).map((m) => "name" in m ? `${m.type} ${m.name}` : m.type);
+  // "w" goes out with the RECLAIMs; "x" only after CLAIM_VOID answered its RECLAIM.
+  assert.deepEqual(order, ["resume", "reclaim x", "acquire w", "acquire x"]);
+  assert.equal(client.protocolErrors, 0);
 });
 
 Deno.test("reclaim: release() while the lock's RECLAIM is in flight waits for its answer, then releases", async () => {

@@ -633,3 +633,27 @@ Deno.test("W2 with a lock-delay: its end is kept with the floor (the larger of t
   await settle();
   assert.equal(stored(etcd, "d/a"), undefined, "deleted once the delay ended");
 });
+
+Deno.test("W3 with a lingering lock-delay and a linger of 0: the record is asked about again after the retry delay, not in a loop", async () => {
+  let asked = 0;
+  let delayed = true;
+  const { etcd, records, scheduler } = await setup({
+    lingerMs: 0,
+    isIdle: () => {
+      asked++;
+      return delayed ? "later" : true;
+    },
+  });
+  records.beforeDeliver("d/b");
+  await settle();
+  records.ended("d/b", 5, false, 0, WALL_MS + 1_000);
+  records.idle("d/b");
+  await scheduler.advance(RETRY_MS * 4 + 10);
+  await settle();
+  assert.ok(asked >= 3 && asked <= 6, `asked ${asked} times in four retry delays`);
+  assert.notEqual(stored(etcd, "d/b"), undefined);
+  delayed = false;
+  await scheduler.advance(RETRY_MS + 10);
+  await settle();
+  assert.equal(stored(etcd, "d/b"), undefined);
+});

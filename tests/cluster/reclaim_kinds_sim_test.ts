@@ -8,8 +8,8 @@
  *   holder, not the holders of the other slots;
  * - a semaphore stays reserved while it has room for holders still to reclaim: a reclaimed
  *   waiter is not granted a slot before every holder came back (or the window ended);
- * - a shared lock's readers come back shared with their values (a reader's write generation is
- *   not carried: 0, none known), the queued writer keeps its place; it is granted at the window's
+ * - a shared lock's readers come back shared with their values and write generation (which their
+ *   tickets bind: a forged one is void), the queued writer keeps its place; it is granted at the window's
  *   end (another reader of the last term may still hold the lock until then);
  * - values come back with their ownership;
  */
@@ -140,6 +140,7 @@ function reclaimOwned(requestId: number, granted: Acquired, value = ""): Reclaim
     slot: granted.slot ?? 0,
     name: granted.name,
     value: text.encode(value),
+    writeGeneration: granted.writeGeneration ?? 0,
   };
 }
 
@@ -185,14 +186,11 @@ function expectClaimVoid(message: Message | null): void {
   assert.equal(error.code, WIRE_CODES.CLAIM_VOID.code, JSON.stringify(error));
 }
 
-/**
- * The kept ACQUIRED of an owned reclaim: the same token, mode, limit and slot. A reader's write
- * generation is not carried by RECLAIM: the new leader answers 0 ("none known").
- */
+/** The kept ACQUIRED of an owned reclaim: the same token, mode, limit, slot and generation. */
 function assertSameGrant(kept: Acquired, before: Acquired): void {
   assert.deepEqual(
     [kept.token, kept.mode, kept.limit, kept.slot, kept.writeGeneration],
-    [before.token, before.mode, before.limit, before.slot, 0],
+    [before.token, before.mode, before.limit, before.slot, before.writeGeneration],
   );
 }
 
@@ -320,7 +318,7 @@ Deno.test("m2 kinds sim: a semaphore not yet full stays reserved for holders sti
   assert.notEqual(granted.slot, gx.slot);
 });
 
-Deno.test("m2 kinds sim: a shared lock's two readers come back shared with their values; the queued writer keeps its place and is granted at the window's end", async () => {
+Deno.test("m2 kinds sim: a shared lock's two readers come back shared with their values and write generation; the queued writer keeps its place and is granted at the window's end", async () => {
   await using fake = fakeCluster(WALL_MS);
   const [n1, n2] = await twoNodes(fake);
   await using writer0 = await session(n1.t);
@@ -346,6 +344,12 @@ Deno.test("m2 kinds sim: a shared lock's two readers come back shared with their
   const rw = await resumeAt(fake, n2.t, w, reclaimQueued(2, qw, "doc"));
   await using w2 = rw.client;
   expect(await next(fake, w2), "queued");
+  const forged = await resumeAt(fake, n2.t, r1, {
+    ...reclaimOwned(2, g1, "r1"),
+    writeGeneration: g1.writeGeneration! + 1,
+  });
+  await using r1forged = forged.client;
+  expectClaimVoid(await next(fake, r1forged));
   const s1 = await resumeAt(fake, n2.t, r1, reclaimOwned(2, g1, "r1"));
   await using r1b = s1.client;
   assertSameGrant(expect(await next(fake, r1b), "acquired"), g1);
@@ -444,4 +448,111 @@ Deno.test("m2 kinds sim: the rules file's kinds hold at the new leader: holders 
   } finally {
     await Deno.remove(path);
   }
+});
+
+/** On `n`: readers R1 (10 s) and R2 (1 s, falls silent), then a queued writer; R2 expires. */
+async function readersOneExpired(fake: FakeCluster, n: Node) {
+  const r1 = await session(n.t);
+  const r2 = await session(n.t);
+  const w = await session(n.t);
+  await r1.send(acquireMsg(1, "doc", { mode: "shared" }));
+  const g1 = expect(await next(fake, r1), "acquired");
+  await r2.send(acquireMsg(1, "doc", { mode: "shared", leaseMs: 1_000 }));
+  const g2 = expect(await next(fake, r2), "acquired");
+  await w.send(acquireMsg(1, "doc", { waitMs: WAIT_FOREVER }));
+  const qw = expect(await next(fake, w), "queued");
+  await fake.run(1_300);
+  assert.deepEqual(n.t.server.context.engine.getLock("doc")!.holders.map((h) => h.token), [
+    g1.token,
+  ]);
+  return { r1, r2, w, g1, g2, qw };
+}
+
+Deno.test("m2 kinds sim: a reader that expired beside an older reader raises the floor only below that reader: the older reader is reclaimed at the next leader", async () => {
+  await using fake = fakeCluster(WALL_MS);
+  const [n1, n2] = await twoNodes(fake);
+  const { r1, r2, w, g1, qw } = await readersOneExpired(fake, n1);
+  await using _r1 = r1, _r2 = r2, _w = w;
+  assert.equal(record(fake, "doc")?.f, g1.token - 1, "below the older reader still holding");
+  n1.crash();
+  await untilServing(fake, n2);
+  const s1 = await resumeAt(fake, n2.t, r1, reclaimOwned(2, g1));
+  await using r1b = s1.client;
+  assertSameGrant(expect(await next(fake, r1b), "acquired"), g1);
+  const sw = await resumeAt(fake, n2.t, w, reclaimQueued(2, qw, "doc"));
+  await using w2 = sw.client;
+  expect(await next(fake, w2), "queued");
+});
+
+Deno.test("m2 kinds sim: a reader's floor that waited for the older readers commits before the writer's ACQUIRED leaves", async () => {
+  await using fake = fakeCluster(WALL_MS);
+  const [n1] = await twoNodes(fake);
+  const { r1, r2, w, g1, g2 } = await readersOneExpired(fake, n1);
+  await using _r1 = r1, _r2 = r2, _w = w;
+  fake.etcd.setMode("stall");
+  await r1.send({ type: "release", requestId: 2, name: "doc", token: g1.token });
+  expect(await next(fake, r1), "released");
+  const { pending } = await nothingFor(fake, w, 300);
+  assert.equal(record(fake, "doc")?.f, g1.token - 1, "not committed yet");
+  fake.etcd.setMode("up");
+  const granted = expect(await withTime(fake, pending), "acquired");
+  assert.ok(granted.token > g2.token);
+  assert.equal(record(fake, "doc")?.f, g2.token, "the expired reader's floor, before the writer");
+});
+
+Deno.test("m2 kinds sim: higher token wins per slot: a semaphore slot's stale reclaim (a client that let go) loses to the slot's later holder; the other slot's holder keeps its lock", async () => {
+  await using fake = fakeCluster(WALL_MS);
+  const [n1, n2] = await twoNodes(fake);
+  await using a = await session(n1.t);
+  await using b = await session(n1.t);
+  await using c = await session(n1.t);
+  await a.send(acquireMsg(1, "r", { limit: 2 }));
+  const ga = expect(await next(fake, a), "acquired");
+  await b.send(acquireMsg(1, "r", { limit: 2 }));
+  const gb = expect(await next(fake, b), "acquired");
+  // A lets go of slot 0 (graceful: no floor), C takes it.
+  await a.send({ type: "release", requestId: 2, name: "r", token: ga.token });
+  expect(await next(fake, a), "released");
+  await c.send(acquireMsg(1, "r", { limit: 2 }));
+  const gc = expect(await next(fake, c), "acquired");
+  assert.deepEqual([gb.slot, gc.slot], [1, 0]);
+  n1.crash();
+  await untilServing(fake, n2);
+  const rb = await resumeAt(fake, n2.t, b, reclaimOwned(2, gb));
+  await using b2 = rb.client;
+  assertSameGrant(expect(await next(fake, b2), "acquired"), gb);
+  // A misbehaves: it reclaims the slot it let go of, before C.
+  const ra = await resumeAt(fake, n2.t, a, reclaimOwned(3, ga));
+  await using a2 = ra.client;
+  assertSameGrant(expect(await next(fake, a2), "acquired"), ga);
+  const rc = await resumeAt(fake, n2.t, c, reclaimOwned(2, gc));
+  await using c2 = rc.client;
+  assertSameGrant(expect(await next(fake, c2), "acquired"), gc);
+  const lock = n2.t.server.context.engine.getLock("r")!;
+  assert.deepEqual(
+    lock.holders.map((h) => [h.token, h.slot]).sort((x, y) => x[1] - y[1]),
+    [[gc.token, 0], [gb.token, 1]],
+  );
+  const conflicts = n2.t.audit.records().filter((r) => r.event === "reclaim_conflict");
+  assert.deepEqual(conflicts.map((r) => r.token), [ga.token]);
+});
+
+Deno.test("m2 kinds sim: a downgraded owner (its write generation is its own token) is reclaimed shared with it", async () => {
+  await using fake = fakeCluster(WALL_MS);
+  const [n1, n2] = await twoNodes(fake);
+  await using x = await session(n1.t);
+  await x.send(acquireMsg(1, "doc"));
+  const held = expect(await next(fake, x), "acquired");
+  await x.send({ type: "downgrade", requestId: 2, name: "doc", token: held.token });
+  const shared = expect(await next(fake, x), "acquired");
+  assert.deepEqual([shared.mode, shared.token, shared.writeGeneration], [
+    "shared",
+    held.token,
+    held.token,
+  ]);
+  n1.crash();
+  await untilServing(fake, n2);
+  const rx = await resumeAt(fake, n2.t, x, reclaimOwned(3, { ...shared, requestId: 1 }));
+  await using x2 = rx.client;
+  assertSameGrant(expect(await next(fake, x2), "acquired"), shared);
 });

@@ -204,8 +204,14 @@ Deno.test("a restore is void beside an owner it cannot share with, in a taken sl
     },
     {
       setup: () => {},
-      restore: { mode: "shared", writeGeneration: 50 },
+      restore: { mode: "shared", writeGeneration: 51 },
       outcome: "refused: invalid_argument",
+    },
+    {
+      // A downgraded owner: its generation is its own token.
+      setup: () => {},
+      restore: { mode: "shared", writeGeneration: 50 },
+      outcome: "granted s2 k token=50 lease=10000 waited=0 shared gen=50 restored",
     },
     {
       setup: (h) => h.engine.blockGrants("audit_unavailable"),

@@ -13,6 +13,17 @@ import { eventually, startTestServer } from "../helpers/start_server.ts";
 
 const FLOOD_MS_MAX = 10_000;
 const BATCH_HEARTBEATS = 2_000;
+const HEARTBEAT_EVERY_MS = 100;
+
+/**
+ * One turn of the event loop for the timers. The server runs in this process: while the socket
+ * has bytes, its read loop and this flood pass each other the turn through I/O alone, and on a
+ * loaded machine the timers (the server's watchdog and I/O deadlines, the waiter's heartbeats)
+ * were held back for over a second. A client in its own process would not hold them back.
+ */
+function yieldToTimers(): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, 0));
+}
 
 Deno.test("a client that never reads is disconnected and its ownerships end as io_timeout", async () => {
   await using ts = await startTestServer({ ioTimeoutMs: 500 });
@@ -31,6 +42,13 @@ Deno.test("a client that never reads is disconnected and its ownerships end as i
 
   const waiter = await BenchConn.session(ts.addr, "waiter");
   const waited = waiter.acquire("slow/a", 5_000, 20_000);
+  waited.catch(() => {}); // awaited below: a failure shows there, not as an uncaught rejection
+  // The waiter heartbeats as every client must: a silent session is closed after the 500 ms I/O
+  // timeout, and the flood below can last longer. Without this the waiter was closed too
+  // (IO_TIMEOUT) and no session was left open, so "the slow session is closed" timed out
+  // although the slow session had been closed (it failed so before the perf2 merge as well).
+  const keepAlive = setInterval(() => waiter.heartbeat().catch(() => {}), HEARTBEAT_EVERY_MS);
+  using _keepAlive = { [Symbol.dispose]: () => clearInterval(keepAlive) };
 
   const batch = new FrameWriter({ initialBytes: BATCH_HEARTBEATS * 9 });
   for (let i = 0; i < BATCH_HEARTBEATS; i++) {
@@ -56,14 +74,14 @@ Deno.test("a client that never reads is disconnected and its ownerships end as i
     pendingWrite = null;
     if (wrote === "failed") writeFailed = true; // reset by the server: expected
     else sentBytes += wrote;
+    await yieldToTimers();
   }
 
   await eventually(() => engine.stats.sessionsOpen === 1, "the slow session is closed", 15_000);
   const grant = await waited;
   assert.equal(grant.type, "acquired", "the waiter got the lock the slow reader held");
 
-  // Only the slow client's endings: on a busy machine the waiter (which never heartbeats) can
-  // reach the 500 ms I/O timeout before this line and end its own ownership of slow/a too.
+  // Only the slow client's endings (the waiter's ownership of slow/a is its own).
   const slowAddr = `${hostname}:${(slow.localAddr as Deno.NetAddr).port}`;
   const endings = ts.audit.records().filter((r) =>
     r.event === "release" && String(r.lock).startsWith("slow/") && r.remote_addr === slowAddr
@@ -83,6 +101,7 @@ Deno.test("a client that never reads is disconnected and its ownerships end as i
     slow.close();
   } catch { /* closed */ }
   await pendingWrite;
+  clearInterval(keepAlive);
   waiter.close();
   await waiter.done;
 });

@@ -108,8 +108,24 @@ Deno.test("audit line: the encoder writes the bytes of formatAuditLine for every
   }
 });
 
-Deno.test("audit line: numbers that are no safe integers are written as JSON.stringify writes them", () => {
-  for (const waited of [1.5, -3, -0, 2 ** 53, 1e21, Number.NaN, Infinity]) {
+Deno.test("audit line: large, negative and non-integer numbers are written as JSON.stringify writes them", () => {
+  for (
+    const waited of [
+      1.5,
+      -3,
+      -0,
+      2 ** 30,
+      1e9,
+      1e9 + 7,
+      1_764_330_000_123,
+      -(2 ** 40) - 1,
+      2 ** 53 - 1,
+      2 ** 53,
+      1e21,
+      Number.NaN,
+      Infinity,
+    ]
+  ) {
     const record: AuditRecord = {
       event: "acquire",
       lock: "l",

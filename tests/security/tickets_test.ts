@@ -87,6 +87,26 @@ Deno.test("a ticket is the first 16 bytes of HMAC-SHA256 over the length-prefixe
   assert.equal(tickets.mint(OWNED).length, TICKET_BYTES);
 });
 
+Deno.test("an owned claim's write generation is bound in the second number (0 for queued claims' order seq): 0 mints the ticket of a claim without one", () => {
+  const tickets = new Tickets(KEY, "prod");
+  const reader: TicketClaim = {
+    ...OWNED,
+    mode: 1,
+    limit: 1,
+    writeGeneration: 1_795_369_694_304_500,
+  };
+  const ticket = tickets.mint(reader);
+  assert.ok(tickets.verify(reader, ticket));
+  assert.ok(!tickets.verify({ ...reader, writeGeneration: reader.writeGeneration! + 1 }, ticket));
+  assert.ok(!tickets.verify({ ...reader, writeGeneration: 0 }, ticket));
+  assert.equal(hex(tickets.mint({ ...OWNED, writeGeneration: 0 })), hex(tickets.mint(OWNED)));
+  assert.equal(
+    hex(tickets.mint({ ...QUEUED, writeGeneration: 99 })),
+    hex(tickets.mint(QUEUED)),
+    "ignored for queued claims",
+  );
+});
+
 Deno.test("tickets are deterministic: the same claim and key give the same ticket in any instance", () => {
   const a = new Tickets(KEY, "prod");
   const b = new Tickets(KEY.slice(), "prod");

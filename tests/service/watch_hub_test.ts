@@ -211,3 +211,47 @@ Deno.test("watch hub: changes wait as one per lock until the flush hands them ov
   port.write();
   await using _ = h;
 });
+
+Deno.test("watch hub: a round is handed out a few sessions at a time; a change during it goes to the next round", async () => {
+  const h = serviceHarness();
+  const ports = [new SlowPort(), new SlowPort(), new SlowPort()];
+  const peers: Peer[] = ports.map((_, i) => ({
+    sessionId: 900 + i,
+    identity: "",
+    remoteAddr: "w",
+    clientName: "",
+  }));
+  const hub = new WatchHub({
+    view: h.engine.view,
+    port: (sessionId) => ports[sessionId - 900],
+    stateOf: (name, requestId, event, reason) =>
+      lockStateOf(h.engine.view, name, 0, 64 * 1024, requestId, event, reason),
+    mayRead: () => true,
+  });
+  const holder = h.open("", "", 2);
+  h.acquire(holder, 1, "one");
+  peers.forEach((peer, i) => assert.equal(hub.watch(peer, 10 + i, "one"), null));
+  hub.flush();
+  for (const port of ports) {
+    assert.equal(port.take().length, 2, "snapshot and WATCHING");
+    port.write();
+  }
+  hub.changed({ name: "one", event: "value", reason: "none" });
+  assert.equal(hub.pending, true);
+  hub.flush(2);
+  assert.equal(hub.midRound, true);
+  assert.deepEqual(ports.map((port) => port.take()), [["10:one:value:1"], ["11:one:value:1"], []]);
+  hub.changed({ name: "one", event: "ended", reason: "graceful" });
+  hub.flush(2);
+  assert.equal(hub.midRound, false, "the round is over");
+  assert.deepEqual(ports.map((port) => port.take()), [[], [], ["12:one:value:1"]]);
+  assert.equal(hub.pending, true, "the change during the round waits for the next");
+  ports.forEach((port) => port.write());
+  hub.flush();
+  assert.deepEqual(
+    ports.map((port) => port.take()),
+    [["10:one:ended:1"], ["11:one:ended:1"], ["12:one:ended:1"]],
+  );
+  assert.equal(hub.pending, false);
+  await using _ = h;
+});

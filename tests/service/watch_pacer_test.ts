@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { ManualScheduler, type Scheduler } from "../../src/clock.ts";
-import { WATCH_FANOUT_TIME_SHARE } from "../../src/limits.ts";
+import { WATCH_FANOUT_SESSIONS_PER_TURN, WATCH_FANOUT_TIME_SHARE } from "../../src/limits.ts";
 import { WatchPacer } from "../../src/service/watch_pacer.ts";
 
 /**
@@ -84,4 +84,56 @@ Deno.test("watch pacer: after a costly flush the next waits for its share of the
   assert.equal(scheduler.pendingTimers, 1, "the third waits for its time");
   pacer.stop();
   assert.equal(scheduler.pendingTimers, 0, "stop cancels the timer");
+});
+
+Deno.test("watch pacer: a round is handed out a turn at a time with 0 ms timers between, and the round's whole cost paces the next", async () => {
+  const manual = new ManualScheduler();
+  let spentMs = 0;
+  const scheduler: Scheduler = {
+    monotonicMs: () => manual.monotonicMs() + spentMs,
+    wallMs: () => manual.wallMs(),
+    setTimer: (callback, delayMs) => manual.setTimer(callback, delayMs),
+  };
+  // Three turns of 4 ms make a round; the sessions asked for each time are recorded.
+  const asked: number[] = [];
+  let left = 0;
+  const hub = {
+    get pending() {
+      return left > 0;
+    },
+    get midRound() {
+      return left > 0 && left < 3;
+    },
+    flush(sessionsMax?: number) {
+      asked.push(sessionsMax ?? Infinity);
+      left--;
+      spentMs += 4;
+    },
+  };
+  const pacer = new WatchPacer(scheduler, () => hub);
+  const t0 = scheduler.monotonicMs();
+  left = 3;
+  pacer.wake();
+  assert.equal(asked.length, 1, "the first turn at once");
+  assert.equal(asked[0], WATCH_FANOUT_SESSIONS_PER_TURN);
+  await turn();
+  assert.equal(manual.pendingTimers, 1, "the next turn waits behind other work");
+  pacer.wake();
+  assert.equal(asked.length, 1, "a wake meanwhile changes nothing");
+  manual.advance(0);
+  await turn();
+  manual.advance(0);
+  await turn();
+  assert.equal(asked.length, 3, "the round's three turns");
+  left = 3;
+  pacer.wake();
+  assert.equal(asked.length, 3, "the next round waits for the share of the whole round's cost");
+  assert.equal(manual.pendingTimers, 1);
+  const nextMs = t0 + 12 / WATCH_FANOUT_TIME_SHARE;
+  manual.advance(nextMs - scheduler.monotonicMs() - 1);
+  assert.equal(asked.length, 3);
+  manual.advance(1);
+  assert.equal(asked.length, 4);
+  pacer.stop();
+  assert.equal(manual.pendingTimers, 0);
 });

@@ -192,7 +192,8 @@ def grant_misfit(message: wire.Acquired, asked: _Acquire) -> str | None:
         return f"with slot {slot}, outside the lock's slots 0..{limit - 1} or not the claim's slot {asked.slot}"
     if mode == "exclusive" and generation != 0:
         return f"with write generation {generation} for an exclusive grant (only shared grants carry one)"
-    if mode == "shared" and generation >= message.token:
+    # An owned RECLAIM's answer may carry the token itself: a downgraded owner's generation.
+    if mode == "shared" and (generation > message.token or (generation == message.token and asked.reclaim != "owned")):
         return f"with write generation {generation}, not below its own token {message.token}"
     return None
 

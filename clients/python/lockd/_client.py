@@ -196,6 +196,7 @@ class Client:
         reconnect: bool = True,
         reclaim: bool = True,
         on_protocol_error: Callable[[ServerProtocolError], None] | None = None,
+        on_value_dropped: Callable[[str, int, int], None] | None = None,
     ) -> None:
         #: Every address to try (several: the nodes of a lockd cluster, docs/cluster.md).
         self.addrs = list(addrs) if addrs else [addr]
@@ -248,6 +249,7 @@ class Client:
         #: How many times a server broke the protocol on this client's connections (each closed it).
         self.protocol_errors = 0
         self._on_protocol_error = on_protocol_error
+        self._on_value_dropped = on_value_dropped
         #: Connections in a row that ended in a protocol error: a WELCOME resets the back-off only
         #: to this, so a node that welcomes and then misbehaves is not redialled in a storm.
         self._violations_in_a_row = 0
@@ -729,26 +731,48 @@ class Client:
             request_id, lock.name, "owned", lock.token, mode=lock.mode, limit=lock.limit, slot=lock.slot
         )
         self._schedule_heartbeat(session)  # its lease counts for the cadence: an ACK confirms it too
-        # The value travels with the claim (what the old leader last confirmed).
-        value = lock.value if len(lock.value) <= session.welcome.value_bytes_max else wire.EMPTY_VALUE
+        # The value travels with the claim (what the old leader last confirmed), unless it is longer
+        # than this leader takes: then the lock goes without it rather than be refused for it.
+        if self._value_dropped(session, lock.name, lock.value):
+            lock.value = wire.EMPTY_VALUE
         self._send(
             session,
             wire.Reclaim(
                 request_id, "owned", lock.token, 0, 0, lock.lease_ms, 0, lock._ticket,
-                lock.mode, lock.limit, lock.slot, lock.name, value,
+                lock.mode, lock.limit, lock.slot, lock.name, lock.value, lock.write_generation,
             ),
         )
 
     def _send_queued_reclaim(self, session: Session, pending: PendingAcquire) -> None:
         self._register_request(session, pending, reclaim=True)
-        value = pending.value if len(pending.value) <= session.welcome.value_bytes_max else wire.EMPTY_VALUE
+        if self._value_dropped(session, pending.name, pending.value):
+            pending.value = wire.EMPTY_VALUE
         self._send(
             session,
             wire.Reclaim(
                 pending.request_id, "queued", 0, pending.order_term, pending.order_seq, pending.lease_ms,
-                self._wait_left(pending), pending.ticket, pending.mode, pending.limit, 0, pending.name, value,
+                self._wait_left(pending), pending.ticket, pending.mode, pending.limit, 0, pending.name,
+                pending.value,
             ),
         )
+
+    def _value_dropped(self, session: Session, name: str, value: bytes) -> bool:
+        """Whether a claim's value is longer than this leader takes (WELCOME's ``valueBytesMax``): a
+        RECLAIM with it would be refused (INVALID_ARGUMENT) and the lock lost for its value, so it
+        is carried over without it; logged, and ``on_value_dropped(name, bytes, max)`` is called."""
+        value_bytes_max = session.welcome.value_bytes_max
+        if len(value) <= value_bytes_max:
+            return False
+        logger.warning(
+            "lockd lock %r carried over to %s without its value: %d bytes, the server takes at most %d",
+            name, session.addr, len(value), value_bytes_max,
+        )
+        if self._on_value_dropped is not None:
+            try:
+                self._on_value_dropped(name, len(value), value_bytes_max)
+            except Exception:
+                logger.exception("on_value_dropped callback failed")
+        return True
 
     def _out_of_carry(self, claim: Lock | PendingAcquire) -> None:
         """A claim leaves its carry (confirmed, void, released, abandoned); a carry left empty is done."""
@@ -900,13 +924,29 @@ class Client:
             session.ledger.acquire_sent(pending.request_id, pending.name, pending.mode, limit)
         self._schedule_heartbeat(session)  # a waiting claim's lease counts for the cadence
 
+    @staticmethod
+    def _handing_back(session: Session, name: str) -> bool:
+        """Whether an owned RECLAIM of ``name`` is on its way for a lock let go of meanwhile (released
+        while it was carried over, or lost): its answer hands the lock back with a RELEASE, and until
+        then the session owns it, so an ACQUIRE of that name would get DUPLICATE_CLAIM. Such an
+        ACQUIRE waits in ``_unsent`` until the RECLAIM is answered."""
+        let_go = (lock for lock in session.reclaims.values() if lock._released or lock._lost.reason is not None)
+        return any(lock.name == name for lock in let_go)
+
+    def _send_held_back(self) -> None:
+        """An owned RECLAIM was answered: the ACQUIREs held back for it go out (``_handing_back``)."""
+        for pending in list(self._unsent):
+            self._unsent.remove(pending)
+            self._send_acquire(pending)  # back in ``_unsent`` while it is still held
+
     def _send_acquire(self, pending: PendingAcquire) -> None:
         if pending.future.done() or pending.abandoned:
             return
         session = self._session
-        if session is None or session.ended or self._holding_acquires:
+        if session is None or session.ended or self._holding_acquires or self._handing_back(session, pending.name):
             if pending not in self._unsent:
-                self._unsent.append(pending)  # sent after the next WELCOME (and its RECLAIMs)
+                # Sent after the next WELCOME (and its RECLAIMs), or once a hand-back is done.
+                self._unsent.append(pending)
             return
         refusal = self._claim_refusal(session, pending)
         if refusal is not None:
@@ -1207,6 +1247,7 @@ class Client:
                 self._on_downgraded(session, message)
             elif message.request_id in session.reclaims:
                 self._on_reclaim_kept(session, message)
+                self._send_held_back()  # after the RELEASE that hands a lock let go of back
             else:
                 self._on_acquired(session, message)
         elif isinstance(message, wire.HeartbeatAck):
@@ -1398,6 +1439,7 @@ class Client:
             reclaimed._reclaim_session, reclaimed._reclaim_id = None, 0
             logger.warning("lockd lock %r not carried over: %s", reclaimed.name, message.message)
             self._carried_lost(reclaimed, "failover", error)
+            self._send_held_back()
             self._schedule_heartbeat(session)
             return
         if self._on_look_error(session, message.request_id, error):
@@ -1770,6 +1812,7 @@ def connect(
     reconnect: bool = True,
     reclaim: bool = True,
     on_protocol_error: Callable[[ServerProtocolError], None] | None = None,
+    on_value_dropped: Callable[[str, int, int], None] | None = None,
 ) -> _Connecting:
     """Connects to a lockd server: ``client = await connect(...)`` or ``async with connect(...) as client``.
 
@@ -1782,7 +1825,10 @@ def connect(
     until ``connect_timeout_ms`` has passed (a fail-over in progress). With ``reclaim`` (default)
     and a server that speaks protocol version 2, locks and waiting claims are carried over to a
     new leader after a fail-over (docs/cluster.md); without it, or with a server of before version
-    2, a session the leader ends with NOT_LEADER loses its locks with reason ``failover``.
+    2, a session the leader ends with NOT_LEADER loses its locks with reason ``failover``. A claim
+    carried over to a leader that takes shorter values than its value goes without it (kept, not
+    lost for its value; its ``value`` reads empty from then on): logged as a warning, and
+    ``on_value_dropped(name, value_bytes, value_bytes_max)`` is called if given.
     """
     return _Connecting(
         Client(
@@ -1795,6 +1841,7 @@ def connect(
             reconnect=reconnect,
             reclaim=reclaim,
             on_protocol_error=on_protocol_error,
+            on_value_dropped=on_value_dropped,
         )
     )
 

@@ -200,6 +200,8 @@ class Reclaim:
     slot: int
     name: str
     value: bytes
+    #: Owned shared claims: the ACQUIRED's write generation (its ticket binds it); else 0.
+    write_generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -401,6 +403,7 @@ _V2: dict[type, tuple[int, _Layout]] = {
             ("slot", "u32"),
             ("name", "str"),
             ("value", "bin"),
+            ("write_generation", "u64"),
         ),
     ),
     Goodbye: (GOODBYE, (("request_id", "u32"),)),

@@ -284,6 +284,55 @@ class Reclaim(unittest.IsolatedAsyncioTestCase):
             self.assertEqual((type(acquire), acquire.name), (wire.Acquire, "z"), "new ACQUIREs come after")
             self.assertIsInstance(sent[-1], wire.Goodbye)
 
+    async def test_a_value_longer_than_the_new_leader_takes_is_left_behind_not_the_lock(self) -> None:
+        """The RECLAIMs go without it, on_value_dropped and the log say so, the lock's value reads
+        empty; a shorter value travels (the TypeScript test's twin)."""
+        long = b"v" * 40
+
+        def leader_b(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
+            if acks(message, send):
+                return
+            if isinstance(message, wire.Resume):
+                send(wire.Resumed(message.request_id, "reclaim", 4_000))
+            elif isinstance(message, wire.Reclaim) and len(message.value) > 16:
+                # What lockd answers a value over its limit: the claim would be lost for its value.
+                send(wire.Error(message.request_id, 0x0B, message.name, "value too long"))
+            elif isinstance(message, wire.Reclaim) and message.kind == "owned":
+                send(wire.Acquired(message.request_id, message.token, 10_000, message.name, TICKET_B))
+            elif isinstance(message, wire.Reclaim):
+                send(queued(message, (message.order_term, message.order_seq), TICKET_Q2))
+                send(granted(message, TOKEN + 9, TICKET_B))
+
+        dropped: list[tuple[str, int, int]] = []
+
+        def on_value_dropped(name: str, value_bytes: int, value_bytes_max: int) -> None:
+            dropped.append((name, value_bytes, value_bytes_max))
+            raise RuntimeError("an application's callback that raises is logged, not raised")
+
+        async with (
+            FakeServer(leader_a, term=7, reclaim_window_ms=WINDOW_MS, value_bytes_max=64) as a,
+            FakeServer(leader_b, term=8, reclaim_window_ms=WINDOW_MS, value_bytes_max=16) as b,
+        ):
+            async with lockd.connect(addrs=[a.addr, b.addr], on_value_dropped=on_value_dropped) as client:
+                lock = await client.acquire("x", lease_ms=10_000, value=long)
+                short = await client.acquire("s", lease_ms=10_000, value="addr:1")
+                waiting = asyncio.ensure_future(client.acquire("y", lease_ms=10_000, wait_ms=60_000, value=long))
+                await eventually(lambda: any(isinstance(m, wire.Acquire) and m.name == "y" for m in a.received), "y sent")
+                await asyncio.sleep(0.05)  # its QUEUED arrives
+                self.assertEqual(lock.value, long)
+                with self.assertLogs("lockd", "WARNING") as logs:
+                    await kill(a)
+                    y = await asyncio.wait_for(waiting, 5)
+                    await eventually(lambda: len([m for m in b.received if isinstance(m, wire.Reclaim)]) == 3, "3 RECLAIMs")
+                    await asyncio.sleep(0.05)  # B's answers arrive
+                values = [(m.name, m.value) for m in b.received if isinstance(m, wire.Reclaim)]
+                self.assertEqual(values, [("x", b""), ("s", b"addr:1"), ("y", b"")])
+                self.assertEqual(dropped, [("x", 40, 16), ("y", 40, 16)])
+                self.assertTrue(any("'x' carried over" in line and "without its value" in line for line in logs.output))
+                self.assertEqual((lock.state, lock.token, lock.value), ("held", TOKEN, b""))
+                self.assertEqual((short.state, short.value), ("held", b"addr:1"))
+                self.assertEqual((y.token, y.value), (TOKEN + 9, b""))
+
     async def test_a_double_fail_over_reclaims_with_the_tickets_of_the_second_leader(self) -> None:
         def leader(term: int, ticket: bytes):  # type: ignore[no-untyped-def]
             def script(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
@@ -586,6 +635,59 @@ class Reclaim(unittest.IsolatedAsyncioTestCase):
                     "reclaimed, then released",
                 )
             self.assertEqual([m.name for m in b.received if isinstance(m, wire.Reclaim)], ["gone"])
+
+    async def test_a_lock_released_while_carried_over_and_acquired_again_waits_for_the_hand_back(self) -> None:
+        # B owns what it keeps, as the server does: an ACQUIRE of a lock the session owns gets
+        # DUPLICATE_CLAIM; a RELEASE ends the ownership. "v" gets CLAIM_VOID instead.
+        owned: set[str] = set()
+
+        def leader_b(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]
+            if isinstance(message, wire.Release) and message.token != 0:
+                owned.discard(message.name)
+            if acks(message, send):
+                return
+            if isinstance(message, wire.Resume):
+                send(wire.Resumed(message.request_id, "reclaim", 4_000))
+            elif isinstance(message, wire.Reclaim) and message.name == "v":
+                send(wire.Error(message.request_id, 0x12, message.name, "void"))
+            elif isinstance(message, wire.Reclaim):
+                owned.add(message.name)
+                send(wire.Acquired(message.request_id, message.token, 10_000, message.name, TICKET_B))
+            elif isinstance(message, wire.Acquire) and message.name in owned:
+                send(wire.Error(message.request_id, 0x08, message.name, "this session already owns it"))
+            elif isinstance(message, wire.Acquire):
+                owned.add(message.name)
+                send(granted(message, TOKEN + 10, TICKET_B))
+
+        async with (
+            FakeServer(leader_a, term=7, reclaim_window_ms=WINDOW_MS) as a,
+            FakeServer(leader_b, term=8, reclaim_window_ms=WINDOW_MS, hold_hello_s=0.3) as b,
+        ):
+            async with lockd.connect(addrs=[a.addr, b.addr]) as client:
+                x = await client.acquire("x", lease_ms=10_000)
+                v = await client.acquire("v", lease_ms=10_000)
+                await kill(a)
+                await eventually(lambda: not client.connected, "connection lost")
+                await asyncio.wait_for(x.release(), 1)  # done at once: its RECLAIM hands it back
+                await asyncio.wait_for(v.release(), 1)
+                again = await asyncio.wait_for(
+                    asyncio.gather(*(client.acquire(n, lease_ms=10_000) for n in ("x", "v", "w"))), 5
+                )
+                self.assertEqual([lock.state for lock in again], ["held"] * 3)
+            order = [
+                f"release {m.name}" if isinstance(m, wire.Release) else f"{type(m).__name__} {getattr(m, 'name', '')}"
+                for m in requests(b, 1)
+                if not isinstance(m, wire.Goodbye)
+            ]
+            # "w" goes out with the RECLAIMs; "x" after the RELEASE that hands it back; "v" after
+            # the CLAIM_VOID of its RECLAIM.
+            self.assertEqual(
+                sorted(order[:3]) + order[3:4],
+                sorted(["Resume ", "Reclaim x", "Reclaim v"]) + ["Acquire w"],
+            )
+            self.assertLess(order.index("release x"), order.index("Acquire x"))
+            self.assertIn("Acquire v", order)
+            self.assertEqual(client.protocol_errors, 0)
 
     async def test_not_leader_after_welcome_keeps_the_locks_and_follows_the_leader_at_once(self) -> None:
         def leader_b(message: wire.Message, send) -> None:  # type: ignore[no-untyped-def]

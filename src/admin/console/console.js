@@ -13,7 +13,16 @@
 
 import { api, forgetToken, HttpError, lockPath, readEvents, savedToken, saveToken } from "./api.js";
 import { Chart, CHARTS } from "./charts.js";
-import { append, byId, el, fillPairs, formatDuration, formatNumber, valueText } from "./dom.js";
+import {
+  append,
+  byId,
+  el,
+  fillPairs,
+  formatDuration,
+  formatNumber,
+  patchRows,
+  valueText,
+} from "./dom.js";
 
 const PAGE_SIZE = 50;
 /** Waiters shown in the detail: a queue of 20,000 would cost the server and the page too much. */
@@ -46,7 +55,10 @@ const state = {
   version: -1,
 };
 
-/** Duration cells that tick between answers: [node, milliseconds when fetched, fetched at]. */
+/**
+ * Duration cells that tick between answers: [node, milliseconds when fetched, fetched at]. Nodes
+ * no longer in the page (drawn over) drop out at the next tick.
+ */
 /** @type {[HTMLElement, number, number][]} */
 let ticking = [];
 
@@ -328,7 +340,6 @@ function renderCounts(counts) {
 /** @param {{ locks: any[], total: number }} page */
 function renderLocks(page) {
   const now = performance.now();
-  ticking = ticking.filter(([node]) => !byId("locks-body").contains(node));
   const rows = page.locks.map((lock) => {
     const holder = lock.holder;
     const heldFor = el("span", {}, holder === null ? "–" : formatDuration(holder.held_for_ms));
@@ -338,19 +349,20 @@ function renderLocks(page) {
       class: "name",
       "aria-label": `Show lock ${lock.name}`,
     }, lock.name);
-    open.addEventListener("click", () => select(lock.name));
+    // A property, not a listener: patchRows hands it to a row it keeps.
+    open.onclick = () => select(lock.name);
     return el(
       "tr",
       { class: lock.name === state.selected ? "selected" : null },
       el("td", {}, open, ...lockBadges(lock)),
-      el("td", { class: "mono" }, holderCell(lock)),
+      el("td", { class: "mono" }, holderCell(lock), ...disconnectedBadges(lock)),
       el("td", {}, holder === null ? "" : holder.client_name),
       el("td", { class: "number" }, heldFor),
       el("td", { class: "number" }, lock.waiters_total),
       el("td", { class: "number mono" }, holder === null ? "" : holder.token),
     );
   });
-  byId("locks-body").replaceChildren(...rows);
+  patchRows(byId("locks-body"), rows);
   const first = page.total === 0 ? 0 : state.offset + 1;
   const last = state.offset + page.locks.length;
   byId("page-status").textContent = page.total === 0
@@ -400,6 +412,33 @@ function badge(kind, text, title) {
   return el("span", { class: `badge badge-${kind}`, title }, text);
 }
 
+/**
+ * A "disconnected" badge when an owner of the lock is orphaned (protocol version 2): its
+ * connection ended without GOODBYE, and it keeps the lock until its lease ends or its client
+ * resumes the session (the admin API's `connected: false`).
+ * @param {any} lock
+ * @returns {HTMLElement[]}
+ */
+function disconnectedBadges(lock) {
+  /** @type {any[]} */
+  const owners = lock.holders ?? (lock.holder === null ? [] : [lock.holder]);
+  const orphaned = owners.filter((holder) => holder.connected === false).length;
+  if (orphaned === 0) return [];
+  const text = owners.length > 1 ? `${orphaned} disconnected` : "disconnected";
+  return [badge("disconnected", text, DISCONNECTED_TITLE)];
+}
+
+/** What the "disconnected" badge means, as its tooltip. */
+const DISCONNECTED_TITLE =
+  "connection ended without GOODBYE: the lock is kept until its lease ends or its client resumes";
+
+/** The badge of one holder, when its session is orphaned. @param {any} holder */
+function holderDisconnected(holder) {
+  return holder.connected === false
+    ? badge("disconnected", "disconnected", DISCONNECTED_TITLE)
+    : null;
+}
+
 /** The holder column: the oldest owner, `+N` for the others. @param {any} lock */
 function holderCell(lock) {
   if (lock.holder === null) return "(no owner)";
@@ -440,6 +479,22 @@ function holderExtras(holder) {
 }
 
 /**
+ * A holder's session, and when its connection is gone, that it keeps the lock until its lease
+ * ends (as `lockd admin show` says it).
+ * @param {any} holder
+ */
+function sessionText(holder) {
+  if (holder.connected !== false) return String(holder.session);
+  return el(
+    "span",
+    {},
+    String(holder.session),
+    holderDisconnected(holder),
+    " kept until its lease ends or its client resumes",
+  );
+}
+
+/**
  * Every owner of a shared lock or a semaphore, oldest first, each with its own release.
  * @param {string} name
  * @param {any} lock
@@ -450,7 +505,7 @@ function renderHolders(name, lock, now) {
   const holders = lock?.holders ?? [];
   byId("detail-holders").hidden = holders.length === 0;
   byId("holders-place").textContent = lock?.kind === "semaphore" ? "Slot" : "Mode";
-  byId("holders-body").replaceChildren(...holders.map((holder, index) => {
+  const rows = holders.map((holder, index) => {
     const heldFor = el("span", {}, formatDuration(holder.held_for_ms));
     ticking.push([heldFor, holder.held_for_ms, now]);
     const release = el("button", {
@@ -458,20 +513,21 @@ function renderHolders(name, lock, now) {
       class: "danger",
       "aria-label": `Release owner ${holder.remote_addr} (token ${holder.token})`,
     }, "Release…");
-    release.addEventListener("click", () => releaseOwner(name, holder));
+    release.onclick = () => releaseOwner(name, holder);
     return el(
       "tr",
       { "data-token": holder.token },
       el("td", { class: "number" }, index + 1),
       el("td", {}, lock.kind === "semaphore" ? holder.slot : holder.mode),
-      el("td", { class: "mono" }, holder.remote_addr),
+      el("td", { class: "mono" }, holder.remote_addr, holderDisconnected(holder)),
       el("td", {}, holder.client_name),
       el("td", { class: "number mono" }, holder.token),
       el("td", { class: "number" }, heldFor),
       el("td", { class: "mono value" }, valueText(holder) ?? ""),
       el("td", {}, release),
     );
-  }));
+  });
+  patchRows(byId("holders-body"), rows);
 }
 
 /**
@@ -486,7 +542,6 @@ function renderDetail(name, lock) {
   byId("detail-link").setAttribute("href", lockHash(name));
   byId("copy-link").onclick = () => copyLink(name);
   byId("detail-idle").hidden = lock !== null;
-  ticking = ticking.filter(([node]) => !detail.contains(node));
   const holder = lock?.holder ?? null;
   byId("detail-holder").hidden = lock === null;
   /** @type {HTMLButtonElement} */ (byId("force-release")).disabled = holder === null;
@@ -504,7 +559,7 @@ function renderDetail(name, lock) {
       ["Identity", holder.identity === "" ? "(none: no mutual TLS)" : holder.identity],
       ["Client name", holder.client_name === "" ? "(none)" : holder.client_name],
       ["Remote address", el("span", { class: "mono" }, holder.remote_addr)],
-      ["Session", holder.session],
+      ["Session", sessionText(holder)],
       ["Since", holder.since],
       ["Held for", heldFor],
       ["Lease", formatDuration(holder.lease_ms)],
@@ -521,14 +576,14 @@ function renderDetail(name, lock) {
   more.textContent = `The first ${formatNumber(waiters.length)} of ${
     formatNumber(total)
   } waiters are shown.`;
-  byId("queue-body").replaceChildren(...waiters.map((waiter, index) => {
+  const rows = waiters.map((waiter, index) => {
     const waitingFor = el("span", {}, formatDuration(waiter.waiting_for_ms));
     ticking.push([waitingFor, waiter.waiting_for_ms, now]);
     const kick = el("button", {
       type: "button",
       "aria-label": `Remove waiter ${waiter.remote_addr}`,
     }, "Remove…");
-    kick.addEventListener("click", () => kickWaiter(name, waiter, lock));
+    kick.onclick = () => kickWaiter(name, waiter, lock);
     return el(
       "tr",
       { "data-remote-addr": waiter.remote_addr },
@@ -540,7 +595,8 @@ function renderDetail(name, lock) {
       el("td", { class: "number" }, waitingFor),
       el("td", {}, kick),
     );
-  }));
+  });
+  patchRows(byId("queue-body"), rows);
   const release = byId("force-release");
   release.onclick = () => forceRelease(name, lock);
 }

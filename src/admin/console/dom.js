@@ -51,6 +51,62 @@ export function byId(id) {
 }
 
 /**
+ * Draws a table body again from new rows, touching only what changed. A row drawn over one with
+ * as many cells keeps its cells that did not change (the same nodes, given the new cells' click
+ * handlers, so they act on the new data); other cells and rows are replaced. The tables are drawn
+ * again on every change (up to four times a second on a busy server): replacing every row would
+ * drop a click whose mouse-down and mouse-up straddle a redraw (it lands on nothing) and the
+ * keyboard focus between Tab and Enter. A focused control that is replaced all the same passes
+ * the focus to the new control with the same `aria-label`.
+ * @param {HTMLElement} body
+ * @param {HTMLElement[]} rows
+ */
+export function patchRows(body, rows) {
+  const focused = document.activeElement;
+  const label = focused !== null && focused !== body && body.contains(focused)
+    ? focused.getAttribute("aria-label")
+    : null;
+  const old = [...body.children];
+  rows.forEach((row, index) => {
+    const before = old[index];
+    if (before === undefined) {
+      body.appendChild(row);
+    } else if (before.tagName !== row.tagName || before.children.length !== row.children.length) {
+      before.replaceWith(row);
+    } else {
+      for (const { name } of [...before.attributes]) {
+        if (!row.hasAttribute(name)) before.removeAttribute(name);
+      }
+      for (const { name, value } of row.attributes) before.setAttribute(name, value);
+      [...row.children].forEach((cell, i) => {
+        const kept = before.children[i];
+        if (kept.isEqualNode(cell)) takeHandlers(cell, kept);
+        else kept.replaceWith(cell);
+      });
+    }
+  });
+  for (const extra of old.slice(rows.length)) extra.remove();
+  if (label === null || focused === null || focused.isConnected) return;
+  for (const candidate of body.querySelectorAll("[aria-label]")) {
+    if (candidate.getAttribute("aria-label") === label) {
+      /** @type {HTMLElement} */ (candidate).focus({ preventScroll: true });
+      return;
+    }
+  }
+}
+
+/**
+ * Gives `kept`, a node equal to `from` (isEqualNode), the click handlers (`onclick`) of `from`
+ * and its descendants.
+ * @param {Element} from
+ * @param {Element} kept
+ */
+function takeHandlers(from, kept) {
+  if (from instanceof HTMLElement && kept instanceof HTMLElement) kept.onclick = from.onclick;
+  for (let i = 0; i < from.children.length; i++) takeHandlers(from.children[i], kept.children[i]);
+}
+
+/**
  * A definition list's content from [term, value] pairs.
  * @param {HTMLElement} list
  * @param {[string, Node | string | number][]} pairs
