@@ -21,8 +21,8 @@
  * - in the audit logs: a kept owned reclaim whose lock had no ownership record, or a floor at or
  *   above its token, in etcd at the revision its term began (read back at the end, etcd keeps
  *   its history in the soak); FIFO inversion among reclaimed waiters: two waiters of a name in
- *   the leader's queue right before a fault, the first reclaimed (kept) before the second was
- *   granted, and the second granted first;
+ *   the leader's queue right before a fault, the first reclaimed (kept, carrying that very
+ *   claim) before the second was granted, and the second granted first;
  *
  * @module
  */
