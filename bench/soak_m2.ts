@@ -21,8 +21,8 @@
  * - in the audit logs: a kept owned reclaim whose lock had no ownership record, or a floor at or
  *   above its token, in etcd at the revision its term began (read back at the end, etcd keeps
  *   its history in the soak); FIFO inversion among reclaimed waiters: two waiters of a name in
- *   the leader's queue right before a fault, the first reclaimed (kept) before the second was
- *   granted, and the second granted first;
+ *   the leader's queue right before a fault, the first reclaimed (kept, carrying that very
+ *   claim) before the second was granted, and the second granted first;
  *
  * @module
  */
@@ -511,9 +511,16 @@ export class M2Population {
    * in the term(s) after it, a waiter A ahead of B whose queued claim was reclaimed (kept)
    * before B was granted must be granted before B. Waiters granted between the snapshot and the
    * fault are left out (their claim is not the snapshot's), and so are grants after the clients
-   * began to close (A may have left the queue).
+   * began to close (A may have left the queue). A's queued RECLAIM keeps the snapshot's claim
+   * only if it carries it from the snapshot's term (`termBefore`) or from a term where A kept it
+   * the same way: a claim the old leader granted after the fault but never delivered (W1: its
+   * record not committed) comes back as a fresh ACQUIRE at the tail of the next term, and its
+   * later RECLAIMs carry that new place, not the snapshot's.
    */
-  checkFifo(written: WrittenRecord[], faults: { atMs: number; atWallMs: number }[]): {
+  checkFifo(
+    written: WrittenRecord[],
+    faults: { atMs: number; atWallMs: number; termBefore: number }[],
+  ): {
     pairs: number;
     inversions: number;
   } {
@@ -542,7 +549,15 @@ export class M2Population {
           list.push(w);
           byTerm.set(w.record.term, list);
         }
-        for (const [term, events] of byTerm) {
+        // By client: the terms whose claim of `name` is still the snapshot's (0: not known).
+        const carriedIn = new Map<string, Set<number>>(
+          fresh.map((c) => [c, new Set([fault.termBefore])]),
+        );
+        const keepsSnapshotClaim = (client: string, prevTerm: number | undefined) =>
+          fault.termBefore === 0 ||
+          (prevTerm !== undefined && (carriedIn.get(client)?.has(prevTerm) ?? false));
+        for (const term of [...byTerm.keys()].sort((a, b) => a - b)) {
+          const events = byTerm.get(term)!;
           events.sort((a, b) => a.index - b.index);
           // A client that came back twice in the term (its connection broke: an orphaned
           // session's waits are dropped, silently) may have lost its place: left out.
@@ -558,7 +573,7 @@ export class M2Population {
             const client = record.client_name ?? "";
             if (
               record.event === "reclaim" && record.claim === "queued" &&
-              comebacks.get(client) === 1
+              comebacks.get(client) === 1 && keepsSnapshotClaim(client, record.prev_term)
             ) placed.add(client);
             if (record.event === "reclaim_void" && record.claim === "queued") placed.delete(client);
             if (record.event !== "acquire") continue;
@@ -578,6 +593,8 @@ export class M2Population {
             }
             granted.add(client);
           }
+          // Kept through this term, not granted: the next term's RECLAIM may carry it on.
+          for (const client of placed) if (!granted.has(client)) carriedIn.get(client)?.add(term);
         }
       }
     }
@@ -591,7 +608,7 @@ export class M2Population {
    */
   async finalChecks(
     placed: WrittenRecord[],
-    faults: { atMs: number; atWallMs: number }[],
+    faults: { atMs: number; atWallMs: number; termBefore: number }[],
     etcd: EtcdHttpClient,
     counts: Record<string, number>,
   ): Promise<void> {
